@@ -1,0 +1,4 @@
+from vllm_repo.cli import main
+
+if __name__ == "__main__":
+    main()

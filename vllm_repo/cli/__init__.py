@@ -1,0 +1,20 @@
+"""The command line: parses options and calls the library, nothing more. Each command lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="vllm-repo",
+    help="Scaffold, validate, size and serve Triton Inference Server model repositories for the vLLM backend.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def main() -> None:
+    # Command modules register themselves on `app` when imported.
+    from vllm_repo.cli import validate_cmd  # noqa: F401
+
+    app()
