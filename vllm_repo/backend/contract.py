@@ -1,0 +1,50 @@
+"""The vLLM backend's request/response contract, as data that validate, init and tests import without Triton or vLLM.
+
+It is the seed backend's contract (triton-inference-server/vllm_backend), kept unchanged so existing clients work.
+The bundled model.py carries its own copy (it must be copyable alone); a test asserts the two agree.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Tensor(NamedTuple):
+    name: str
+    data_type: str  # Triton's enum name, e.g. "TYPE_STRING"
+    dims: tuple[int, ...]
+    optional: bool = False
+
+
+INPUTS: tuple[Tensor, ...] = (
+    Tensor("text_input", "TYPE_STRING", (1,)),
+    Tensor("image", "TYPE_STRING", (-1,), optional=True),
+    Tensor("stream", "TYPE_BOOL", (1,), optional=True),
+    Tensor("sampling_parameters", "TYPE_STRING", (1,), optional=True),
+    Tensor("exclude_input_in_output", "TYPE_BOOL", (1,), optional=True),
+    Tensor("return_finish_reason", "TYPE_BOOL", (1,), optional=True),
+    Tensor("return_cumulative_logprob", "TYPE_BOOL", (1,), optional=True),
+    Tensor("return_logprobs", "TYPE_BOOL", (1,), optional=True),
+    Tensor("return_num_input_tokens", "TYPE_BOOL", (1,), optional=True),
+    Tensor("return_num_output_tokens", "TYPE_BOOL", (1,), optional=True),
+)
+
+OUTPUTS: tuple[Tensor, ...] = (
+    Tensor("text_output", "TYPE_STRING", (-1,)),
+    Tensor("finish_reason", "TYPE_STRING", (-1,)),
+    Tensor("cumulative_logprob", "TYPE_FP32", (-1,)),
+    Tensor("logprobs", "TYPE_STRING", (-1,)),
+    Tensor("num_input_tokens", "TYPE_UINT32", (1,)),
+    Tensor("num_output_tokens", "TYPE_UINT32", (-1,)),
+)
+
+# config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
+BOOLEAN_PARAMETERS: tuple[str, ...] = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")
+INTEGER_PARAMETERS: tuple[str, ...] = ("DEFAULT_MAX_TOKENS",)
+KNOWN_PARAMETERS: tuple[str, ...] = BOOLEAN_PARAMETERS + INTEGER_PARAMETERS
+
+TRUE_STRINGS = frozenset({"true", "1", "yes", "on"})
+FALSE_STRINGS = frozenset({"false", "0", "no", "off"})
+
+INPUTS_BY_NAME = {t.name: t for t in INPUTS}
+OUTPUTS_BY_NAME = {t.name: t for t in OUTPUTS}
