@@ -11,6 +11,9 @@ key=$(cat "$root/requirements/serving.txt" "$0" | sha256sum | cut -c1-16)
 venv="$cache/serving-$key"
 triton="$cache/pytriton-0.7.0"
 mkdir -p "$cache"
+# Two builds into one venv break each other: a second caller waits here and then finds the venv complete.
+exec 9>"$cache/.build.lock"
+flock 9
 
 if [ ! -f "$venv/.complete" ]; then
   # Built in place and marked complete at the end: an interrupted build is thrown away, never reused.
