@@ -1,0 +1,42 @@
+"""`vllm-repo validate`."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from vllm_repo.cli import app
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+@app.command()
+def validate(
+    paths: list[Path] = typer.Argument(..., help="Repository roots, model directories or single files."),
+    vllm_version: str = typer.Option(None, "--vllm-version", help="vLLM release to check model.json against "
+                                     "(default: the installed vLLM, else the newest bundled schema)."),
+    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text, json or github."),
+    strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
+    gpu: str = typer.Option(None, "--gpu", help="GPU the models run on (e.g. 'H100 80GB'), for the memory check."),
+    select: list[str] = typer.Option(None, "--select", help="Only run rules whose code starts with this."),
+    ignore: list[str] = typer.Option(None, "--ignore", help="Skip rules whose code starts with this."),
+) -> None:
+    """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""
+    from vllm_repo.reporters import REPORTERS
+    from vllm_repo.validate import PathError, validate_paths
+
+    try:
+        result = validate_paths(paths, vllm_version=vllm_version, strict=strict, gpu=gpu, select=select,
+                                ignore=ignore)
+    except (PathError, ValueError, LookupError) as exc:
+        typer.echo(f"vllm-repo validate: {exc}", err=True)
+        raise typer.Exit(2) from None
+    REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
+    raise typer.Exit(1 if result.has_errors else 0)

@@ -1,0 +1,90 @@
+"""The model's Hugging Face config.json, found without the network: a local model directory, or the local HF cache.
+
+validate must not wait on the network, so this never downloads; the estimator has its own online path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# Keys vLLM reads the maximum context length from (the smallest one present wins), as in its
+# _get_and_verify_max_len.
+MAX_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                   "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def find_local_config(model: str, revision: str | None = None, base: Path | None = None) -> tuple[Path, dict] | None:
+    """(path, config) of the model's config.json when it is reachable offline, else None."""
+    candidate = Path(model).expanduser()
+    if not candidate.is_absolute() and base is not None and not candidate.exists():
+        candidate = base / candidate
+    if candidate.is_dir():
+        return _read(candidate / "config.json")
+    if candidate.exists() or "/" not in model or model.startswith(("/", ".", "~")) or model.count("/") > 1:
+        return None  # a file (GGUF), or a path that only exists elsewhere (inside a container)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        cached = try_to_load_from_cache(model, "config.json", revision=revision)
+    except Exception:  # an invalid repo id or revision is the engine-args rules' business, not a crash here
+        return None
+    return _read(Path(cached)) if isinstance(cached, str) else None
+
+
+def _read(path: Path) -> tuple[Path, dict] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return (path, data) if isinstance(data, dict) else None
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs keep the language model's settings under text_config / llm_config."""
+    for key in ("text_config", "llm_config", "language_config"):
+        inner = config.get(key)
+        if isinstance(inner, dict) and ("num_attention_heads" in inner or "hidden_size" in inner):
+            return inner
+    return config
+
+
+def derived_max_model_len(config: dict[str, Any]) -> int | None:
+    """The longest context the model supports as vLLM derives it (including linear/dynamic RoPE scaling)."""
+    cfg = text_config(config)
+    values = [cfg[k] for k in MAX_LENGTH_KEYS if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)]
+    if not values:
+        return None
+    length = min(values)
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type"))
+        factor = scaling.get("factor")
+        # These types already account for the extension in max_position_embeddings (vLLM does the same).
+        if kind not in ("su", "longrope", "llama3", "default", None) and isinstance(factor, (int, float)):
+            if kind == "yarn":
+                length = int(scaling.get("original_max_position_embeddings", length) * factor)
+            else:
+                length = int(length * factor)
+    return length
+
+
+def attention_heads(config: dict[str, Any]) -> int | None:
+    cfg = text_config(config)
+    for key in ("num_attention_heads", "n_head", "num_heads", "n_heads"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def kv_heads(config: dict[str, Any]) -> int | None:
+    cfg = text_config(config)
+    for key in ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return attention_heads(config)
