@@ -13,8 +13,14 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Scaffold, validate, size and serve Triton Inference Server model repositories for the vLLM backend."""
+
+
 def main() -> None:
     # Command modules register themselves on `app` when imported.
     from vllm_repo.cli import validate_cmd  # noqa: F401
+    from vllm_repo.cli import backend_cmd  # noqa: F401
 
     app()
