@@ -22,5 +22,8 @@ def main() -> None:
     # Command modules register themselves on `app` when imported.
     from vllm_repo.cli import validate_cmd  # noqa: F401
     from vllm_repo.cli import backend_cmd  # noqa: F401
+    from vllm_repo.cli import init_cmd  # noqa: F401
+    from vllm_repo.cli import launch_cmd  # noqa: F401
+    from vllm_repo.cli import infer_cmd  # noqa: F401
 
     app()
