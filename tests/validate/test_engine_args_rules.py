@@ -1,0 +1,90 @@
+"""VR3xx model.json rules, against the bundled EngineArgs schema of vLLM 0.32.0."""
+
+import json
+
+from tests.validate.helpers import codes, only, run
+
+
+def test_vr301_json_syntax_error_position(repo):
+    repo.model("llm", engine_args='{\n  "model": "m",\n  "dtype": "auto"\n  "seed": 1\n}')
+    (d,) = only(run(repo.root), "VR301")
+    assert (d.line, d.column) == (4, 3)
+
+
+def test_vr301_not_an_object(repo):
+    repo.model("llm", engine_args="[1, 2]")
+    assert "not an object" in only(run(repo.root), "VR301")[0].message
+
+
+def test_vr302_unknown_key_did_you_mean_and_line(repo):
+    repo.model("llm", engine_args='{\n  "model": "m",\n  "gpu_memory_utilisation": 0.5\n}')
+    (d,) = only(run(repo.root), "VR302")
+    assert d.line == 3 and d.hint == "did you mean 'gpu_memory_utilization'?"
+
+
+def test_vr302_sampling_key_hint(repo):
+    repo.model("llm", engine_args={"model": "m", "temperature": 0.7})
+    (d,) = only(run(repo.root), "VR302")
+    assert "sampling_parameters" in d.hint
+
+
+def test_vr302_not_raised_for_known_keys(repo):
+    repo.model("llm", engine_args={"model": "m", "max_model_len": 4096, "dtype": "float16"})
+    assert "VR302" not in codes(run(repo.root))
+
+
+def test_vr303_string_boolean_and_size_suffix(repo):
+    repo.model("llm", engine_args={"model": "m", "enforce_eager": "true", "max_model_len": "8k"})
+    found = {d.message.split("'")[1]: d for d in only(run(repo.root), "VR303")}
+    assert found["enforce_eager"].hint == "write true without quotes"
+    assert found["max_model_len"].hint == "write the number itself, e.g. 8192"
+
+
+def test_vr303_integer_is_a_valid_float(repo):
+    repo.model("llm", engine_args={"model": "m", "gpu_memory_utilization": 1})
+    assert "VR303" not in codes(run(repo.root))
+
+
+def test_vr304_choice_with_alias(repo):
+    repo.model("llm", engine_args={"model": "m", "dtype": "bf16"})
+    (d,) = only(run(repo.root), "VR304")
+    assert d.hint == 'did you mean "bfloat16"?'
+
+
+def test_vr305_ranges(repo):
+    repo.model("llm", engine_args={"model": "m", "gpu_memory_utilization": 1.5, "tensor_parallel_size": 0})
+    found = only(run(repo.root), "VR305")
+    assert len(found) == 2
+    repo.model("llm", engine_args={"model": "m", "gpu_memory_utilization": 1.0, "max_model_len": -1})
+    assert "VR305" not in codes(run(repo.root))
+
+
+def test_vr306_model_missing(repo):
+    repo.model("llm", engine_args={"gpu_memory_utilization": 0.5})
+    (d,) = only(run(repo.root), "VR306")
+    assert d.severity.value == "error"
+
+
+def test_vr307_trust_remote_code_is_a_warning(repo):
+    repo.model("llm", engine_args={"model": "m", "trust_remote_code": True})
+    assert only(run(repo.root), "VR307")[0].severity.value == "warning"
+    repo.model("llm", engine_args={"model": "m", "trust_remote_code": False})
+    assert "VR307" not in codes(run(repo.root))
+
+
+def test_vr308_duplicate_key(repo):
+    repo.model("llm", engine_args='{"model": "m",\n "enforce_eager": true,\n "enforce_eager": false}')
+    (d,) = only(run(repo.root), "VR308")
+    assert d.line == 3
+
+
+def test_strict_turns_warnings_into_errors(repo):
+    repo.model("llm", engine_args={"model": "m", "trust_remote_code": True})
+    assert not run(repo.root).has_errors
+    assert run(repo.root, strict=True).has_errors
+
+
+def test_removed_key_is_explained_for_the_release(repo):
+    repo.model("llm", engine_args={"model": "m", "disable_log_requests": True})
+    (d,) = only(run(repo.root), "VR302")
+    assert "disable_log_requests" in d.message

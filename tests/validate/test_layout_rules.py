@@ -1,0 +1,78 @@
+"""VR1xx layout rules: each with a case that triggers it and one that must not."""
+
+from tests.validate.helpers import GOOD_ENGINE_ARGS, OFFICIAL_CONFIG, codes, only, run
+
+
+def test_official_layout_is_clean(repo):
+    repo.model("llm")
+    result = run(repo.root)
+    assert not result.has_errors
+    assert codes(result) == set()
+
+
+def test_vr101_missing_config_with_misnamed_file(repo):
+    model = repo.model("llm", config=None, files={"config.pbxt": OFFICIAL_CONFIG})
+    (d,) = only(run(repo.root), "VR101")
+    assert d.severity.value == "error"
+    assert "config.pbxt" in d.hint
+    assert d.file.endswith("llm")
+
+
+def test_vr102_non_numeric_version_directory(repo):
+    repo.model("llm", version="model_v1")
+    (d,) = only(run(repo.root), "VR102")
+    assert "model_v1" in d.message and "rename it to 1" in d.hint
+
+
+def test_vr102_not_raised_with_numeric_version(repo):
+    repo.model("llm", version="3")
+    assert "VR102" not in codes(run(repo.root))
+
+
+def test_vr103_model_json_beside_config_is_still_checked(repo):
+    model = repo.model("llm", engine_args=None, files={"model.json": '{"model": "m", "dtype": "bf16"}'})
+    result = run(repo.root)
+    (d,) = only(result, "VR103")
+    assert d.file.endswith("llm/model.json") and "llm/1/model.json" in d.hint
+    # The misplaced file's content gets the engine-args checks too, so the user fixes both at once.
+    assert "VR304" in codes(result)
+
+
+def test_vr104_version_without_model_json_suggests_rename(repo):
+    repo.model("llm", engine_args=None, files={"1/models.json": '{"model": "m"}'})
+    (d,) = only(run(repo.root), "VR104")
+    assert "rename models.json to model.json" == d.hint
+
+
+def test_vr105_stray_files(repo):
+    repo.model("llm", files={".DS_Store": "x", "1/model.cpython-310.pyc": "x"})
+    found = only(run(repo.root), "VR105")
+    assert {d.file.rsplit("/", 1)[-1] for d in found} == {".DS_Store", "model.cpython-310.pyc"}
+
+
+def test_vr106_model_py_in_vllm_model(repo):
+    repo.model("llm", files={"1/model.py": "print()"})
+    assert "VR106" in codes(run(repo.root))
+    repo.model("other", config='backend: "python"\n', files={"1/model.py": "print()"})
+    assert all(d.file.find("other") < 0 for d in run(repo.root).diagnostics if d.code == "VR106")
+
+
+def test_vr107_unsafe_model_name(repo):
+    repo.model("eagle_model copy")
+    (d,) = only(run(repo.root), "VR107")
+    assert "eagle_model_copy" in d.hint
+    assert "VR107" not in codes(run(repo.model("fine-name_1.0")))
+
+
+def test_vr108_ignored_directory_is_info(repo):
+    repo.model("llm", files={"notes/readme.txt": "x"})
+    (d,) = only(run(repo.root), "VR108")
+    assert d.severity.value == "info"
+
+
+def test_single_file_paths_map_to_their_model(repo):
+    repo.model("a", engine_args={"model": "m", "dtype": "bf16"})
+    repo.model("b", engine_args={"model": "m", "dtype": "bf16"})
+    result = run(repo.root / "a" / "1" / "model.json")
+    assert len(result.models) == 1 and result.models[0].endswith("/a")
+    assert {d.file.split("/")[-3] for d in result.diagnostics if d.code == "VR304"} == {"a"}
