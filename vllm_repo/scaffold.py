@@ -8,6 +8,7 @@ an existing model is replaced (with ``force``) in one rename.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from vllm_repo.diagnostics import Diagnostic
 VERSION = "1"
 BACKEND = "vllm"
 STAGING_PREFIX = ".vllm-repo-init-"
+SIZING_KEYS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
 # Triton takes a model's name from its directory; keep to characters every filesystem, URL and shell takes as is.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -163,7 +165,8 @@ def resolve_model(model: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def plan_engine(model: str, gpu: str | None, tp: int | None, max_model_len: int | None) -> EnginePlan:
+def plan_engine(model: str, gpu: str | None, tp: int | None, max_model_len: int | None,
+                user_settings: dict[str, Any] | None = None) -> EnginePlan:
     """tensor_parallel_size, gpu_memory_utilization and max_model_len: from the estimator for ``gpu``, else only what
     the user gave. Never fails: what could not be worked out is said in ``notes``."""
     plan = EnginePlan()
@@ -172,11 +175,17 @@ def plan_engine(model: str, gpu: str | None, tp: int | None, max_model_len: int 
     if max_model_len is not None:
         plan.settings["max_model_len"] = max_model_len
     if gpu is None:
-        plan.notes.append("no --gpu given: gpu_memory_utilization, tensor_parallel_size and max_model_len are left "
-                          "to vLLM's defaults (run `vllm-repo estimate` or init with --gpu to size them)")
+        given = set(plan.settings) | set(user_settings or {})
+        left = [k for k in SIZING_KEYS if k not in given]
+        if left:
+            plan.notes.append(f"no --gpu given: {', '.join(left)} left to vLLM's defaults (init with --gpu, or "
+                              "`vllm-repo estimate`, to size them)")
         return plan
-    from vllm_repo.fit import fit_engine_settings
-
+    try:
+        from vllm_repo.fit import fit_engine_settings
+    except ImportError:
+        plan.notes.append(f"could not size the engine for {gpu}: the estimator is not available in this install")
+        return plan
     fitted, notes = fit_engine_settings(model, gpu, tensor_parallel_size=tp, max_model_len=max_model_len)
     plan.settings.update(fitted)
     plan.notes.extend(notes)
@@ -251,6 +260,14 @@ def _validate(model_dir: Path, vllm_version: str | None) -> list[Diagnostic]:
     return list(validate_paths([model_dir], vllm_version=vllm_version).diagnostics)
 
 
+def _link_siblings(repo: Path, staging: Path, name: str) -> None:
+    for entry in repo.iterdir():
+        if entry.name in (name, staging.name) or entry.name.startswith(".") or not entry.is_dir():
+            continue
+        with contextlib.suppress(OSError):
+            (staging / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
+
+
 def _remove_stale_staging(repo: Path) -> None:
     """Staging directories left by an init that was killed (SIGKILL, power loss): never a usable model."""
     for entry in repo.glob(STAGING_PREFIX + "*"):
@@ -302,7 +319,7 @@ def init_model(
         raise InitError(f"{target} exists and is not a directory; remove it first")
 
     model_ref = resolve_model(model)
-    plan = plan_engine(model_ref, gpu, tensor_parallel_size, max_model_len)
+    plan = plan_engine(model_ref, gpu, tensor_parallel_size, max_model_len, settings)
     engine_args = render_engine_args(model_ref, plan, dict(settings or {}), dict(loras or {}))
     config_text = render_config(name, model, engine_args)
 
@@ -321,12 +338,16 @@ def init_model(
             files.append(version_dir / "multi_lora.json")
             _write(files[-1], _dump_json(loras))
 
-        # Findings name the staging directory; point them at where the files will be.
+        # The repository's other models sit beside the new one (as links) so cross-model checks see them, e.g. the
+        # sum of gpu_memory_utilization on a shared GPU. Findings name the staging directory; point them at where
+        # the files will be.
+        _link_siblings(repo, staging, name)
         diagnostics = [_relocate(d, staging.name) for d in _validate(staged, vllm_version)]
         errors = [d for d in diagnostics if d.severity.value == "error"]
         if errors:
             raise InitError(f"the scaffolded model for '{model}' does not pass validate; nothing was written",
-                            hint="fix the --set/--lora values named below", diagnostics=diagnostics)
+                            hint="the findings above say what to change (--set KEY=VALUE overrides a setting)",
+                            diagnostics=diagnostics)
 
         replaced = _move_into_place(staged, target, staging)
     finally:

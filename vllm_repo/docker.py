@@ -1,0 +1,132 @@
+"""launch --docker: serve a repository with the NGC ``tritonserver:<yy.mm>-vllm-python-py3`` container whose vLLM
+matches the repository's vLLM release.
+
+The repository is mounted read-only at /models; local model, tokenizer and LoRA directories named in model.json /
+multi_lora.json are mounted read-only at their own paths (so the files need no editing), and the host's Hugging Face
+cache is shared so hub models are downloaded once. Ports are published on ``host`` only (127.0.0.1 by default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from vllm_repo.engine_args import installed_vllm_version
+from vllm_repo.ngc import Match, container_for_vllm
+
+CONTAINER_REPOSITORY = "/models"
+# vLLM's multiprocessing executor puts segments of 160 and 240 MiB in /dev/shm; Docker's default is 64 MiB.
+SHM_SIZE = "2g"
+
+
+class DockerError(Exception):
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclasses.dataclass
+class DockerPlan:
+    argv: list[str]
+    match: Match
+    container_name: str
+    notes: list[str]
+
+    def shell_command(self) -> str:
+        """The command as a copy-pasteable shell line, one option per line."""
+        parts: list[str] = []
+        args = self.argv[:]
+        # Keep "-x value" pairs on one line.
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg.startswith("-") and "=" not in arg and i + 1 < len(args) and not args[i + 1].startswith("-") \
+                    and arg not in ("--rm", "-it", "--init"):
+                parts.append(f"{shlex.quote(arg)} {shlex.quote(args[i + 1])}")
+                i += 2
+            else:
+                parts.append(shlex.quote(arg))
+                i += 1
+        return " \\\n  ".join(parts)
+
+
+def _local_paths(repository: Path) -> list[Path]:
+    """Absolute local directories the models refer to: model, tokenizer, LoRA adapters."""
+    found: set[Path] = set()
+    for model_dir in sorted(p for p in repository.iterdir() if p.is_dir()):
+        for version in sorted(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()):
+            for name, keys in (("model.json", ("model", "tokenizer")), ("multi_lora.json", None)):
+                try:
+                    data = json.loads((version / name).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+                if not isinstance(data, dict):
+                    continue
+                values = [data.get(k) for k in keys] if keys else list(data.values())
+                for value in values:
+                    if isinstance(value, str) and os.path.isabs(value) and Path(value).exists():
+                        found.add(Path(value))
+    return sorted(found)
+
+
+def docker_plan(
+    repository: str | os.PathLike,
+    *,
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    host: str = "127.0.0.1",
+    vllm_version: str | None = None,
+    hf_cache: Path | None = None,
+) -> DockerPlan:
+    repo = Path(repository).resolve()
+    if not repo.is_dir():
+        raise DockerError(f"{repository}: no such directory")
+    wanted = vllm_version or installed_vllm_version()
+    try:
+        match = container_for_vllm(wanted)
+    except ValueError as exc:
+        raise DockerError(str(exc)) from exc
+    notes = [f"container {match.release.image}: {match.reason}" +
+             ("" if vllm_version else f" (vLLM {wanted} from the installed package)" if wanted else "")]
+    name = f"vllm-repo-{os.getpid()}"
+    argv = ["docker", "run", "--rm", "--init", "--name", name, "--gpus", "all", f"--shm-size={SHM_SIZE}",
+            "-p", f"{host}:{http_port}:{http_port}", "-p", f"{host}:{grpc_port}:{grpc_port}",
+            "-p", f"{host}:{metrics_port}:{metrics_port}",
+            "-v", f"{repo}:{CONTAINER_REPOSITORY}:ro"]
+    for path in _local_paths(repo):
+        argv += ["-v", f"{path}:{path}:ro"]
+    hf_cache = hf_cache or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    argv += ["-v", f"{hf_cache}:/root/.cache/huggingface"]
+    if os.environ.get("HF_TOKEN"):
+        argv += ["-e", "HF_TOKEN"]  # passed by name: the token never appears on the command line
+    argv += [match.release.image, "tritonserver", f"--model-repository={CONTAINER_REPOSITORY}",
+             f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
+    return DockerPlan(argv=argv, match=match, container_name=name, notes=notes)
+
+
+def run_docker(plan: DockerPlan) -> int:
+    """Run the container in the foreground; Ctrl-C / SIGTERM stop it with `docker stop`."""
+    if shutil.which("docker") is None:
+        raise DockerError("docker is not installed or not on PATH",
+                          hint="use --dry-run to print the command, or run `vllm-repo launch` without --docker")
+    proc = subprocess.Popen(plan.argv, start_new_session=True)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        subprocess.run(["docker", "stop", "-t", "10", plan.container_name], capture_output=True)
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
