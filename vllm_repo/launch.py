@@ -65,6 +65,7 @@ class LaunchPlan:
     env: dict[str, str]  # added to the server's environment
     notes: list[str]  # what launch decided for the user (CPU settings, warnings)
     diagnostics: list[Diagnostic]  # validate's warnings/infos (errors refuse the launch)
+    backend_source: Path | None = None  # a model.py to serve with instead of the bundled backend
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -249,28 +250,36 @@ def _first_meaningful(message: str) -> str:
 def root_error(log: str) -> str | None:
     """The line of a Triton log that says why the server (or a model) failed, or None when none is recognisable.
 
-    Preference: a model's "failed to load" reason (the backend's own exception), then the last Python exception line,
-    then Triton's last error line."""
-    failed = None
-    for line in log.splitlines():
-        match = _FAILED_LOAD.search(line)
-        if match:
-            failed = (match.group(1), match.group(3))
-    if failed:
-        model, reason = failed
-        return f"model '{model}' failed to load: {_first_meaningful(_unquote(reason.rstrip()).rstrip(chr(34)))}"
-    exception = None
-    for line in log.splitlines():
-        match = _PY_EXCEPTION.match(line.strip())
-        if match:
-            exception = line.strip()
-    if exception:
-        return exception
+    Preference: a model's "failed to load" reason (the backend's own exception) - unless that only points elsewhere
+    (vLLM's "Engine core initialization failed. See root cause above"), then the last Python exception logged before
+    it; else the last Python exception line; else Triton's last error line."""
+    lines = log.splitlines()
+    exceptions: list[tuple[int, str]] = []
+    failed: tuple[int, str, str] | None = None
     last_error = None
-    for line in log.splitlines():
-        match = _TRITON_ERROR.match(line.strip())
+    for number, line in enumerate(lines):
+        text = line.strip()
+        match = _FAILED_LOAD.search(text)
+        if match:
+            failed = (number, match.group(1), match.group(3))
+        match = _PY_EXCEPTION.match(text)
+        if match:
+            exceptions.append((number, text))
+        match = _TRITON_ERROR.match(text)
         if match:
             last_error = _unquote(match.group(1))
+    if failed:
+        number, model, reason = failed
+        reason = _first_meaningful(_unquote(reason.rstrip().rstrip('"')))
+        reason = re.sub(r"^(Internal|INTERNAL|Unavailable|UNAVAILABLE): ", "", reason)
+        if "root cause above" in reason or "initialization failed" in reason:
+            earlier = [text for n, text in exceptions if n < number and text not in reason
+                       and "root cause above" not in text and "initialization failed" not in text]
+            if earlier:
+                reason = earlier[-1]
+        return f"model '{model}' failed to load: {reason}"
+    if exceptions:
+        return exceptions[-1][1]
     return last_error
 
 
@@ -294,6 +303,7 @@ def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
         metrics_port=plan.metrics_port,
         env=plan.env,
         log_path=log_path,
+        backend_source=plan.backend_source,
     )
 
 
@@ -337,6 +347,8 @@ def run_server(
             server.start()
         except TritonServerError as exc:
             raise LaunchError(str(exc)) from exc
+        except OSError as exc:  # the backend directory could not be laid out
+            raise LaunchError(f"could not set up the server: {exc}") from exc
         took = _wait_ready(server, plan, out, ready_timeout)
         print(f"Triton is ready ({took:.0f} s):", file=out)
         print(endpoints_text(server, plan.models), file=out, flush=True)
@@ -357,7 +369,9 @@ def run_server(
         # A second Ctrl-C or SIGTERM must not cut the cleanup short: stop() ends with SIGKILL on its own.
         _ignore_stop_signals(previous)
         try:
-            if server.process is not None:
+            if server.process is None:
+                server.stop()  # nothing ran; removes the work directory
+            else:
                 print("stopping Triton ...", file=out, flush=True)
                 began = time.monotonic()
                 server.stop(timeout=20)

@@ -17,19 +17,6 @@ from vllm_repo.scaffold import InitError, default_model_name, init_model, parse_
 from vllm_repo.validate import validate_paths
 
 
-@pytest.fixture
-def hf_model(tmp_path):
-    """A local Hugging Face model directory as far as init and validate look at it: its config.json."""
-    path = tmp_path / "models" / "tiny-llama"
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 512,
-        "max_position_embeddings": 512, "torch_dtype": "float32",
-    }))
-    return path
-
-
 def parse_config(path):
     return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 

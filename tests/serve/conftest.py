@@ -1,0 +1,62 @@
+"""Fixtures for the serving tests: a tiny local model, repositories made by init, the serving environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_repo.scaffold import init_model
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
+TRITON_HOME = os.environ.get("VLLM_REPO_TRITON_HOME")
+NEEDS_SERVING = pytest.mark.skipif(
+    not (SERVING_PYTHON and TRITON_HOME),
+    reason="needs a real Triton and vLLM: set VLLM_REPO_SERVING_PYTHON and VLLM_REPO_TRITON_HOME "
+           "(`eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\"`, which scripts/test.sh does)",
+)
+
+
+def write_hf_config(path: Path, max_position_embeddings: int = 512) -> Path:
+    """A local Hugging Face model directory as far as init and validate look at it: its config.json."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 512,
+        "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
+    }))
+    return path
+
+
+@pytest.fixture
+def hf_model(tmp_path) -> Path:
+    return write_hf_config(tmp_path / "models" / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A real tiny model (random weights, real tokenizer) built offline with the serving Python."""
+    if not SERVING_PYTHON:
+        pytest.skip("needs VLLM_REPO_SERVING_PYTHON to build the tiny model")
+    out = tmp_path_factory.mktemp("models") / "tiny-llama"
+    subprocess.run([SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out)], check=True,
+                   capture_output=True, timeout=300)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_repository(tiny_model, tmp_path_factory) -> Path:
+    """A repository made by init for the tiny model, with settings a 2-core CPU serves in seconds."""
+    repo = tmp_path_factory.mktemp("serve") / "model_repository"
+    init_model(repo, str(tiny_model), name="tiny", max_model_len=512,
+               settings={"distributed_executor_backend": "uni", "enforce_eager": True})
+    return repo
+
+
+def vllm_repo_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "vllm_repo", *args]

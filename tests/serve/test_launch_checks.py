@@ -1,0 +1,239 @@
+"""What launch checks before it starts anything, its docker command, and how it reads a failed server's log."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vllm_repo_cli
+from vllm_repo import launch, ngc
+from vllm_repo.docker import docker_plan
+from vllm_repo.launch import LaunchError, check_ports, cpu_settings, prepare_launch, root_error
+from vllm_repo.scaffold import init_model
+from vllm_repo.server_files import find_server
+from vllm_repo.triton_server import probe_python
+
+
+@pytest.fixture
+def repo(tmp_path, hf_model) -> Path:
+    path = tmp_path / "model_repository"
+    init_model(path, str(hf_model), name="tiny", max_model_len=256)
+    return path
+
+
+@pytest.fixture
+def busy_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_a_port_in_use_is_refused_with_the_option_to_change(busy_port):
+    with pytest.raises(LaunchError) as err:
+        check_ports("127.0.0.1", {"HTTP": 18000 if busy_port != 18000 else 18001, "gRPC": busy_port, "metrics": 0})
+    assert f"gRPC port {busy_port}" in err.value.message and "--grpc-port" in err.value.hint
+
+
+def test_the_same_port_twice_is_refused():
+    with pytest.raises(LaunchError, match="also the HTTP port"):
+        check_ports("127.0.0.1", {"HTTP": 18100, "gRPC": 18100, "metrics": 18102})
+
+
+def test_cli_port_in_use_is_a_clear_error_before_anything_starts(repo, busy_port, tmp_path):
+    done = subprocess.run(vllm_repo_cli("launch", str(repo), "--http-port", str(busy_port)),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"HTTP port {busy_port}" in done.stderr and "--http-port" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_invalid_repository_is_refused_with_its_diagnostics(repo, tmp_path):
+    engine_args = repo / "tiny" / "1" / "model.json"
+    engine_args.write_text(engine_args.read_text().replace('"max_model_len": 256', '"max_model_len": "8k"'))
+    done = subprocess.run(vllm_repo_cli("launch", str(repo)), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "does not pass validate" in done.stderr
+    assert "model.json:" in done.stderr and "max_model_len" in done.stderr  # the finding, with its place
+    assert "starting embedded" not in done.stderr and "log:" not in done.stderr
+
+
+def test_a_python_without_vllm_is_refused_by_name():
+    info = probe_python(sys.executable)
+    if info.vllm_version is not None:
+        pytest.skip("this test Python has vLLM")
+    with pytest.raises(LaunchError) as err:
+        launch.check_serving_python(info, strict_numpy=True)
+    assert sys.executable in err.value.message and "no vLLM" in err.value.message
+    assert "--python" in err.value.hint
+
+
+def test_numpy_2_is_refused_for_the_embedded_server():
+    info = probe_python(sys.executable)
+    fake = type(info)(executable=info.executable, version=info.version, libdir=info.libdir,
+                      numpy_version="2.1.0", vllm_version="0.32.0")
+    with pytest.raises(LaunchError, match="numpy 2.1.0"):
+        launch.check_serving_python(fake, strict_numpy=True)
+    assert launch.check_serving_python(fake, strict_numpy=False)  # elsewhere: a warning
+
+
+def test_cpu_settings_bound_the_kv_cache_unless_the_user_did(repo):
+    env, notes = cpu_settings(repo, {})
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": str(launch.CPU_KVCACHE_GIB), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                   "OMP_NUM_THREADS": "1"}
+    assert notes
+
+    env, _ = cpu_settings(repo, {"VLLM_CPU_KVCACHE_SPACE": "4", "OMP_NUM_THREADS": "2"})
+    assert env == {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+    engine_args = repo / "tiny" / "1" / "model.json"
+    data = json.loads(engine_args.read_text())
+    engine_args.write_text(json.dumps({**data, "kv_cache_memory_bytes": 64 << 20}))
+    env, _ = cpu_settings(repo, {})
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+
+
+REAL_FAILURE_LOG = r'''I1129 20:07:54.860242 12727 pb_stub.cc:366] "Failed to initialize Python stub: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
+E1129 20:07:55.144148 12727 backend_model.cc:692] "ERROR: Failed to create instance: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
+E1129 20:07:55.144330 12727 model_lifecycle.cc:642] "failed to load 'tiny' version 1: Internal: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
+Error: Failed to initialize NVML
+error: creating server: Internal - failed to load all models'''
+
+
+def test_root_error_prefers_the_models_load_failure():
+    assert root_error(REAL_FAILURE_LOG) == "model 'tiny' failed to load: ValueError: bad"
+
+
+def test_root_error_follows_vllms_see_root_cause_above():
+    log = "\n".join([
+        "(EngineCore pid=1) ERROR Traceback (most recent call last):",
+        "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be stored "
+        "in KV cache (512).",
+        'E1129 20:07:55.144330 12727 model_lifecycle.cc:642] "failed to load \'tiny\' version 1: Internal: '
+        'RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"',
+    ])
+    assert root_error(log).startswith("model 'tiny' failed to load: ValueError: The model's max seq len (4096)")
+
+
+def test_root_error_without_a_model_failure_takes_the_last_error():
+    log = 'I1 ok\nE1129 20:07:53.158429 12727 server.cc:241] "failed to bind HTTP port 8000"\n'
+    assert root_error(log) == "failed to bind HTTP port 8000"
+    assert root_error("all fine\n") is None
+
+
+def test_ngc_container_matches_the_vllm_release():
+    assert ngc.container_for_vllm("0.10.2").release.release == "25.10"
+    exact = ngc.container_for_vllm("0.11.0+cu130")
+    assert exact.exact and exact.release.image == "nvcr.io/nvidia/tritonserver:25.11-vllm-python-py3"
+    newer = ngc.container_for_vllm("0.32.0")
+    assert not newer.exact and newer.release == ngc.RELEASES[0] and "--vllm-version" in newer.reason
+    with pytest.raises(ValueError):
+        ngc.container_for_vllm("latest")
+
+
+def test_docker_dry_run_prints_the_matching_container_command(repo, hf_model):
+    done = subprocess.run(vllm_repo_cli("launch", str(repo), "--docker", "--dry-run", "--vllm-version", "0.10.2",
+                                        "--http-port", "9000"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    command = done.stdout
+    assert "nvcr.io/nvidia/tritonserver:25.10-vllm-python-py3" in command
+    assert f"{repo.resolve()}:/models:ro" in command
+    # The local model is mounted where model.json says it is.
+    assert f"{hf_model.resolve()}:{hf_model.resolve()}:ro" in command
+    assert "127.0.0.1:9000:9000" in command and "--http-port=9000" in command
+    assert "--shm-size" in command and "--gpus all" in command
+    assert "Traceback" not in done.stderr
+
+
+def test_docker_plan_runs_nothing_and_quotes_paths(tmp_path, hf_model):
+    repo = tmp_path / "my repo"
+    init_model(repo, str(hf_model), name="tiny")
+    plan = docker_plan(repo, vllm_version="0.11.0")
+    assert plan.argv[:2] == ["docker", "run"]
+    assert f"'{repo.resolve()}:/models:ro'" in plan.shell_command()
+
+
+def test_find_server_prefers_an_explicit_binary_then_path(tmp_path, monkeypatch):
+    if not TRITON_HOME:
+        pytest.skip("needs VLLM_REPO_TRITON_HOME")
+    binary = Path(TRITON_HOME) / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+    chosen = find_server(binary)
+    assert chosen.origin == "--tritonserver" and chosen.embedded
+    assert chosen.home.tritonserver == binary.resolve()
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tritonserver").symlink_to(binary)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert find_server().origin == "PATH"
+
+    with pytest.raises(Exception, match="no executable tritonserver"):
+        find_server(tmp_path / "nothing")
+
+
+@NEEDS_SERVING
+@pytest.mark.e2e
+def test_the_embedded_server_is_downloaded_once_into_the_cache(tmp_path, monkeypatch):
+    """The real path of a first launch on a new machine: pip download of the nvidia-pytriton wheel, unpacked."""
+    if shutil.which("tritonserver"):
+        pytest.skip("a tritonserver on PATH takes precedence")
+    monkeypatch.setenv("VLLM_REPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("VLLM_REPO_TRITON_HOME", raising=False)
+    messages = []
+    first = find_server(progress=messages.append)
+    assert first.origin == "embedded (downloaded)"
+    assert os.access(first.home.tritonserver, os.X_OK)
+    assert os.access(first.home.stub("3.11"), os.X_OK)
+    assert any("downloading" in m for m in messages)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["pytriton-0.7.0"]  # no download leftovers
+    assert find_server().origin == "embedded (cached)"
+
+
+@NEEDS_SERVING
+def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_running(repo, tmp_path):
+    """A real Triton whose model fails in initialize(): launch exits with the model's own error, and the process
+    group and shared memory are gone."""
+    backend = tmp_path / "failing_model.py"
+    backend.write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        raise ValueError('tokenizer files are missing from /nowhere')\n"
+        "    def execute(self, requests):\n"
+        "        return []\n"
+    )
+    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(),
+                          python=SERVING_PYTHON)
+    plan.backend_source = backend
+    servers = []
+    real_server_for = launch.server_for
+
+    def remember(plan, log_path=None):
+        servers.append(real_server_for(plan, log_path))
+        return servers[-1]
+
+    launch.server_for, saved = remember, launch.server_for
+    try:
+        with pytest.raises(LaunchError) as err:
+            launch.run_server(plan, out=open(os.devnull, "w"), ready_timeout=120)
+    finally:
+        launch.server_for = saved
+    assert err.value.message.endswith("model 'tiny' failed to load: ValueError: tokenizer files are missing from "
+                                      "/nowhere")
+    server = servers[0]
+    from vllm_repo.triton_server import process_group_members, shm_segments
+
+    assert process_group_members(server.pgid) == []
+    assert shm_segments(server.shm_prefix) == []
+
+
+def _free() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
