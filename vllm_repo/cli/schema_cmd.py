@@ -1,0 +1,118 @@
+"""`vllm-repo schema ...`: the bundled EngineArgs schemas."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from vllm_repo.cli import app
+
+schema_app = typer.Typer(help="vLLM EngineArgs schemas: generate, list, show a key, JSON Schema for editors.",
+                         no_args_is_help=True)
+app.add_typer(schema_app, name="schema")
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _write(path: Path, text: str, force: bool) -> None:
+    from vllm_repo.schema_gen import write_atomic
+
+    if path.exists() and not force:
+        _fail(f"{path} exists; pass --force to replace it")
+    write_atomic(path, text)
+
+
+@schema_app.command("generate")
+def generate(
+    output: Path = typer.Option(None, "--output", "-o",
+                                help="File to write (default: ./vllm-<version>.json; '-' for stdout)."),
+    python: str = typer.Option(None, "--python",
+                               help="Interpreter whose installed vLLM to read (default: this one)."),
+    from_wheel: str = typer.Option(None, "--from-wheel", metavar="VERSION",
+                                   help="Read vLLM VERSION from its PyPI wheel instead (needs --python: an "
+                                        "interpreter with a recent vLLM's dependencies)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+) -> None:
+    """Write the EngineArgs schema of an installed vLLM (the only command that imports vLLM)."""
+    from vllm_repo import schema_gen, schema_wheel
+
+    try:
+        if from_wheel:
+            if not python:
+                _fail("--from-wheel needs --python: an interpreter with vLLM's dependencies (torch, transformers)",
+                      2)
+            document = schema_wheel.generate_from_wheel(from_wheel, python)
+        elif python:
+            document = schema_wheel.generate_installed(python)
+        else:
+            document = schema_gen.generate()
+            document["vllm_version"] = schema_gen.base_version(document["vllm_version"])
+    except (schema_gen.SchemaGenError, schema_wheel.WheelRouteError) as exc:
+        _fail(f"{exc}\n  hint: install vLLM in this environment, or pass --python PATH of an interpreter that has "
+              "it")
+    text = schema_gen.dump(document)
+    if output is not None and str(output) == "-":
+        sys.stdout.write(text)
+        return
+    path = output or Path(f"vllm-{document['vllm_version']}.json")
+    _write(path, text, force)
+    typer.echo(f"wrote {path}: {len(document['fields'])} engine arguments of vLLM {document['vllm_version']} "
+               f"({document['source']})")
+
+
+@schema_app.command("list")
+def list_releases(
+    long: bool = typer.Option(False, "--long", "-l", help="Also print each release's key count and source."),
+) -> None:
+    """Print the bundled releases, one per line."""
+    from vllm_repo.schema_info import release_lines
+
+    for line in release_lines(long):
+        typer.echo(line)
+
+
+@schema_app.command("show")
+def show(
+    key: str = typer.Argument(..., help="Engine argument, e.g. max_model_len (dashes work too)."),
+    vllm_version: str = typer.Option(None, "--vllm-version",
+                                     help="Release to read (default: installed vLLM, else newest bundled)."),
+) -> None:
+    """Print an engine argument's type, default, choices, help and the releases that have it."""
+    from vllm_repo.schema_info import describe_key, format_key_report
+
+    try:
+        report = describe_key(key.removeprefix("--").replace("-", "_"), vllm_version)
+    except (ValueError, LookupError) as exc:
+        _fail(str(exc), 2)
+    typer.echo(format_key_report(report))
+    if not report.found:
+        raise typer.Exit(1)
+
+
+@schema_app.command("json-schema")
+def json_schema(
+    vllm_version: str = typer.Option(None, "--vllm-version",
+                                     help="Release (default: installed vLLM, else newest bundled)."),
+    output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+) -> None:
+    """Write a JSON Schema (draft 2020-12) for model.json, for editors' validation and completion."""
+    from vllm_repo.engine_args import choose_schema_version, load_schema
+    from vllm_repo.json_schema import dumps, model_json_schema
+
+    try:
+        choice = choose_schema_version(vllm_version)
+    except (ValueError, LookupError) as exc:
+        _fail(str(exc), 2)
+    text = dumps(model_json_schema(load_schema(choice.schema_version)))
+    if output is None:
+        sys.stdout.write(text)
+        return
+    _write(output, text, force)
+    typer.echo(f"wrote {output}: JSON Schema for model.json, vLLM {choice.schema_version} ({choice.reason})",
+               err=True)
