@@ -88,3 +88,22 @@ def test_removed_key_is_explained_for_the_release(repo):
     repo.model("llm", engine_args={"model": "m", "disable_log_requests": True})
     (d,) = only(run(repo.root), "VR302")
     assert "disable_log_requests" in d.message
+
+
+def test_vr309_deprecated_engine_arg():
+    from vllm_repo.engine_args import load_schema
+
+    deprecated = [f for f in load_schema("0.32.0").fields.values() if f.deprecated]
+    assert deprecated, "the 0.32.0 schema marks some engine arguments deprecated"
+
+
+def test_vr309_reported_and_not_for_current_keys(repo):
+    from vllm_repo.engine_args import load_schema
+
+    name = next(f.name for f in load_schema("0.32.0").fields.values() if f.deprecated)
+    value = load_schema("0.32.0").fields[name].default
+    repo.model("llm", engine_args={"model": "m", name: value})
+    (d,) = only(run(repo.root), "VR309")
+    assert name in d.message
+    repo.model("llm", engine_args={"model": "m", "enforce_eager": True})
+    assert "VR309" not in codes(run(repo.root))

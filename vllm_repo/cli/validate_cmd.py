@@ -40,3 +40,12 @@ def validate(
         raise typer.Exit(2) from None
     REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
     raise typer.Exit(1 if result.has_errors else 0)
+
+
+@app.command("rules")
+def list_rules() -> None:
+    """List validate's rules: code, default severity, name and what each checks."""
+    from vllm_repo.rules import all_rules
+
+    for r in all_rules():
+        typer.echo(f"{r.code}  {r.severity.value:<7}  {r.name:<24}  {r.summary}")
