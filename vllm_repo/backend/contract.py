@@ -41,7 +41,9 @@ OUTPUTS: tuple[Tensor, ...] = (
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
 BOOLEAN_PARAMETERS: tuple[str, ...] = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")
 INTEGER_PARAMETERS: tuple[str, ...] = ("DEFAULT_MAX_TOKENS",)
-KNOWN_PARAMETERS: tuple[str, ...] = BOOLEAN_PARAMETERS + INTEGER_PARAMETERS
+# KIND_MODEL only: GPUs for the instance, "0,1", or "0,1;2,3" with one group per instance.
+STRING_PARAMETERS: tuple[str, ...] = ("GPU_DEVICE_IDS",)
+KNOWN_PARAMETERS: tuple[str, ...] = BOOLEAN_PARAMETERS + INTEGER_PARAMETERS + STRING_PARAMETERS
 
 TRUE_STRINGS = frozenset({"true", "1", "yes", "on"})
 FALSE_STRINGS = frozenset({"false", "0", "no", "off"})

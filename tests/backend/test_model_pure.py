@@ -1,0 +1,349 @@
+"""The backend's pure parts: parsing, device planning, output assembly, metrics accumulation. No Triton, no vLLM."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from vllm_repo.backend import contract
+from vllm_repo.backend import model as backend
+
+# A stand-in for vLLM's SamplingParams field list (the real one is read from vLLM at initialize).
+SAMPLING_KEYS = [
+    "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "top_k", "min_p",
+    "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs",
+    "detokenize", "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
+    "output_kind", "structured_outputs", "logit_bias", "allowed_token_ids", "bad_words", "skip_clone",
+]
+
+
+def parse(sampling=None, request_params=None, default_max_tokens=None):
+    return backend.parse_sampling_parameters(
+        json.dumps(sampling) if isinstance(sampling, dict) else sampling,
+        json.dumps(request_params) if isinstance(request_params, dict) else request_params,
+        SAMPLING_KEYS,
+        default_max_tokens,
+    )
+
+
+# -- the contract ----------------------------------------------------------------------------------------------------
+
+
+def test_model_py_carries_the_same_contract_as_contract_py():
+    as_tuples = lambda tensors: tuple((t.name, t.data_type, tuple(t.dims), t.optional) for t in tensors)  # noqa: E731
+    assert backend.INPUTS == as_tuples(contract.INPUTS)
+    assert backend.OUTPUTS == as_tuples(contract.OUTPUTS)
+    assert set(backend.BOOLEAN_PARAMETERS) == set(contract.BOOLEAN_PARAMETERS)
+    assert set(backend.INTEGER_PARAMETERS) == set(contract.INTEGER_PARAMETERS)
+    assert set(backend.BOOLEAN_PARAMETERS + backend.INTEGER_PARAMETERS + backend.STRING_PARAMETERS) == set(
+        contract.KNOWN_PARAMETERS
+    )
+    assert backend.TRUE_STRINGS == contract.TRUE_STRINGS
+    assert backend.FALSE_STRINGS == contract.FALSE_STRINGS
+
+
+def test_model_py_imports_nothing_from_its_package_and_no_clashing_module_names():
+    source = open(backend.__file__, encoding="utf-8").read()
+    imports = [line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert not [m for m in imports if m.startswith(("vllm_repo", "utils", "."))], imports
+
+
+# -- booleans and config parameters ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(True), "true", "TRUE", " yes ", "1", "on", b"true", 1])
+def test_parse_bool_true(value):
+    assert backend.parse_bool(value, "f") is True
+
+
+@pytest.mark.parametrize("value", [False, np.bool_(False), "false", "False", "0", "no", "off", b"false", 0])
+def test_parse_bool_false(value):
+    assert backend.parse_bool(value, "f") is False
+
+
+@pytest.mark.parametrize("value", ["maybe", "", 2, 0.5, None, [True]])
+def test_parse_bool_rejects_other_values_naming_the_field(value):
+    with pytest.raises(backend.RequestError, match="^stream: .*not a boolean"):
+        backend.parse_bool(value, "stream")
+
+
+def test_config_parameters_booleans_integers_and_errors():
+    cfg = {"parameters": {"REPORT_CUSTOM_METRICS": {"string_value": "false"}, "DEFAULT_MAX_TOKENS": {"string_value": "256"}}}
+    params = backend.config_parameters(cfg)
+    assert backend.bool_parameter(params, "REPORT_CUSTOM_METRICS") is False
+    assert backend.bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK") is False
+    assert backend.int_parameter(params, "DEFAULT_MAX_TOKENS") == 256
+    assert backend.int_parameter({}, "DEFAULT_MAX_TOKENS") is None
+    with pytest.raises(backend.BackendConfigError, match='REPORT_CUSTOM_METRICS: "yes please" is not a boolean'):
+        backend.bool_parameter({"REPORT_CUSTOM_METRICS": "yes please"}, "REPORT_CUSTOM_METRICS")
+    for bad in ("8k", "0", "-3", "1.5"):
+        with pytest.raises(backend.BackendConfigError, match="DEFAULT_MAX_TOKENS"):
+            backend.int_parameter({"DEFAULT_MAX_TOKENS": bad}, "DEFAULT_MAX_TOKENS")
+
+
+# -- sampling parameters ---------------------------------------------------------------------------------------------
+
+
+def test_values_are_converted_strictly_and_false_is_false():
+    spec = parse({"temperature": "0.5", "top_k": "40", "max_tokens": 7.0, "ignore_eos": "false", "stop": "\n"})
+    assert spec.kwargs == {"temperature": 0.5, "top_k": 40, "max_tokens": 7, "ignore_eos": False, "stop": "\n"}
+
+
+def test_default_max_tokens_replaces_vllms_16():
+    assert parse({}).kwargs["max_tokens"] is None  # the rest of the context window
+    assert parse({}, default_max_tokens=300).kwargs["max_tokens"] == 300
+    assert parse({"max_tokens": 5}, default_max_tokens=300).kwargs["max_tokens"] == 5
+    assert parse({"max_tokens": None}, default_max_tokens=300).kwargs["max_tokens"] == 300
+
+
+def test_unknown_key_is_an_error_with_did_you_mean():
+    with pytest.raises(backend.RequestError) as err:
+        parse({"temprature": 0.1})
+    assert err.value.field == "sampling_parameters.temprature"
+    assert 'did you mean "temperature"' in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "params, field, fragment",
+    [
+        ({"max_tokens": "8k"}, "sampling_parameters.max_tokens", "must be an integer"),
+        ({"max_tokens": True}, "sampling_parameters.max_tokens", "must be an integer"),
+        ({"temperature": "hot"}, "sampling_parameters.temperature", "must be a number"),
+        ({"temperature": "nan"}, "sampling_parameters.temperature", "finite"),
+        ({"ignore_eos": "sometimes"}, "sampling_parameters.ignore_eos", "not a boolean"),
+        ({"stop": 5}, "sampling_parameters.stop", "string or a list of strings"),
+        ({"stop_token_ids": ["a"]}, "sampling_parameters.stop_token_ids", "must be an integer"),
+        ({"output_kind": 1}, "sampling_parameters.output_kind", "set by the backend"),
+        ({"lora_name": 3}, "sampling_parameters.lora_name", "must be a string"),
+        ({"logit_bias": {"x": 1}}, "sampling_parameters.logit_bias", "must be an integer"),
+    ],
+)
+def test_bad_values_name_the_field(params, field, fragment):
+    with pytest.raises(backend.RequestError) as err:
+        parse(params)
+    assert err.value.field == field
+    assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [("{bad", "not valid JSON"), ("[1, 2]", "must be a JSON object"), ('"x"', "must be a JSON object"),
+     (b"\xff\xfe", "not valid UTF-8")],
+)
+def test_malformed_sampling_json(raw, fragment):
+    with pytest.raises(backend.RequestError) as err:
+        parse(raw)
+    assert err.value.field == "sampling_parameters"
+    assert fragment in str(err.value)
+
+
+def test_request_parameters_merge_under_sampling_parameters_and_triton_keys_are_ignored():
+    spec = parse({"temperature": 0.2}, {"temperature": 0.9, "top_p": "0.5", "triton_enable_empty_final_response": True})
+    assert spec.kwargs["temperature"] == 0.2
+    assert spec.kwargs["top_p"] == 0.5
+    assert "triton_enable_empty_final_response" not in spec.kwargs
+    with pytest.raises(backend.RequestError, match="^parameter tempreature: .*did you mean"):
+        parse(None, {"tempreature": 1})
+
+
+def test_lora_name_and_structured_outputs_are_split_out():
+    spec = parse({"lora_name": "alpaca", "structured_outputs": {"choice": ["a", "b"]}, "max_tokens": 3})
+    assert spec.lora_name == "alpaca"
+    assert spec.structured == {"choice": ["a", "b"]}
+    assert "structured_outputs" not in spec.kwargs and "lora_name" not in spec.kwargs
+    # The older key, and the seed backend's JSON-string form.
+    assert parse({"guided_decoding": json.dumps({"regex": "[0-9]+"})}).structured == {"regex": "[0-9]+"}
+    with pytest.raises(backend.RequestError, match="not both"):
+        parse({"guided_decoding": {"regex": "a"}, "structured_outputs": {"regex": "b"}})
+
+
+STRUCTURED_FIELDS = ["json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace",
+                     "disable_additional_properties", "whitespace_pattern", "structural_tag", "_backend"]
+
+
+def test_structured_output_checks():
+    backend.check_structured_keys({"json": {"type": "object"}}, STRUCTURED_FIELDS)
+    with pytest.raises(backend.RequestError, match=r'structured_outputs\.choices: .*did you mean "choice"'):
+        backend.check_structured_keys({"choices": ["a"]}, STRUCTURED_FIELDS)
+    with pytest.raises(backend.RequestError, match="give one constraint"):
+        backend.check_structured_keys({"json": {}, "regex": "a"} | {"json": {"type": "string"}}, STRUCTURED_FIELDS)
+    with pytest.raises(backend.RequestError, match="not a valid regex"):
+        backend.check_structured_keys({"regex": "(unclosed"}, STRUCTURED_FIELDS)
+    with pytest.raises(backend.RequestError, match="list of strings"):
+        backend.check_structured_keys({"choice": "yes"}, STRUCTURED_FIELDS)
+    with pytest.raises(backend.RequestError, match="_backend: is not a structured-output option"):
+        backend.check_structured_keys({"_backend": "xgrammar"}, STRUCTURED_FIELDS)
+
+
+def test_resolve_lora():
+    adapters = {"alpaca": "/a", "doll": "/d"}
+    assert backend.resolve_lora(None, adapters) is None
+    assert backend.resolve_lora("doll", adapters) == ("doll", 2, "/d")
+    with pytest.raises(backend.RequestError) as err:
+        backend.resolve_lora("alpacca", adapters)
+    assert err.value.field == "sampling_parameters.lora_name"
+    assert 'did you mean "alpaca"' in str(err.value) and "alpaca, doll" in str(err.value)
+    with pytest.raises(backend.RequestError, match="LoRA is not enabled"):
+        backend.resolve_lora("alpaca", None)
+
+
+# -- model files, devices, versions ----------------------------------------------------------------------------------
+
+
+def test_load_lora_adapters(tmp_path):
+    (tmp_path / "adapters" / "a").mkdir(parents=True)
+    (tmp_path / "multi_lora.json").write_text(json.dumps({"a": "adapters/a", "b": "/abs/b"}))
+    assert backend.load_lora_adapters(str(tmp_path)) == {"a": str(tmp_path / "adapters" / "a"), "b": "/abs/b"}
+    (tmp_path / "multi_lora.json").write_text('{"a": ')
+    with pytest.raises(backend.BackendConfigError, match=r"multi_lora.json:1:\d+: invalid JSON"):
+        backend.load_lora_adapters(str(tmp_path))
+    (tmp_path / "multi_lora.json").write_text('["a"]')
+    with pytest.raises(backend.BackendConfigError, match="must be a JSON object"):
+        backend.load_lora_adapters(str(tmp_path))
+    (tmp_path / "multi_lora.json").unlink()
+    with pytest.raises(backend.BackendConfigError, match="not found"):
+        backend.load_lora_adapters(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "kind, device, name, world, ids, expected",
+    [
+        ("GPU", 3, "m_0", 1, None, "3"),
+        ("CPU", 0, "m_0", 1, None, None),
+        ("MODEL", 0, "m_0", 2, None, None),
+        ("MODEL", 0, "m_1", 2, None, "2,3"),  # the second instance does not pile onto GPU 0
+        ("MODEL", 0, "m_0", 2, "4,5", "4,5"),
+        ("MODEL", 0, "m_1", 2, "0,1;2,3", "2,3"),
+    ],
+)
+def test_plan_visible_devices(kind, device, name, world, ids, expected):
+    assert backend.plan_visible_devices(kind, device, name, world, ids) == expected
+
+
+@pytest.mark.parametrize(
+    "kind, world, ids, fragment",
+    [
+        ("GPU", 2, None, "use KIND_MODEL"),
+        ("MODEL", 2, "0", "lists 1 GPUs but model.json needs 2"),
+        ("MODEL", 2, "0,0", "distinct"),
+        ("MODEL", 1, "gpu0", "comma-separated"),
+    ],
+)
+def test_plan_visible_devices_errors(kind, world, ids, fragment):
+    with pytest.raises(backend.BackendConfigError, match=fragment):
+        backend.plan_visible_devices(kind, 0, "m_0", world, ids)
+
+
+def test_version_check():
+    assert backend.check_vllm_version("0.32.0") is None
+    assert backend.check_vllm_version("0.26.0+cu130") is None
+    assert "newer than" in backend.check_vllm_version("0.40.1")
+    with pytest.raises(backend.BackendConfigError, match=r"vLLM 0\.6\.3\.post1 is too old.*>= 0\.20\.0"):
+        backend.check_vllm_version("0.6.3.post1")
+    with pytest.raises(backend.BackendConfigError, match="not installed"):
+        backend.check_vllm_version(None)
+
+
+# -- output assembly -------------------------------------------------------------------------------------------------
+
+
+def completion(index=0, text="", token_ids=(), cumulative_logprob=None, logprobs=None, finish_reason=None):
+    return SimpleNamespace(index=index, text=text, token_ids=list(token_ids), cumulative_logprob=cumulative_logprob,
+                           logprobs=logprobs, finish_reason=finish_reason)
+
+
+def request_output(*completions, prompt="Hi", prompt_token_ids=(1, 2, 3)):
+    return SimpleNamespace(prompt=prompt, prompt_token_ids=list(prompt_token_ids), outputs=list(completions))
+
+
+def as_dict(tensors):
+    return {name: value for name, value in tensors}
+
+
+def test_text_only_by_default_with_prompt_prepended_once():
+    options = backend.OutputOptions(stream=False, prepend_prompt=True)
+    out = as_dict(backend.assemble_outputs(request_output(completion(text=" there")), options, first=True))
+    assert list(out) == ["text_output"]
+    assert out["text_output"].tolist() == [b"Hi there"]
+    assert out["text_output"].dtype == np.object_
+    later = as_dict(backend.assemble_outputs(request_output(completion(text="!")), options, first=False))
+    assert later["text_output"].tolist() == [b"!"]
+
+
+def test_every_additional_output():
+    Lp = lambda v: SimpleNamespace(logprob=v, rank=1, decoded_token="x")  # noqa: E731
+    options = backend.OutputOptions(
+        stream=True, prepend_prompt=False, return_finish_reason=True, return_cumulative_logprob=True,
+        return_logprobs=True, return_num_input_tokens=True, return_num_output_tokens=True,
+    )
+    ro = request_output(completion(text="ab", token_ids=(7, 8), cumulative_logprob=-1.5,
+                                   logprobs=[{7: Lp(-1.0)}, {8: Lp(-0.5)}], finish_reason="length"))
+    out = as_dict(backend.assemble_outputs(ro, options, first=True))
+    assert out["text_output"].tolist() == [b"ab"]
+    assert out["finish_reason"].tolist() == [b"length"]
+    assert out["cumulative_logprob"].dtype == np.float32 and out["cumulative_logprob"].tolist() == [-1.5]
+    assert json.loads(out["logprobs"][0]) == [
+        {"7": {"logprob": -1.0, "rank": 1, "decoded_token": "x"}},
+        {"8": {"logprob": -0.5, "rank": 1, "decoded_token": "x"}},
+    ]
+    assert out["num_input_tokens"].dtype == np.uint32 and out["num_input_tokens"].tolist() == [3]
+    assert out["num_output_tokens"].dtype == np.uint32 and out["num_output_tokens"].tolist() == [2]
+
+
+def test_unfinished_and_missing_values():
+    options = backend.OutputOptions(stream=True, prepend_prompt=False, return_finish_reason=True,
+                                    return_cumulative_logprob=True, return_logprobs=True)
+    out = as_dict(backend.assemble_outputs(request_output(completion(text="a")), options, first=True))
+    assert out["finish_reason"].tolist() == [b"None"]  # as the upstream backend reports an unfinished stream
+    assert math.isnan(out["cumulative_logprob"][0])
+    assert out["logprobs"].tolist() == [b"null"]
+
+
+def test_n_completions_are_placed_by_index_in_streams():
+    options = backend.OutputOptions(stream=True, prepend_prompt=False, n=3, return_num_output_tokens=True)
+    ro = request_output(completion(index=2, text="c", token_ids=(5,)), completion(index=0, text="a", token_ids=(4, 4)))
+    out = as_dict(backend.assemble_outputs(ro, options, first=False))
+    assert out["text_output"].tolist() == [b"a", b"", b"c"]
+    assert out["num_output_tokens"].tolist() == [2, 0, 1]
+
+
+def test_unicode_text_is_utf8():
+    options = backend.OutputOptions(stream=False, prepend_prompt=True)
+    out = as_dict(backend.assemble_outputs(request_output(completion(text="é✓"), prompt="ß"), options, first=True))
+    assert out["text_output"][0].decode("utf-8") == "ßé✓"
+
+
+# -- metrics ---------------------------------------------------------------------------------------------------------
+
+
+def test_metrics_accumulator_sums_until_taken_and_keeps_gauges():
+    acc = backend.MetricsAccumulator()
+    finished = SimpleNamespace(finish_reason="length", e2e_latency=0.5, queued_time=0.01, num_prompt_tokens=3,
+                               num_generation_tokens=4, mean_time_per_output_token=0.02)
+    it = SimpleNamespace(num_prompt_tokens=3, num_generation_tokens=4, num_preempted_reqs=0,
+                         time_to_first_tokens_iter=[0.1], finished_requests=[finished])
+    acc.record(SimpleNamespace(num_running_reqs=2, num_waiting_reqs=1, kv_cache_usage=0.25), it)
+    acc.record(None, SimpleNamespace(num_prompt_tokens=0, num_generation_tokens=2, num_preempted_reqs=0,
+                                     time_to_first_tokens_iter=[], finished_requests=[]))
+    s = acc.take()
+    assert (s["prompt_tokens"], s["generation_tokens"]) == (3, 6)
+    assert s["finished_by_reason"] == {"length": 1}
+    assert (s["ttft"], s["e2e"], s["tpot"]) == ([0.1], [0.5], [0.02])
+    assert (s["running"], s["waiting"], s["kv_cache_usage"]) == (2, 1, 0.25)
+    again = acc.take()
+    assert again["generation_tokens"] == 0 and again["ttft"] == []
+    assert again["running"] == 2  # gauges persist
+
+
+def test_older_vllm_cache_usage_name():
+    acc = backend.MetricsAccumulator()
+    acc.record(SimpleNamespace(num_running_reqs=0, num_waiting_reqs=0, gpu_cache_usage=0.5), None)
+    assert acc.take()["kv_cache_usage"] == 0.5
+
+
+def test_token_buckets():
+    assert backend.token_buckets(512) == [1, 2, 5, 10, 20, 50, 100, 200, 500]

