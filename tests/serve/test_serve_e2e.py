@@ -1,0 +1,281 @@
+"""End to end: `vllm-repo launch` starts the embedded Triton with vLLM on the CPU for a repository made by init,
+`vllm-repo infer` streams from it, and Ctrl-C / SIGTERM leave no process and no /dev/shm segment behind.
+
+Each server start costs 15-30 s on a small CPU machine, so one server is shared by the infer tests and the
+start/stop cycles reuse few starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
+from vllm_repo.infer import InferError, infer
+from vllm_repo.scaffold import init_model
+from vllm_repo.triton_server import process_group_members
+
+pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
+
+READY_TIMEOUT = 300
+DEV_SHM = Path("/dev/shm")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def shm_names() -> set[str]:
+    return {p.name for p in DEV_SHM.iterdir()} if DEV_SHM.is_dir() else set()
+
+
+def shm_in_use() -> set[str]:
+    """/dev/shm entries some live process has mapped (POSIX shared memory, semaphores) or open. Matched by inode:
+    a semaphore is mapped under the temporary name it was created with, then linked to its real name."""
+    inodes: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for line in (proc / "maps").read_text().splitlines():
+                fields = line.split()
+                if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+                    inodes.add(int(fields[4]))
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd).startswith("/dev/shm/"):
+                    inodes.add(os.stat(fd).st_ino)
+        except OSError:
+            continue
+    used = set()
+    for entry in DEV_SHM.iterdir():
+        try:
+            if entry.stat().st_ino in inodes:
+                used.add(entry.name)
+        except OSError:
+            continue
+    return used
+
+
+@dataclasses.dataclass
+class Launched:
+    """A `vllm-repo launch` process (its own session) and what it printed."""
+
+    proc: subprocess.Popen
+    url: str
+    ports: tuple[int, int, int]
+    lines: list[str]
+    shm_before: set[str]
+    server_pid: int | None = None
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def shm_prefix(self) -> str:
+        # triton_server.unique_shm_prefix(): one per server, starting with the launching process's pid.
+        return f"vllm_repo_{self.proc.pid}_"
+
+    def send(self, sig: int) -> None:
+        # Ctrl-C in a terminal signals the foreground process group: launch's own group here.
+        os.killpg(self.proc.pid, sig)
+
+    def wait_exit(self, timeout: float) -> tuple[int, float]:
+        began = time.monotonic()
+        code = self.proc.wait(timeout=timeout)
+        return code, time.monotonic() - began
+
+    def kill_everything(self) -> None:
+        """Safety net only: the tests assert that nothing is left; this makes sure of it whatever happened."""
+        for pgid in (self.proc.pid, self.server_pid):
+            if pgid:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1: stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == pid:
+            found.append((int(entry.name), comm))
+    return found
+
+
+def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | None = None) -> Launched:
+    ports = (free_port(), free_port(), free_port())
+    cmd = vllm_repo_cli("launch", str(repo), "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
+                        "--metrics-port", str(ports[2]), "--python", SERVING_PYTHON, *extra)
+    launched = Launched(
+        proc=subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True, env={**os.environ, **(env or {})}),
+        url=f"http://127.0.0.1:{ports[0]}", ports=ports, lines=[], shm_before=shm_names())
+    reader = threading.Thread(target=lambda: launched.lines.extend(iter(launched.proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    if not wait_ready:
+        # Note the server's pid while it lives, to check its process group once it is gone.
+        def watch():
+            while launched.proc.poll() is None and launched.server_pid is None:
+                servers = [pid for pid, comm in _children(launched.proc.pid) if comm == "tritonserver"]
+                launched.server_pid = servers[0] if servers else None
+                time.sleep(0.1)
+
+        threading.Thread(target=watch, daemon=True).start()
+        return launched
+    deadline = time.monotonic() + READY_TIMEOUT
+    while "Triton is ready" not in launched.output:
+        if launched.proc.poll() is not None:
+            reader.join(5)
+            pytest.fail(f"launch exited with {launched.proc.returncode}:\n{launched.output}")
+        if time.monotonic() > deadline:
+            launched.kill_everything()
+            pytest.fail(f"not ready after {READY_TIMEOUT} s:\n{launched.output}")
+        time.sleep(0.25)
+    servers = [pid for pid, comm in _children(launched.proc.pid) if comm == "tritonserver"]
+    assert len(servers) == 1, _children(launched.proc.pid)
+    launched.server_pid = servers[0]
+    return launched
+
+
+def assert_nothing_left(launched: Launched) -> None:
+    assert launched.server_pid is not None
+    # The server was its own process group's leader: the stub, vLLM's EngineCore and everything else they started
+    # belonged to that group.
+    assert process_group_members(launched.server_pid) == []
+    # Ours by name (Triton's regions), or by being orphaned: a segment created meanwhile that no live process has
+    # mapped or open (other servers may run on this machine; their segments are in use).
+    new = shm_names() - launched.shm_before
+    left = {name for name in new if name.startswith(launched.shm_prefix)} | (new - shm_in_use())
+    assert left == set(), f"/dev/shm segments left behind: {sorted(left)}"
+    for port in launched.ports:  # nothing listens there any more
+        with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+            s.connect(("127.0.0.1", port))
+
+
+@pytest.fixture(scope="module")
+def server(tiny_repository):
+    launched = start_launch(tiny_repository)
+    yield launched
+    launched.send(signal.SIGTERM)
+    try:
+        launched.wait_exit(60)
+    finally:
+        launched.kill_everything()
+
+
+def test_launch_prints_endpoints_and_a_working_curl_example(server):
+    out = server.output
+    assert f"HTTP     {server.url}" in out
+    assert f"127.0.0.1:{server.ports[1]}" in out and f"127.0.0.1:{server.ports[2]}/metrics" in out
+    curl = next(line for line in out.splitlines() if line.strip().startswith("curl "))
+    body_line = out.splitlines()[out.splitlines().index(curl) + 1]
+    body = body_line.strip().removeprefix("-d '").removesuffix("'")
+    request = json.loads(body)
+    assert request["text_input"] and json.loads(request["sampling_parameters"])["max_tokens"] > 16
+    # The printed example really works: run it as printed.
+    command = curl.strip().removesuffix("\\").strip() + " " + body_line.strip()
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.count("data: ") >= 2, done.stdout + done.stderr
+
+
+def test_infer_streams_text_as_it_arrives(server):
+    pieces: list[str] = []
+    completion = infer("tiny", "Triton Inference Server serves", url=server.url, max_tokens=32,
+                       params={"ignore_eos": True}, on_text=pieces.append)
+    assert len(pieces) >= 2 and "".join(pieces) == completion.text
+    assert completion.num_output_tokens == 32
+    assert completion.finish_reason == "length"
+    assert completion.num_input_tokens and completion.num_input_tokens > 1
+
+
+def test_infer_default_max_tokens_is_not_vllms_16(server):
+    completion = infer("tiny", "Hello", url=server.url, params={"ignore_eos": True})
+    assert completion.num_output_tokens == 256
+
+
+def test_infer_no_stream_gives_one_response(server):
+    completion = infer("tiny", "Hello", url=server.url, max_tokens=20, stream=False, params={"ignore_eos": True})
+    assert completion.responses == 1
+    assert completion.num_output_tokens == 20 and completion.text
+
+
+def test_infer_cli_streams_and_shows_outputs(server):
+    done = subprocess.run(vllm_repo_cli("infer", "tiny", "The quick brown fox", "--url", server.url, "--max-tokens",
+                                        "12", "--param", "ignore_eos=true", "--param", "temperature=0",
+                                        "--show-outputs"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "finish_reason=length" in done.stderr and "output_tokens=12" in done.stderr
+    # temperature 0 is deterministic: the same request gives the same text.
+    again = subprocess.run(vllm_repo_cli("infer", "tiny", "The quick brown fox", "--url", server.url, "--max-tokens",
+                                         "12", "--param", "ignore_eos=true", "--param", "temperature=0"),
+                           capture_output=True, text=True, timeout=120)
+    assert again.stdout == done.stdout
+
+
+def test_infer_unknown_model_and_no_server_are_clear_errors(server):
+    with pytest.raises(InferError, match="no model 'nope'"):
+        infer("nope", "Hello", url=server.url)
+    done = subprocess.run(vllm_repo_cli("infer", "tiny", "Hello", "--url", f"http://127.0.0.1:{free_port()}"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "no Triton server answers" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_start_stop_cycles_leave_nothing_behind(tiny_repository, sig):
+    launched = start_launch(tiny_repository)
+    try:
+        assert infer("tiny", "Hi", url=launched.url, max_tokens=4).text is not None
+        launched.send(sig)
+        code, took = launched.wait_exit(60)
+        assert code == 0, launched.output
+        assert took < 20, f"stopping took {took:.1f} s"
+        assert "stopped" in launched.output
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
+
+
+def test_a_model_vllm_refuses_fails_with_vllms_own_reason(tiny_model, tmp_path):
+    """The KV cache cannot hold one max_model_len sequence: vLLM's EngineCore refuses, and launch reports that
+    reason (not "Engine core initialization failed") and exits non-zero, leaving nothing behind."""
+    repo = tmp_path / "model_repository"
+    init_model(repo, str(tiny_model), name="tiny", max_model_len=512,
+               settings={"distributed_executor_backend": "uni", "kv_cache_memory_bytes": 4096})
+    launched = start_launch(repo, wait_ready=False)
+    try:
+        code, _ = launched.wait_exit(READY_TIMEOUT)
+        time.sleep(0.5)
+        assert code == 1
+        error = next(line for line in launched.output.splitlines() if line.startswith("error:"))
+        assert "model 'tiny' failed to load" in error
+        assert "See root cause above" not in error and "initialization failed" not in error
+        assert "KV cache" in error or "cache" in error.lower(), error
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
