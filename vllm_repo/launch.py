@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -340,8 +341,16 @@ def run_server(
     from the log) when the server fails to start or dies. The process group and its shm segments are always gone when
     this returns."""
     out = out or sys.stderr
+    # The log lives outside the server's work directory (removed at stop) so that it can still be read after a
+    # failure; after a clean stop it is removed unless the caller chose where it goes.
+    own_log = log_path is None
+    if own_log:
+        fd, name = tempfile.mkstemp(prefix="vllm-repo-tritonserver-", suffix=".log")
+        os.close(fd)
+        log_path = Path(name)
     server = server_for(plan, log_path)
     previous = _install_stop_handlers()
+    failed = True
     try:
         try:
             server.start()
@@ -361,9 +370,12 @@ def run_server(
         else:
             status = server.process.returncode
             raise LaunchError(f"tritonserver exited by itself (status {status}): "
-                              f"{root_error(server.log_text()) or 'see the log'}", log_path=server.log_path)
+                              f"{root_error(server.log_text()) or 'see the log'}",
+                              hint=f"the whole log: {server.log_path}", log_path=server.log_path)
+        failed = False
         return 0
     except (KeyboardInterrupt, _Stop):
+        failed = False
         return 0
     finally:
         # A second Ctrl-C or SIGTERM must not cut the cleanup short: stop() ends with SIGKILL on its own.
@@ -376,6 +388,8 @@ def run_server(
                 began = time.monotonic()
                 server.stop(timeout=20)
                 print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)
+            if own_log and not failed:
+                log_path.unlink(missing_ok=True)
         finally:
             _restore_handlers(previous)
 

@@ -227,6 +227,8 @@ def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_ru
     assert err.value.message.endswith("model 'tiny' failed to load: ValueError: tokenizer files are missing from "
                                       "/nowhere")
     server = servers[0]
+    assert err.value.log_path == server.log_path and "failed to load 'tiny'" in server.log_path.read_text()
+    server.log_path.unlink()
     from vllm_repo.triton_server import process_group_members, shm_segments
 
     assert process_group_members(server.pgid) == []
