@@ -97,7 +97,7 @@ def _package_shim(workdir: Path) -> Path:
     return shim
 
 
-def run_generator(python: str, extra_path: list[Path], timeout: float = 600) -> dict[str, Any]:
+def run_generator(python: str, extra_path: list[Path], timeout: float = 600, compat: bool = False) -> dict[str, Any]:
     """Run :mod:`vllm_repo.schema_gen` in ``python`` with ``extra_path`` first on sys.path; return its document."""
     with tempfile.TemporaryDirectory(prefix="vllm-repo-schema-") as work:
         workdir = Path(work)
@@ -107,6 +107,8 @@ def run_generator(python: str, extra_path: list[Path], timeout: float = 600) -> 
         env["PYTHONPATH"] = os.pathsep.join([*(str(p) for p in extra_path), str(shim)])
         env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if compat:
+            env["VLLM_REPO_SCHEMA_COMPAT"] = "1"
         # Run from the work directory: the current directory must not shadow anything.
         cmd = [python, "-m", "vllm_repo.schema_gen", "--output", str(out)]
         try:
@@ -123,12 +125,15 @@ def generate_from_wheel(version: str, python: str, cache: Path = DEFAULT_CACHE, 
     """The schema document of vLLM ``version`` read from its wheel, introspected with ``python``."""
     wheel = fetch_wheel(version, cache, dist)
     src = unpack_sources(wheel, version, cache)
-    document = run_generator(python, [src])
+    document = run_generator(python, [src], compat=True)
     if document.get("vllm_version", "").split("+")[0] != version:
         raise WheelRouteError(f"{wheel.name}: imported vLLM reports {document.get('vllm_version')}, not {version}")
     document["vllm_version"] = version
     document["source"] = "wheel"
     document["source_detail"] = f"{wheel.name}, imported without its compiled kernels ({_runtime(python)})"
+    # Keep the key order of the format: source_detail and compat after source, fields last.
+    fields = document.pop("fields")
+    document["fields"] = fields
     return document
 
 
@@ -138,6 +143,8 @@ def generate_installed(python: str) -> dict[str, Any]:
     document["source"] = "import"
     with contextlib.suppress(Exception):
         document["source_detail"] = f"installed {_installed_dist(python)} ({_runtime(python)})"
+    fields = document.pop("fields")
+    document["fields"] = fields
     return document
 
 

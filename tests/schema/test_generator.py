@@ -1,0 +1,175 @@
+"""schema_gen: mapping annotations and defaults to JSON, and generating from the real vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional, TypedDict, Union
+
+import pytest
+from pydantic import BaseModel
+
+from tests.schema.conftest import NEEDS_VLLM
+from vllm_repo import schema_gen
+from vllm_repo.engine_args import JSON_TYPES, bundled_versions
+from vllm_repo.schema_gen import clean_help, is_deprecated_text, to_json_value, type_info, type_info_from_source
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass
+class _Config:
+    size: int = 1
+
+
+class _Model(BaseModel):
+    name: str = "x"
+
+
+class _Options(TypedDict):
+    a: int
+
+
+class _Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@pytest.mark.parametrize(("annotation", "types"), [
+    (Optional[int], {"integer", "null"}),
+    (int | None, {"integer", "null"}),
+    (Union[str, list[str], None], {"string", "array", "null"}),
+    (bool, {"boolean"}),
+    (float, {"number"}),
+    (dict[str, Any], {"object"}),
+    (_Config, {"object"}),
+    (_Model | None, {"object", "null"}),
+    (_Options, {"object"}),
+    (list[int], {"array"}),
+    (tuple[int, ...], {"array"}),
+    (set[str], {"array"}),
+    (Any, set(JSON_TYPES)),
+])
+def test_annotations_map_to_json_types(annotation: Any, types: set[str]) -> None:
+    assert type_info(annotation).types == types
+
+
+def test_literal_is_a_closed_choice_unless_any_string_is_allowed() -> None:
+    closed = type_info(Literal["auto", "half"])
+    assert closed.types == {"string"} and closed.literals == ["auto", "half"] and not closed.open_string
+    opened = type_info(Union[Literal["auto", "half"], str])
+    assert opened.open_string and opened.literals == ["auto", "half"]
+    numbers = type_info(Literal[1, 2] | None)
+    assert numbers.types == {"integer", "null"} and numbers.literals == [1, 2]
+
+
+def test_enum_gives_its_values_as_choices() -> None:
+    info = type_info(_Color)
+    assert info.types == {"string"} and info.literals == ["red", "blue"]
+
+
+def test_class_objects_are_not_json() -> None:
+    info = type_info(Union[str, type[_Config]])
+    assert info.types == {"string"} and info.unknown
+
+
+@pytest.mark.parametrize(("source", "types"), [
+    ("Optional[int]", {"integer", "null"}),
+    ("int | None", {"integer", "null"}),
+    ("Literal['a', 'b']", {"string"}),
+    ("list[str] | None", {"array", "null"}),
+    ("'SpeculativeConfig' | dict | None", {"object", "null"}),
+    ("Union[float, 'torch.dtype']", {"number", "string"}),
+])
+def test_annotations_given_as_text_map_without_their_namespace(source: str, types: set[str]) -> None:
+    assert type_info_from_source(source, {}).types == types
+
+
+def test_annotation_text_resolves_names_in_the_module_namespace() -> None:
+    info = type_info_from_source("Mode | None", {"Mode": Literal["fast", "slow"]})
+    assert info.types == {"string", "null"} and info.literals == ["fast", "slow"]
+
+
+def test_defaults_become_json_or_a_description() -> None:
+    assert to_json_value(_Color.RED) == ("red", None)
+    assert to_json_value({"b", "a"}) == (["a", "b"], None)
+    assert to_json_value((1, 2.5, None)) == ([1, 2.5, None], None)
+    assert to_json_value(Path("/models/x")) == ("/models/x", None)
+    assert to_json_value(_Config()) == (None, "_Config()")
+    value, described = to_json_value(float("inf"))
+    assert value is None and described == "inf"
+    value, described = to_json_value(_Config)
+    assert value is None and described.endswith("_Config")
+    json.dumps([to_json_value(v)[0] for v in (_Color.BLUE, {1: "x"}, [_Color.RED])])
+
+
+def test_deprecation_is_read_from_help_without_false_alarms() -> None:
+    assert is_deprecated_text("[DEPRECATED] block manager v1 has been removed")
+    assert is_deprecated_text("--log-config-file is deprecated and will be removed in v0.33.0.")
+    assert is_deprecated_text("This argument has been deprecated. Use `runner` instead.")
+    assert not is_deprecated_text("Whether to allow deprecated quantization methods.")
+    assert not is_deprecated_text("Enable deprecated Prometheus metrics that have been hidden.")
+    assert not is_deprecated_text(None)
+
+
+def test_help_drops_command_line_only_advice() -> None:
+    assert clean_help(argparse.SUPPRESS) is None
+    assert clean_help("   ") is None
+    assert clean_help("Use 50%% of memory.") == "Use 50% of memory."
+    text = "Speculative decoding configuration.\n\nShould either be a valid JSON string or JSON keys passed individually."
+    assert clean_help(text) == "Speculative decoding configuration."
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is importable in this environment")
+def test_generate_without_vllm_fails_cleanly(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "vllm_repo", "schema", "generate", "--output",
+                             str(tmp_path / "x.json")], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "cannot import vLLM" in result.stderr and "--python" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+@NEEDS_VLLM
+def test_generate_from_the_installed_vllm(serving_python: str, tmp_path: Path) -> None:
+    out = tmp_path / "schema.json"
+    cmd = [sys.executable, "-m", "vllm_repo", "schema", "generate", "--python", serving_python, "--output", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    assert document["format"] == schema_gen.FORMAT and document["source"] == "import"
+    fields = document["fields"]
+    assert len(fields) > 150
+    for name, spec in fields.items():
+        assert set(spec) >= {"types", "default", "choices", "help", "deprecated", "flag"}, name
+        assert spec["types"] and set(spec["types"]) <= set(JSON_TYPES), name
+        if spec["choices"] is not None:
+            assert None not in spec["choices"], name
+        if spec["flag"] is not None:
+            assert spec["flag"].startswith("-"), name
+    # Facts every release of the last two years has: a Literal dtype, an Optional int, a bool flag with help.
+    assert "bfloat16" in fields["dtype"]["choices"]
+    assert fields["max_model_len"]["types"] == ["integer", "null"]
+    assert fields["enforce_eager"]["types"] == ["boolean"] and fields["enforce_eager"]["help"]
+    assert fields["gpu_memory_utilization"]["types"] == ["number"]
+    assert 0 < fields["gpu_memory_utilization"]["default"] <= 1
+    # No --output refuses to overwrite: the second run without --force fails and leaves the file alone.
+    before = out.read_bytes()
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert again.returncode == 1 and "--force" in again.stderr and out.read_bytes() == before
+
+    # The bundled schema of this release is what the real release gives today.
+    version = document["vllm_version"]
+    if version in bundled_versions():
+        bundled = json.loads((ROOT / "schemas" / "engine_args" / f"vllm-{version}.json").read_text())["fields"]
+        assert set(bundled) == set(fields)
+        for name in fields:
+            assert bundled[name]["types"] == fields[name]["types"], name
+            assert bundled[name]["default"] == fields[name]["default"], name
+            assert bundled[name]["choices"] == fields[name]["choices"], name
