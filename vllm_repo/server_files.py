@@ -57,7 +57,7 @@ class SystemTriton(TritonHome):
 @dataclasses.dataclass(frozen=True)
 class ServerChoice:
     home: TritonHome
-    origin: str  # "--tritonserver", "PATH", "$VLLM_REPO_TRITON_HOME", "embedded (cached)", "embedded (downloaded)"
+    origin: str  # "--tritonserver", "PATH", "$VLLM_REPO_TRITON_HOME", "cached", "downloaded"
 
     @property
     def embedded(self) -> bool:
@@ -65,7 +65,7 @@ class ServerChoice:
 
     def describe(self) -> str:
         what = f"embedded Triton {EMBEDDED_TRITON_VERSION}" if self.embedded else "Triton"
-        return f"{what} at {self.home.tritonserver} ({self.origin})"
+        return f"{what} at {self.home.tritonserver} [{self.origin}]"
 
 
 def _system_triton(binary: Path) -> TritonHome:
@@ -97,13 +97,13 @@ def find_server(tritonserver: str | os.PathLike | None = None, *, download: bool
         return ServerChoice(home, f"${TRITON_HOME_ENV}")
     home = TritonHome(embedded_home())
     if home.tritonserver.is_file():
-        return ServerChoice(home, "embedded (cached)")
+        return ServerChoice(home, "cached")
     if not download:
         raise TritonServerError(
             "no Triton server found: no --tritonserver, none on PATH, and the embedded one is not downloaded yet",
             )
     fetch_embedded_server(progress=progress)
-    return ServerChoice(TritonHome(embedded_home()), "embedded (downloaded)")
+    return ServerChoice(TritonHome(embedded_home()), "downloaded")
 
 
 def embedded_home() -> Path:

@@ -188,12 +188,12 @@ def test_the_embedded_server_is_downloaded_once_into_the_cache(tmp_path, monkeyp
     monkeypatch.delenv("VLLM_REPO_TRITON_HOME", raising=False)
     messages = []
     first = find_server(progress=messages.append)
-    assert first.origin == "embedded (downloaded)"
+    assert first.origin == "downloaded"
     assert os.access(first.home.tritonserver, os.X_OK)
     assert os.access(first.home.stub("3.11"), os.X_OK)
     assert any("downloading" in m for m in messages)
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["pytriton-0.7.0"]  # no download leftovers
-    assert find_server().origin == "embedded (cached)"
+    assert find_server().origin == "cached"
 
 
 @NEEDS_SERVING
