@@ -186,7 +186,11 @@ def plan_engine(model: str, gpu: str | None, tp: int | None, max_model_len: int 
     except ImportError:
         plan.notes.append(f"could not size the engine for {gpu}: the estimator is not available in this install")
         return plan
-    fitted, notes = fit_engine_settings(model, gpu, tensor_parallel_size=tp, max_model_len=max_model_len)
+    try:
+        fitted, notes = fit_engine_settings(model, gpu, tensor_parallel_size=tp, max_model_len=max_model_len,
+                                            user_settings=user_settings)
+    except ValueError as exc:  # a GPU name the catalog doesn't know
+        raise InitError(str(exc), hint="name a GPU from the list, e.g. --gpu H100 or --gpu 2xL4") from None
     plan.settings.update(fitted)
     plan.notes.extend(notes)
     return plan
