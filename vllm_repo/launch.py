@@ -39,6 +39,8 @@ DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002
 # Without a GPU vLLM sizes its KV cache as gpu_memory_utilization x RAM; this bounds it (whole GiB, per model).
 CPU_KVCACHE_GIB = 1
+# The oldest vLLM the bundled backend drives (its MIN_VLLM; a test keeps the two equal).
+BUNDLED_BACKEND_MIN_VLLM = (0, 20, 0)
 
 
 class LaunchError(Exception):
@@ -67,6 +69,7 @@ class LaunchPlan:
     notes: list[str]  # what launch decided for the user (CPU settings, warnings)
     diagnostics: list[Diagnostic]  # validate's warnings/infos (errors refuse the launch)
     backend_source: Path | None = None  # a model.py to serve with instead of the bundled backend
+    backend_directory: Path | None = None  # an existing backend directory to use as is (an older container's)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -214,6 +217,14 @@ def prepare_launch(
     except TritonServerError as exc:
         raise LaunchError(str(exc)) from exc
     notes = check_serving_python(info, strict_numpy=server.embedded)
+    backend_directory = None
+    if not server.embedded and _older_than_bundled_backend_supports(info.vllm_version):
+        own = server.home.root / "backends"
+        if (own / "vllm" / "model.py").is_file():
+            # An older NGC container: its own vLLM backend was built for its vLLM; the bundled one needs a newer one.
+            backend_directory = own
+            notes.append(f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
+                         f"own vLLM backend in {own / 'vllm'}")
     env: dict[str, str] = {}
     if not has_nvidia_gpu():
         cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))
@@ -221,7 +232,16 @@ def prepare_launch(
         notes.extend(cpu_notes)
     return LaunchPlan(repository=repo.resolve(), models=models, server=server, python=info, host=host,
                       http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, env=env, notes=notes,
-                      diagnostics=diagnostics)
+                      diagnostics=diagnostics, backend_directory=backend_directory)
+
+
+def _older_than_bundled_backend_supports(vllm_version: str | None) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(Version(vllm_version or "0").base_version).release < BUNDLED_BACKEND_MIN_VLLM
+    except InvalidVersion:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -305,6 +325,7 @@ def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
         env=plan.env,
         log_path=log_path,
         backend_source=plan.backend_source,
+        backend_directory=plan.backend_directory,
     )
 
 

@@ -69,12 +69,16 @@ class ServerChoice:
 
 
 def _system_triton(binary: Path) -> TritonHome:
-    binary = binary.resolve()
-    root = binary.parent.parent
-    # An unpacked pytriton wheel has its server at <root>/pytriton/tritonserver/bin/tritonserver.
-    if root.name == "tritonserver" and root.parent.name == "pytriton":
-        return TritonHome(root.parent.parent)
-    return SystemTriton(root)
+    """The install a tritonserver binary belongs to: an unpacked pytriton wheel (embedded) or a system install. Its
+    directory as found first (bin/../backends), else where a symlink (e.g. /usr/local/bin) points."""
+    for candidate in (Path(os.path.abspath(binary)), binary.resolve()):
+        root = candidate.parent.parent
+        # An unpacked pytriton wheel has its server at <root>/pytriton/tritonserver/bin/tritonserver.
+        if root.name == "tritonserver" and root.parent.name == "pytriton":
+            return TritonHome(root.parent.parent)
+        if (root / "backends").is_dir():
+            return SystemTriton(root)
+    return SystemTriton(binary.resolve().parent.parent)
 
 
 def find_server(tritonserver: str | os.PathLike | None = None, *, download: bool = True,

@@ -239,3 +239,31 @@ def _free() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_launch_knows_the_oldest_vllm_the_bundled_backend_drives():
+    from vllm_repo.backend import model
+
+    assert launch.BUNDLED_BACKEND_MIN_VLLM == model.MIN_VLLM
+
+
+def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, repo, monkeypatch):
+    """As in an NGC container: /opt/tritonserver/{bin/tritonserver,backends/python,backends/vllm/model.py}."""
+    if not TRITON_HOME:
+        pytest.skip("needs VLLM_REPO_TRITON_HOME")
+    real = Path(TRITON_HOME) / "pytriton" / "tritonserver"
+    root = tmp_path / "opt" / "tritonserver"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "tritonserver").symlink_to(real / "bin" / "tritonserver")
+    (root / "backends" / "vllm").mkdir(parents=True)
+    (root / "backends" / "vllm" / "model.py").write_text("# the container's own backend\n")
+    shutil.copytree(real / "backends" / "python", root / "backends" / "python")
+    info = probe_python(sys.executable)
+    for version, own in (("0.11.0", True), ("0.27.1", False)):
+        monkeypatch.setattr(launch, "probe_python", lambda exe, v=version: info.__class__(
+            executable=info.executable, version=info.version, libdir=info.libdir, numpy_version="1.26.4",
+            vllm_version=v))
+        plan = prepare_launch(repo, tritonserver=root / "bin" / "tritonserver", http_port=_free(),
+                              grpc_port=_free(), metrics_port=_free())
+        assert (plan.backend_directory == root / "backends") is own
+        assert any("own vLLM backend" in n for n in plan.notes) is own
