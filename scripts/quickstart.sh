@@ -39,9 +39,9 @@ step "4/7 vllm-repo init"
 vllm-repo init "$work/model_repository" --model "$work/tiny-llama" --name tiny --max-model-len 512 \
   --set distributed_executor_backend=uni --force
 
-step "5/7 vllm-repo validate and estimate"
+step "5/7 vllm-repo validate, and estimate what the model would take on a GPU (an L4 here)"
 vllm-repo validate "$work/model_repository"
-vllm-repo estimate "$work/model_repository" --gpu L4 || echo "(estimate could not size this model; see above)" >&2
+vllm-repo estimate "$work/model_repository/tiny" --gpu L4
 
 step "6/7 vllm-repo launch (embedded Triton + vLLM on the CPU)"
 vllm-repo launch "$work/model_repository" --http-port "$http_port" --grpc-port "$grpc_port" \
