@@ -393,6 +393,7 @@ class TritonServer:
             env=env,
             cwd=str(self._own_workdir or self.model_repository),
             start_new_session=True,
+            preexec_fn=_reset_signals if _signals_need_reset() else None,
         )
         return self
 
@@ -426,26 +427,29 @@ class TritonServer:
         )
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        """Stop the server and everything it started: SIGTERM to the process group, SIGKILL to whatever is left after
-        ``timeout`` seconds. Removes shared-memory segments left under this server's prefix. Returns the server's exit
-        status (None if it was never started). Safe to call twice."""
+        """Stop the server and everything it started; returns the server's exit status (None if never started).
+        Safe to call twice.
+
+        tritonserver alone gets SIGTERM first: it unloads its models, so the backend's finalize() shuts vLLM down
+        in order. Whatever outlives it in the process group (a stuck stub, an orphaned EngineCore) gets SIGTERM,
+        then SIGKILL. Shared-memory segments left under this server's prefix are removed.
+        """
         if self.process is None:
             self._cleanup_workdir()
             return None
         pgid = self.pgid
-        _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.process.poll()  # reap the leader so it does not linger as a zombie
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGTERM)
+        while self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Children normally follow the server out within moments.
+        self._wait_group_empty(pgid, min(deadline, time.monotonic() + 5))
+        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
             if not process_group_members(pgid):
                 break
-            time.sleep(0.1)
-        else:
-            _signal_group(pgid, signal.SIGKILL)
-            kill_deadline = time.monotonic() + 10
-            while process_group_members(pgid) and time.monotonic() < kill_deadline:
-                self.process.poll()
-                time.sleep(0.1)
+            _signal_group(pgid, sig)
+            self._wait_group_empty(pgid, time.monotonic() + grace)
         try:
             status = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - only if the kernel refuses SIGKILL
@@ -458,6 +462,13 @@ class TritonServer:
             self._log_file = None
         self._cleanup_workdir()
         return status
+
+    def _wait_group_empty(self, pgid: int, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self.process.poll()  # reap the leader so it does not linger as a zombie
+            if not process_group_members(pgid):
+                return
+            time.sleep(0.1)
 
     def _cleanup_workdir(self) -> None:
         # A log inside our own work directory is kept in memory, so log_text() still answers after stop().
@@ -484,6 +495,20 @@ class TritonServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _signals_need_reset() -> bool:
+    # Blocked signals and ignored dispositions survive exec: a caller that blocks SIGTERM to wait for it (sigwait)
+    # would otherwise start a server that cannot be stopped gracefully.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    ignored = any(signal.getsignal(sig) is signal.SIG_IGN for sig in (signal.SIGTERM, signal.SIGINT))
+    return bool(blocked) or ignored
+
+
+def _reset_signals() -> None:  # runs in the child between fork and exec
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

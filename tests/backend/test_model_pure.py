@@ -347,3 +347,15 @@ def test_older_vllm_cache_usage_name():
 
 def test_token_buckets():
     assert backend.token_buckets(512) == [1, 2, 5, 10, 20, 50, 100, 200, 500]
+
+
+def test_validation_field_names_the_parameter():
+    class VLLMValidationError(Exception):
+        def __init__(self, message, parameter=None):
+            super().__init__(message)
+            self.parameter = parameter
+
+    assert backend.validation_field(VLLMValidationError("x", parameter="temperature")) == \
+        "sampling_parameters.temperature"
+    assert backend.validation_field(ValueError("top_p must be in (0, 1], got 7.0.")) == "sampling_parameters.top_p"
+    assert backend.validation_field(ValueError("Something odd")) == "sampling_parameters"

@@ -345,6 +345,16 @@ def parse_sampling_parameters(
     return spec
 
 
+def validation_field(exc: BaseException) -> str:
+    """The request field a vLLM validation error is about: vLLM names the parameter on some errors, and most
+    messages start with it ("top_p must be in (0, 1], got 7.0.")."""
+    parameter = getattr(exc, "parameter", None)
+    if not parameter:
+        match = re.match(r"([a-z_]+) (?:must|should|cannot|is|has)\b", str(exc))
+        parameter = match.group(1) if match else None
+    return f"sampling_parameters.{parameter}" if parameter else "sampling_parameters"
+
+
 def check_structured_keys(structured: Mapping[str, Any], allowed: Iterable[str]) -> None:
     allowed = {k for k in allowed if not k.startswith("_")}
     for key in structured:
@@ -1114,8 +1124,8 @@ class TritonPythonModel:
         kwargs["output_kind"] = self._DELTA if stream else self._FINAL_ONLY
         try:
             sampling_params = self._SamplingParams(**kwargs)
-        except (TypeError, ValueError) as exc:
-            raise RequestError("sampling_parameters", str(exc)) from None
+        except Exception as exc:  # vLLM's validation errors are not ValueErrors in every release
+            raise RequestError(validation_field(exc), str(exc)) from None
 
         prompt: dict[str, Any] = {"prompt": text}
         images = _input(request, "image")
@@ -1178,6 +1188,8 @@ class TritonPythonModel:
                 job.finished = True
                 reason = job.cancel_reason or "request was cancelled"
                 code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
+                if code == "CANCELLED":
+                    _log("info", f"[vllm] request {job.request_id} cancelled by the client: aborted in the engine")
                 self._send_error(job.sender, reason, code)
         except Exception as exc:
             if not job.finished:
@@ -1199,10 +1211,7 @@ class TritonPythonModel:
             return self._dead_reason or "the vLLM engine has died", "UNAVAILABLE"
         cause = exc.__cause__ if name == "EngineGenerateError" and exc.__cause__ is not None else exc
         if isinstance(cause, (ValueError, TypeError)) or "Validation" in type(cause).__name__:
-            # vLLM's validation errors carry the offending sampling parameter's name.
-            parameter = getattr(cause, "parameter", None)
-            where = f"sampling_parameters.{parameter}: " if parameter else ""
-            return f"invalid request: {where}{cause}", "INVALID_ARG"
+            return f"invalid request: {validation_field(cause)}: {cause}", "INVALID_ARG"
         _log("error", f"[vllm] request failed: {''.join(traceback.format_exception(cause))}")
         return f"generation failed: {type(cause).__name__}: {cause}", "INTERNAL"
 

