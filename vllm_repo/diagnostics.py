@@ -50,5 +50,5 @@ def display_path(path: Path | str | None, base: Path | None = None) -> str | Non
     base = base or Path.cwd()
     try:
         return str(p.resolve().relative_to(base.resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # outside base, or a symlink loop that resolve() gives up on
         return str(p)

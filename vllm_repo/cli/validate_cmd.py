@@ -32,6 +32,12 @@ def validate(
     from vllm_repo.reporters import REPORTERS
     from vllm_repo.validate import PathError, validate_paths
 
+    # Findings quote what the files contain, which may be lone surrogate escapes ("\ud800") or file names that
+    # are not UTF-8: print those escaped rather than die with UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
     try:
         result = validate_paths(paths, vllm_version=vllm_version, strict=strict, gpu=gpu, select=select,
                                 ignore=ignore)

@@ -66,13 +66,19 @@ def lora_adapter_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
         for name, path in lora.data.items():
             if not isinstance(path, str) or not path.strip():
                 continue
-            local = Path(path).expanduser()
-            looks_like_hub_id = not local.is_absolute() and path.count("/") == 1 and not path.startswith(".")
-            if looks_like_hub_id or local.exists():
+            looks_like_hub_id = not Path(path).is_absolute() and path.count("/") == 1 and not path.startswith((".", "~"))
+            if looks_like_hub_id or _exists_here(path):
                 continue
             yield Finding(lora.path, f"adapter '{name}' points at {path}, which does not exist here",
                           lora.position_of(name),
                           hint="fine if the path exists inside the serving container; otherwise fix the path")
+
+
+def _exists_here(path: str) -> bool:
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # ~unknown_user, a name longer than the OS allows, a NUL byte
+        return False
 
 
 def _parallel_size(data: dict) -> int:
@@ -98,6 +104,9 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
                       hint="use kind: KIND_MODEL so vLLM places the model across GPUs")
 
 
+MAX_GPU_IDS = 1024
+
+
 def _devices(model: ModelDirectory) -> frozenset[int] | None:
     """The GPU ids an engine of this model allocates on; None means every visible GPU."""
     found = _engine_args(model)
@@ -117,7 +126,8 @@ def _devices(model: ModelDirectory) -> frozenset[int] | None:
                 return None  # one instance on every GPU
             gpus.update(group.gpus)
         elif group.kind in (kinds.KIND_MODEL, kinds.KIND_AUTO):
-            gpus.update(range(size))  # vLLM takes the first visible GPUs
+            # vLLM takes the first visible GPUs (capped: an absurd tensor_parallel_size must not build a huge set)
+            gpus.update(range(min(size, MAX_GPU_IDS)))
     if not groups:
         return None  # Triton's default: one instance per GPU
     return frozenset(gpus)
@@ -126,7 +136,7 @@ def _devices(model: ModelDirectory) -> frozenset[int] | None:
 def _utilization(data: dict, ctx: CheckContext) -> float:
     value = data.get("gpu_memory_utilization")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        return float(max(min(value, 1e300), -1e300))  # ints beyond float range: just "far too much/little"
     field = ctx.schema.get("gpu_memory_utilization")
     default = field.default if field is not None else None
     return float(default) if isinstance(default, (int, float)) else 0.9

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -134,17 +135,18 @@ def _coercion_hint(value: Any, types: list[str]) -> str | None:
             size = _SIZE_SUFFIX.match(text)
             if size:
                 factor = {"k": 1024, "m": 1024**2, "g": 1024**3}[size.group(2).lower()]
-                return f"write the number itself, e.g. {int(float(size.group(1)) * factor)}"
+                number = float(size.group(1)) * factor
+                return f"write the number itself, e.g. {int(number)}" if math.isfinite(number) else None
             try:
                 number = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
             if isinstance(number, (int, float)) and not isinstance(number, bool):
                 return f"write {text} without quotes"
         if "object" in types or "array" in types:
             try:
                 parsed = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
             if isinstance(parsed, (dict, list)):
                 return "write the JSON value itself, not a string holding it"
@@ -203,7 +205,8 @@ def engine_arg_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
             hi = "" if high is None else f"{high:g}{']' if high_incl else ')'}"
             bounds = f"in {lo}, {hi}" if lo and hi else (f">= {low:g}" if low_incl else f"> {low:g}") if lo \
                 else f"<= {high:g}"
-            yield Finding(doc.path, f"'{key}' is {value:g}; it must be {bounds}", doc.position_of(key),
+            shown = f"{value:g}" if isinstance(value, float) else str(value)  # :g overflows on huge ints
+            yield Finding(doc.path, f"'{key}' is {shown}; it must be {bounds}", doc.position_of(key),
                           hint="a fraction of GPU memory, e.g. 0.9" if key == "gpu_memory_utilization" else None)
 
 

@@ -16,7 +16,10 @@ def _with_config(model, ctx):
         if not isinstance(name, str) or not name.strip():
             continue
         revision = doc.data.get("revision") if isinstance(doc.data.get("revision"), str) else None
-        found = model_config.find_local_config(name, revision, base=None)
+        try:
+            found = model_config.find_local_config(name, revision, base=None)
+        except (OSError, RuntimeError, ValueError):  # a "model" no file system accepts (~unknown_user, too long)
+            continue
         if found is not None:
             yield doc, found[0], found[1]
 
