@@ -4,7 +4,6 @@ memory and the KV cache left, per GPU rank, and whether vLLM will start. Never i
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from vllm_repo.estimate.releases import USAGE_CONTEXTS, resolve_release
 __all__ = [
     "CATALOG", "EstimateError", "Gpu", "MemoryEstimate", "ModelFactsError", "ModelNotAvailableOffline",
     "Recommendation", "UnknownGpuError", "estimate_for_engine_args", "estimate_model", "find_gpu",
-    "load_model_facts", "resolve_gpu", "settings_from_model_dir",
+    "engine_settings", "load_model_facts", "resolve_gpu",
 ]
 
 # EngineArgs keys the estimate reads, with their types.
@@ -112,18 +111,3 @@ def estimate_for_engine_args(engine_args: dict[str, Any], gpu: "str | float | Gp
         return None
     return estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)
 
-
-def settings_from_model_dir(model_dir: Path) -> tuple[Path, dict[str, Any]]:
-    """A Triton model directory's newest <version>/model.json: (its path, its engine args)."""
-    versions = sorted((p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
-    for version in reversed(versions):
-        path = version / "model.json"
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except ValueError as exc:
-                raise ValueError(f"{path}: not valid JSON ({exc}); run vllm-repo validate {model_dir}") from None
-            if not isinstance(data, dict):
-                raise ValueError(f"{path}: model.json must be a JSON object")
-            return path, data
-    raise ValueError(f"{model_dir}: no <version>/model.json (a Triton vLLM model directory has 1/model.json)")
