@@ -26,5 +26,6 @@ def main() -> None:
     from vllm_repo.cli import launch_cmd  # noqa: F401
     from vllm_repo.cli import infer_cmd  # noqa: F401
     from vllm_repo.cli import schema_cmd  # noqa: F401
+    from vllm_repo.cli import estimate_cmd  # noqa: F401
 
     app()
