@@ -63,7 +63,8 @@ def estimate_model(model: str, gpu: "str | float | Gpu", *, num_gpus: int | None
                    base: Path | None = None, facts: ModelFacts | None = None, **settings: Any) -> MemoryEstimate:
     """Estimate for a model (HF repo id or local directory) on a GPU, with EngineArgs-named settings.
 
-    num_gpus: GPUs available; tensor_parallel_size defaults to num_gpus / pipeline_parallel_size.
+    num_gpus: GPUs available: tensor_parallel_size x pipeline_parallel_size may not exceed it, and the
+    tensor_parallel_size recommendation stays within it (default 8).
     Raises ModelFactsError (model unreadable), UnknownGpuError, EstimateError (settings vLLM rejects) and
     ValueError (bad values)."""
     if usage_context not in USAGE_CONTEXTS:
@@ -73,7 +74,7 @@ def estimate_model(model: str, gpu: "str | float | Gpu", *, num_gpus: int | None
     facts = facts or load_model_facts(model, offline=offline, revision=revision, base=base)
     pp = settings.get("pipeline_parallel_size") or 1
     if settings.get("tensor_parallel_size") is None:
-        settings["tensor_parallel_size"] = max(1, (num_gpus or 1) // pp)
+        settings["tensor_parallel_size"] = 1  # vLLM's default; num_gpus bounds the recommendations
     if num_gpus is not None and settings["tensor_parallel_size"] * pp > num_gpus:
         raise EstimateError(f"tensor_parallel_size x pipeline_parallel_size = {settings['tensor_parallel_size'] * pp}"
                             f" needs more GPUs than the {num_gpus} available")

@@ -29,6 +29,11 @@ def recommend(est: MemoryEstimate, run: Estimator, *, num_heads: int, max_gpus: 
     """`run(**changes)` re-estimates with some settings changed; est is the estimate for the settings as given."""
     recs: list[Recommendation] = []
     want = target_concurrency or 1.0
+    ceiling = round(1 - (CUDA_CONTEXT_GIB * GiB) / (est.gpu_total_gib * GiB) - 0.005, 2)
+    if est.error and est.error.startswith("Free memory on device"):
+        return [Recommendation(setting="gpu_memory_utilization", value=ceiling,
+                               reason="vLLM refuses to start when less memory is free than the utilization asks "
+                                      "for; the CUDA context takes ~0.5 GiB before that check")]
     if _meets(est, want) and not target_concurrency:
         return _graph_headroom(est)
     if _meets(est, want):
@@ -46,7 +51,6 @@ def recommend(est: MemoryEstimate, run: Estimator, *, num_heads: int, max_gpus: 
                        f"{candidate.kv_cache_tokens:,} KV tokens, max concurrency {candidate.max_concurrency:.2f}x"))
             break
 
-    ceiling = round(1 - (CUDA_CONTEXT_GIB * GiB) / (est.gpu_total_gib * GiB) - 0.005, 2)
     util = round(est.gpu_memory_utilization + 0.01, 2)
     while util <= ceiling:
         candidate = _try(run, gpu_memory_utilization=util)
