@@ -6,6 +6,7 @@ validate must not wait on the network, so this never downloads; the estimator ha
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ def find_local_config(model: str, revision: str | None = None, base: Path | None
         return _read(candidate / "config.json")
     if candidate.exists() or "/" not in model or model.startswith(("/", ".", "~")) or model.count("/") > 1:
         return None  # a file (GGUF), or a path that only exists elsewhere (inside a container)
+    if not (hub_cache_dir() / f"models--{model.replace('/', '--')}").is_dir():
+        return None  # not downloaded here; deciding that without importing huggingface_hub saves ~0.1 s
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
@@ -33,6 +36,15 @@ def find_local_config(model: str, revision: str | None = None, base: Path | None
     except Exception:  # an invalid repo id or revision is the engine-args rules' business, not a crash here
         return None
     return _read(Path(cached)) if isinstance(cached, str) else None
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, resolved from the environment the way huggingface_hub's constants do."""
+    home = os.path.expandvars(os.path.expanduser(os.getenv(
+        "HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
+                                "huggingface"))))
+    legacy = os.getenv("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub"))
+    return Path(os.path.expandvars(os.path.expanduser(os.getenv("HF_HUB_CACHE", legacy))))
 
 
 def _read(path: Path) -> tuple[Path, dict] | None:
