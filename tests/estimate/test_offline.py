@@ -4,6 +4,7 @@ returns None when the config is not reachable."""
 from __future__ import annotations
 
 import json
+import types
 
 import huggingface_hub
 import huggingface_hub.constants
@@ -94,3 +95,56 @@ def test_relative_model_path_resolved_against_base(tmp_path, no_network):
     model_dir(tmp_path, config("qwen2.5-1.5b"), weights=False, name="models/qwen")
     est = estimate_for_engine_args({"model": "models/qwen", "max_model_len": 4096}, 24, base=tmp_path)
     assert est is not None and est.gpu_total_gib == 24
+
+
+# --- the online path, with huggingface_hub's two calls answered locally --------------------------------------
+def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, monkeypatch, tiny_llama):
+    """The Hub answers with config.json and the safetensors headers; no weights are downloaded."""
+    from huggingface_hub.utils._safetensors import SafetensorsFileMetadata, SafetensorsRepoMetadata, TensorInfo
+
+    (tmp_path / "config.json").write_text(json.dumps(tiny_llama))
+    size = write_safetensors(tmp_path / "model.safetensors", llama_tensors(tiny_llama))
+    from vllm_repo.estimate.model_facts import read_safetensors_header
+    header = read_safetensors_header(tmp_path / "model.safetensors")
+    tensors = {n: TensorInfo(dtype=v["dtype"], shape=v["shape"], data_offsets=tuple(v["data_offsets"]))
+               for n, v in header.items() if n != "__metadata__"}
+    calls = []
+
+    def download(repo_id, filename, revision=None, token=None):
+        calls.append((repo_id, filename, token))
+        assert filename == "config.json"
+        return str(tmp_path / "config.json")
+
+    def metadata(repo_id, revision=None, token=None):
+        calls.append((repo_id, "safetensors", token))
+        files = {"model.safetensors": SafetensorsFileMetadata(metadata={}, tensors=tensors)}
+        return SafetensorsRepoMetadata(metadata=None, sharded=False, weight_map={n: "model.safetensors" for n in tensors},
+                                       files_metadata=files)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", metadata)
+    facts = load_model_facts("org/tiny", offline=False, token="hf_x")
+    assert facts.weights.source == "hub safetensors metadata" and facts.weights.total_bytes == size
+    assert calls == [("org/tiny", "config.json", "hf_x"), ("org/tiny", "safetensors", "hf_x")]
+
+
+def test_gated_and_missing_repos_are_explained(hf_cache, monkeypatch):
+    from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError
+    from vllm_repo.estimate.model_facts import ModelFactsError
+
+    response = types.SimpleNamespace(headers={}, request=None)  # what the errors read off an HTTP response
+
+    def gated(*args, **kwargs):
+        raise GatedRepoError("403", response=response)
+
+    def missing(*args, **kwargs):
+        raise RepositoryNotFoundError("404", response=response)
+
+    def unreachable(*args, **kwargs):
+        raise OSError("connection refused")
+
+    for fake, message in ((gated, "gated: accept its licence"), (missing, "no such model"),
+                          (unreachable, "can't reach the Hugging Face Hub")):
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
+        with pytest.raises(ModelFactsError, match=message):
+            load_model_facts("org/model", offline=False)

@@ -71,12 +71,10 @@ def _quant_bits(facts: ModelFacts) -> tuple[str | None, float | None]:
 
 def _per_rank_share(name: str, arch: Architecture, tp: int) -> float:
     """Fraction of a checkpoint tensor that one tensor-parallel rank holds."""
-    if _NORM.search(name) or name.endswith(".bias") and _NORM.search(name):
-        return 1.0
+    if _NORM.search(name) or "kv_a_proj_with_mqa" in name:
+        return 1.0  # norms, and MLA's latent projection, are whole on every rank
     if _KV.search(name) and arch.num_kv_heads < tp:
         return 1.0 / arch.num_kv_heads
-    if "kv_a_proj_with_mqa" in name or "kv_a_layernorm" in name:
-        return 1.0  # MLA's latent projection is replicated
     return 1.0 / tp
 
 
@@ -88,17 +86,17 @@ def _stage_of(name: str, arch: Architecture, pp: int) -> int | None:
     return min(int(m.group(1)) * pp // max(arch.num_layers, 1), pp - 1)
 
 
-def _converted_bytes(t: TensorEntry, target_bytes: int, online_fp8: bool, is_linear: bool,
-                     quantized_checkpoint: bool) -> int:
+def _loaded_bytes(t: TensorEntry, target_bytes: int, online_fp8: bool, is_linear: bool,
+                  quantized_checkpoint: bool) -> int:
+    """Bytes a checkpoint tensor takes once loaded: quantized checkpoints load as stored; float tensors of an
+    unquantized one are cast to the serving dtype, linear weights to one byte under online fp8."""
     src = SAFETENSORS_FLOAT_BYTES.get(t.dtype.upper())
-    if src is None or quantized_checkpoint and not is_linear:
+    if src is None or quantized_checkpoint:
         return t.nbytes
     elements = t.nbytes // src
     if online_fp8 and is_linear:
-        return elements  # one byte each; the per-tensor scales are negligible
-    if quantized_checkpoint:
-        return t.nbytes
-    return elements * min(target_bytes, 4)
+        return elements  # the per-tensor scales are negligible
+    return elements * target_bytes
 
 
 def weights_per_rank(facts: ModelFacts, *, tp: int = 1, pp: int = 1, dtype: str | None = None,
@@ -117,7 +115,7 @@ def weights_per_rank(facts: ModelFacts, *, tp: int = 1, pp: int = 1, dtype: str 
         for t in weights.tensors:
             linear = t.name.endswith("weight") and not _NORM.search(t.name) and not _EMBED.search(
                 t.name) and not _LM_HEAD.search(t.name) and not _VISION.search(t.name)
-            nbytes = _converted_bytes(t, dtype_bytes, online_fp8, linear, quantized_checkpoint)
+            nbytes = _loaded_bytes(t, dtype_bytes, online_fp8, linear, quantized_checkpoint)
             total += nbytes
             share = nbytes * _per_rank_share(t.name, arch, tp)
             if _LM_HEAD.search(t.name):
