@@ -238,6 +238,23 @@ def test_infer_cli_streams_and_shows_outputs(server):
     assert again.stdout == done.stdout
 
 
+def test_engine_metrics_are_on_the_metrics_port(server):
+    """init enables REPORT_CUSTOM_METRICS (and keeps vLLM's stats on): vllm:* series appear after a request."""
+    import urllib.request
+
+    infer("tiny", "Count", url=server.url, max_tokens=8, params={"ignore_eos": True})
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.ports[2]}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        series = {line.split("{")[0] for line in text.splitlines() if line.startswith("vllm:")}
+        if any("generation_tokens" in s for s in series) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert any("generation_tokens" in s for s in series), sorted(series)
+    assert 'model="tiny"' in text
+
+
 def test_infer_unknown_model_and_no_server_are_clear_errors(server):
     with pytest.raises(InferError, match="no model 'nope'"):
         infer("nope", "Hello", url=server.url)
