@@ -225,6 +225,8 @@ def prepare_launch(
             backend_directory = own
             notes.append(f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
                          f"own vLLM backend in {own / 'vllm'}")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
     env: dict[str, str] = {}
     if not has_nvidia_gpu():
         cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))

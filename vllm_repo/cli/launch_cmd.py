@@ -21,8 +21,8 @@ def launch_command(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 exposes the server)."),
     tritonserver: Optional[Path] = typer.Option(None, "--tritonserver", help="A tritonserver binary to use."),
     python: Optional[Path] = typer.Option(
-        None, "--python", help="Python with vLLM and numpy<2 for the backend [default: $VLLM_REPO_SERVING_PYTHON, "
-                               "else this Python]."),
+        None, "--python", help="Python with vLLM and numpy<2 for the backend (default: $VLLM_REPO_SERVING_PYTHON, "
+                               "else this Python)."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to validate against."),
     docker: bool = typer.Option(False, "--docker", help="Run the matching NGC tritonserver vLLM container instead."),
     dry_run: bool = typer.Option(False, "--dry-run", help="With --docker: print the docker command, run nothing."),
