@@ -95,7 +95,8 @@ def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | Non
                 "max_model_len": est.max_model_len}
     where = f"{est.tensor_parallel_size} x {est.gpu}" if est.tensor_parallel_size > 1 else est.gpu
     if est.fits:
-        notes = [f"sized for {where}: weights {est.weights_gib:.2f} GiB and KV cache {est.kv_cache_gib:.2f} GiB per GPU "
+        notes = [f"sized for {where}: weights {est.weights_gib:.2f} GiB and KV cache {est.kv_cache_gib:.2f} GiB "
+                 f"per GPU "
                  f"({est.kv_cache_tokens:,} tokens, {est.max_concurrency:.1f} requests of {est.max_model_len:,} tokens "
                  f"at once)"]
         if changes:

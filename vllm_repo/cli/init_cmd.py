@@ -16,10 +16,12 @@ def init_command(
     repo: Path = typer.Argument(..., help="Model repository directory (created if missing)."),
     model: str = typer.Option(..., "--model", "-m", help="Hugging Face repo id or local model directory."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name (its directory); defaults from --model."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24)."),
+    gpu: Optional[str] = typer.Option(
+        None, "--gpu", help="Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24)."),
     tp: Optional[int] = typer.Option(None, "--tp", help="tensor_parallel_size."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest prompt + completion in tokens."),
-    settings: List[str] = typer.Option([], "--set", help="Extra engine argument KEY=VALUE for model.json (repeatable)."),
+    settings: List[str] = typer.Option(
+        [], "--set", help="Extra engine argument KEY=VALUE for model.json (repeatable)."),
     loras: List[str] = typer.Option([], "--lora", help="LoRA adapter NAME=PATH for multi_lora.json (repeatable)."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to check settings against."),
     force: bool = typer.Option(False, "--force", help="Replace an existing model of that name."),
