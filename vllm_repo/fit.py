@@ -105,7 +105,8 @@ def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | Non
         # Nothing that fits: leave the sizes unset rather than write values known not to start.
         settings = {}
         why = est.error or "the estimate says vLLM would not start"
-        notes = [f"could not fit {model} on {where}: {why}; tensor_parallel_size, gpu_memory_utilization and "
+        available = f"{count} x {est.gpu}" if count else where
+        notes = [f"could not fit {model} on {available}: {why}; tensor_parallel_size, gpu_memory_utilization and "
                  "max_model_len are left unset",
                  *(f"try {r.setting}={r.value}: {r.reason}" for r in est.recommendations)]
     return settings, notes
