@@ -18,6 +18,7 @@ from vllm_repo.diagnostics import Diagnostic, Severity, display_path
 from vllm_repo.engine_args import VersionChoice, choose_schema_version, load_schema
 from vllm_repo.repository import ModelRepository, PathError, discover
 from vllm_repo.rules import CheckContext, Finding, Rule, all_rules
+from vllm_repo.settings import load_settings
 
 __all__ = ["PathError", "ValidationResult", "validate_paths"]
 
@@ -45,11 +46,22 @@ class ValidationResult(BaseModel):
 def validate_paths(paths: Sequence[str | Path], *, vllm_version: str | None = None, strict: bool = False,
                    gpu: str | None = None, num_gpus: int | None = None,
                    select: Sequence[str] | None = None, ignore: Sequence[str] | None = None) -> ValidationResult:
-    """Check model repositories, model directories or single files. Raises PathError for paths that name
-    nothing to check and ValueError for an unusable --vllm-version (both usage errors)."""
+    """Check model repositories, model directories or single files.
+
+    gpu, num_gpus and vllm_version default to the project's [tool.vllm-repo] settings (pyproject.toml or
+    .vllm-repo.toml above the first path). Raises PathError for paths that name nothing to check, and ValueError
+    (SettingsError, UnknownGpuError) for unusable settings: all usage errors."""
+    repositories = discover([Path(p) for p in paths])
+    settings = load_settings(Path(paths[0]) if paths else None)
+    vllm_version = vllm_version or settings.vllm_version
+    gpu = gpu if gpu is not None else settings.gpu_spec
+    num_gpus = num_gpus if num_gpus is not None else settings.num_gpus
+    if gpu is not None:
+        from vllm_repo.estimate import resolve_gpu
+
+        gpu = resolve_gpu(gpu)  # an unknown GPU name is a usage error, raised before any check runs
     choice = choose_schema_version(vllm_version)
     context = CheckContext(schema=load_schema(choice.schema_version), gpu=gpu, num_gpus=num_gpus)
-    repositories = discover([Path(p) for p in paths])
     rules = [r for r in all_rules() if _enabled(r.code, select, ignore)]
     diagnostics: list[Diagnostic] = []
     models: list[str] = []

@@ -52,7 +52,7 @@ def rule(code: str, name: str, severity: Severity, scope: str = "model") -> Call
 
 def all_rules() -> list[Rule]:
     # Importing the modules registers their rules; done once, here, so the file list is the rule list.
-    from vllm_repo.rules import config_pbtxt, cross_model, engine_args, hf_config, layout  # noqa: F401
+    from vllm_repo.rules import config_pbtxt, cross_model, engine_args, hf_config, layout, memory_fit  # noqa: F401
 
     return [RULES[code] for code in sorted(RULES)]
 
@@ -76,5 +76,5 @@ class CheckContext:
     """What every rule may consult besides the files: the chosen release's EngineArgs and the user's GPU."""
 
     schema: Any  # EngineArgsSchema
-    gpu: str | None = None
+    gpu: Any = None  # estimate.Gpu, when the user named one
     num_gpus: int | None = None

@@ -1,0 +1,52 @@
+"""VR601: validate runs the memory estimator when a GPU is known and the model's config.json is local."""
+
+import json
+
+from tests.validate.helpers import codes, only, run
+
+# Llama-3.1-8B's real architecture (config.json as published), without weights: the estimator derives the
+# parameter count from it.
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+            "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192}}
+
+
+def _model(tmp_path):
+    path = tmp_path / "weights" / "llama-8b"
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(LLAMA_8B))
+    return path
+
+
+def test_vr601_full_context_8b_does_not_fit_a_24gb_gpu(repo, tmp_path):
+    repo.model("llm", engine_args={"model": str(_model(tmp_path)), "max_model_len": 131072})
+    (d,) = only(run(repo.root, gpu="L4"), "VR601")
+    assert "KV cache" in d.message and "max_model_len" in (d.hint or "") + d.message
+
+
+def test_vr601_same_model_fits_an_h200_and_needs_a_gpu(repo, tmp_path):
+    repo.model("llm", engine_args={"model": str(_model(tmp_path)), "max_model_len": 131072})
+    assert "VR601" not in codes(run(repo.root, gpu="H200"))
+    assert "VR601" not in codes(run(repo.root))  # no GPU known: nothing to check against
+
+
+def test_vr601_gpu_from_project_settings(repo, tmp_path):
+    repo.model("llm", engine_args={"model": str(_model(tmp_path)), "max_model_len": 131072})
+    (tmp_path / ".vllm-repo.toml").write_text('gpu = "L4"\n')
+    assert "VR601" in codes(run(repo.root))
+
+
+def test_vr601_more_gpus_than_configured(repo, tmp_path):
+    repo.model("llm", engine_args={"model": str(_model(tmp_path)), "tensor_parallel_size": 4})
+    (d,) = only(run(repo.root, gpu="H100 80GB", num_gpus=2), "VR601")
+    assert "4 GPUs" in d.message
+
+
+def test_unknown_gpu_is_a_usage_error(repo):
+    import pytest
+
+    repo.model("llm")
+    with pytest.raises(ValueError, match="unknown GPU"):
+        run(repo.root, gpu="H2000")
