@@ -148,3 +148,10 @@ def test_gated_and_missing_repos_are_explained(hf_cache, monkeypatch):
         monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
         with pytest.raises(ModelFactsError, match=message):
             load_model_facts("org/model", offline=False)
+
+
+def test_config_without_a_decoder_shape_is_skipped(tmp_path):
+    d = tmp_path / "odd"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "whisper-ish", "d_model": 512}))
+    assert estimate_for_engine_args({"model": str(d)}, "L4") is None

@@ -20,7 +20,7 @@ def estimate(
     model: str = typer.Argument(..., help="Hugging Face repo id, local model directory, or a Triton model "
                                 "directory (its <version>/model.json supplies the settings)."),
     gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 "
-                            "(default: gpu in [tool.vllm-repo] / .vllm-repo.toml)."),
+                            "(default: gpu in \\[tool.vllm-repo] of pyproject.toml or .vllm-repo.toml)."),
     gpu_memory_gib: float = typer.Option(None, "--gpu-memory-gib", help="GPU memory in GiB, instead of --gpu."),
     num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available: bounds tensor_parallel_size x pipeline_parallel_size and the TP recommendation."),
     tp: int = typer.Option(None, "--tp", "--tensor-parallel-size", help="tensor_parallel_size."),

@@ -7,6 +7,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from vllm_repo.estimate.architecture import ArchitectureError
 from vllm_repo.estimate.gpus import CATALOG, Gpu, UnknownGpuError, find_gpu, resolve_gpu
 from vllm_repo.estimate.memory import EstimateError, MemoryEstimate, Recommendation, estimate
 from vllm_repo.estimate.model_facts import (ModelFacts, ModelFactsError, ModelNotAvailableOffline,
@@ -108,7 +109,8 @@ def estimate_for_engine_args(engine_args: dict[str, Any], gpu: "str | float | Gp
         return None
     try:
         facts = load_model_facts(model, offline=offline, revision=engine_args.get("revision"), base=base)
-    except ModelFactsError:
+        facts.arch.num_heads, facts.arch.num_layers, facts.arch.hidden_size  # noqa: B018 - shape readable?
+    except (ModelFactsError, ArchitectureError):
         return None
     return estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)
 
