@@ -51,7 +51,6 @@ def validate_paths(paths: Sequence[str | Path], *, vllm_version: str | None = No
     gpu, num_gpus and vllm_version default to the project's [tool.vllm-repo] settings (pyproject.toml or
     .vllm-repo.toml above the first path). Raises PathError for paths that name nothing to check, and ValueError
     (SettingsError, UnknownGpuError) for unusable settings: all usage errors."""
-    repositories = discover([Path(p) for p in paths])
     settings = load_settings(Path(paths[0]) if paths else None)
     vllm_version = vllm_version or settings.vllm_version
     gpu = gpu if gpu is not None else settings.gpu_spec
@@ -62,6 +61,7 @@ def validate_paths(paths: Sequence[str | Path], *, vllm_version: str | None = No
         gpu = resolve_gpu(gpu)  # an unknown GPU name is a usage error, raised before any check runs
     choice = choose_schema_version(vllm_version)
     context = CheckContext(schema=load_schema(choice.schema_version), gpu=gpu, num_gpus=num_gpus)
+    repositories = discover([Path(p) for p in paths])
     rules = [r for r in all_rules() if _enabled(r.code, select, ignore)]
     diagnostics: list[Diagnostic] = []
     models: list[str] = []
