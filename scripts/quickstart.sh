@@ -57,6 +57,7 @@ for _ in $(seq 1 600); do
     exit 1
   fi
   if python3 -c "import urllib.request,sys; urllib.request.urlopen('$url/v2/health/ready', timeout=2)" 2>/dev/null; then
+    sleep 1  # let launch print its endpoints first
     break
   fi
   sleep 1
