@@ -31,9 +31,9 @@ from vllm_repo.validate import PathError, ValidationResult, validate_paths
 VERSION = "0.32.0"
 SCHEMA = load_schema(VERSION)
 KEYS = sorted(SCHEMA.fields)
-REALWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "realworld_repos"
-if not REALWORLD.is_dir():
-    REALWORLD = Path("/work/shared/data/realworld_repos")
+# Real model repositories to mutate, when present (the same collection the real-world test reads).
+REALWORLD = Path(os.environ.get("VLLM_REPO_REALWORLD_REPOS")
+                 or Path(__file__).resolve().parents[3] / "shared" / "data" / "realworld_repos")
 
 # VLLM_REPO_FUZZ_SCALE=10 for a longer hunt; the default keeps this file at about a minute.
 SCALE = float(os.environ.get("VLLM_REPO_FUZZ_SCALE", "1"))
