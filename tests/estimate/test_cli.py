@@ -111,3 +111,11 @@ def test_estimate_imports_neither_vllm_nor_torch():
             "bad = [m for m in ('torch', 'vllm') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_gpus_lists_the_catalog():
+    r = subprocess.run([sys.executable, "-m", "vllm_repo", "gpus"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("H200") and "139.80 GiB" in line for line in lines)
+    assert any(line.startswith("L4 ") and "approximate" in line for line in lines)

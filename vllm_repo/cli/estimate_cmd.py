@@ -90,3 +90,13 @@ def estimate(
             typer.echo(f"settings from {target.model_json}")
         typer.echo(render(result))
     raise typer.Exit(0 if result.fits else 1)
+
+
+@app.command("gpus")
+def list_gpus() -> None:
+    """List the GPUs `estimate --gpu` knows, with the memory vLLM sees on each."""
+    from vllm_repo.estimate.gpus import CATALOG
+
+    for gpu in CATALOG:
+        how = "measured" if gpu.measured else "nvidia-smi less the usual runtime gap (approximate)"
+        typer.echo(f"{gpu.name:<14} {gpu.total_gib:>7.2f} GiB  {how}; {gpu.source}")
