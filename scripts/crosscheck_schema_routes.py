@@ -16,6 +16,7 @@ difference in names, types or defaults.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -48,6 +49,12 @@ def compare(real: dict[str, Any], wheel: dict[str, Any]) -> dict[str, Any]:
         "differences": {key: len(found) for key, found in diffs.items()},
         "details": {key: found for key, found in diffs.items() if found},
     }
+
+
+def digest(document: dict[str, Any]) -> str:
+    """A fingerprint of names, types and defaults, to tie a bundled file to the comparison made here."""
+    core = {name: [spec["types"], spec["default"]] for name, spec in document["fields"].items()}
+    return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()
 
 
 def faithful(entry: dict[str, Any]) -> bool:
@@ -86,6 +93,8 @@ def main() -> int:
         entry = compare(real, wheel)
         entry["import_source"] = real.get("source_detail")
         entry["wheel_source"] = wheel.get("source_detail")
+        entry["import_digest"] = digest(real)
+        entry["wheel_digest"] = digest(wheel)
         entry["faithful"] = faithful(entry)
         ok &= entry["faithful"]
         results["releases"][version] = entry

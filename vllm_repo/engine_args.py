@@ -7,17 +7,26 @@ The files under ``schemas/engine_args/vllm-<version>.json`` are generated from t
       "format": 1,
       "vllm_version": "0.32.0",
       "source": "import" | "wheel",      # how the file was produced (see the README)
+      "source_detail": "...",            # optional: the wheel or installed package, and the libraries used
+      "compat": ["..."],                 # optional: library shims the wheel route applied (vllm_repo/schema_gen.py)
       "fields": {
         "<name>": {
           "types": ["integer", "null"],  # JSON types a model.json value may take
           "default": <json value or null>,
-          "choices": [...] | null,       # allowed values, when vLLM declares them
+          "choices": [...] | null,       # allowed values, when vLLM declares them (never null itself: a null
+                                         # value is allowed exactly when "null" is in types)
           "help": "..." | null,
           "deprecated": false,
-          "flag": "--name" | null         # CLI flag, null for fields with no flag
+          "flag": "--name" | null,        # CLI flag, null for fields with no flag
+          "default_repr": "...",          # optional: the default when it has no JSON form ("CompilationConfig()");
+                                         # "default" is then null
+          "suggestions": [...],           # optional: documented values of a field that also takes any string
+          "deprecation": "..."            # optional: vLLM's deprecation message for the field
         }, ...
       }
     }
+
+Beside the files, ``index.json`` holds the key history over all bundled releases (vllm_repo/key_history.py).
 """
 
 from __future__ import annotations

@@ -58,7 +58,6 @@ CURATED: dict[str, Replacement] = {
     "override_pooler_config": Replacement("pooler_config"),
     "disable_mm_preprocessor_cache": Replacement("mm_processor_cache_gb", "0 disables the cache"),
     "cuda_graph_sizes": Replacement("cudagraph_capture_sizes"),
-    "max_seq_len_to_capture": Replacement("max_cudagraph_capture_size"),
     "rope_scaling": Replacement("hf_overrides", '{"rope_scaling": ...}'),
     "rope_theta": Replacement("hf_overrides", '{"rope_theta": ...}'),
     "log_config_file": Replacement("logging_config", '{"pylogging_config_file": ...}'),

@@ -73,6 +73,14 @@ def _is_mapping_class(tp: Any) -> bool:
     return hasattr(tp, "model_fields") or hasattr(tp, "__pydantic_fields__")
 
 
+def enum_json_value(member: enum.Enum) -> Any:
+    """How model.json names an enum member. A str/int enum member equals its value, so the value is what JSON holds;
+    vLLM converts other enums from strings by member name (``AttentionBackendEnum[name.upper()]``)."""
+    if isinstance(member, (str, int)):
+        return member.value
+    return member.name
+
+
 def _literal_json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -124,7 +132,7 @@ def type_info(tp: Any) -> TypeInfo:
     if origin is typing.Literal:
         for value in args:
             if isinstance(value, enum.Enum):
-                value = value.value
+                value = enum_json_value(value)
             info.types.add(_literal_json_type(value))
             if value is not None:
                 info.literals.append(value)
@@ -177,8 +185,9 @@ def type_info(tp: Any) -> TypeInfo:
         info.types.add("object")
     elif isinstance(tp, type) and issubclass(tp, enum.Enum):
         for member in tp:
-            info.types.add(_literal_json_type(member.value))
-            info.literals.append(member.value)
+            value = enum_json_value(member)
+            info.types.add(_literal_json_type(value))
+            info.literals.append(value)
     elif isinstance(tp, type) and issubclass(tp, bool):
         info.types.add("boolean")
     elif isinstance(tp, type) and issubclass(tp, int):
@@ -325,7 +334,7 @@ def _to_json(value: Any) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, enum.Enum):
-        return _to_json(value.value)
+        return _to_json(enum_json_value(value))
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -640,7 +649,8 @@ def generate() -> dict[str, Any]:
         elif info.literals:
             suggestions = list(info.literals)
         if choices is not None:
-            choices = [_to_json(c) if not isinstance(c, enum.Enum) else _to_json(c.value) for c in choices]
+            choices = [_to_json(enum_json_value(c) if isinstance(c, enum.Enum) else c) for c in choices]
+            choices = [c for c in choices if c is not None] or None
 
         help_text = clean_help(action.help if action is not None else attr_docs.get(field.name), extra_cli_only)
         if help_text is None and action is None:

@@ -69,9 +69,16 @@ def test_literal_is_a_closed_choice_unless_any_string_is_allowed() -> None:
     assert numbers.types == {"integer", "null"} and numbers.literals == [1, 2]
 
 
-def test_enum_gives_its_values_as_choices() -> None:
-    info = type_info(_Color)
-    assert info.types == {"string"} and info.literals == ["red", "blue"]
+class _Mode(str, enum.Enum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+def test_enums_give_what_model_json_writes_as_choices() -> None:
+    # vLLM turns a string into a plain Enum by member name; a str enum member is its value.
+    assert type_info(_Color).literals == ["RED", "BLUE"]
+    assert type_info(_Mode).literals == ["fast", "slow"]
+    assert type_info(_Mode | None).types == {"string", "null"}
 
 
 def test_class_objects_are_not_json() -> None:
@@ -97,7 +104,8 @@ def test_annotation_text_resolves_names_in_the_module_namespace() -> None:
 
 
 def test_defaults_become_json_or_a_description() -> None:
-    assert to_json_value(_Color.RED) == ("red", None)
+    assert to_json_value(_Color.RED) == ("RED", None)
+    assert to_json_value(_Mode.SLOW) == ("slow", None)
     assert to_json_value({"b", "a"}) == (["a", "b"], None)
     assert to_json_value((1, 2.5, None)) == ([1, 2.5, None], None)
     assert to_json_value(Path("/models/x")) == ("/models/x", None)
@@ -106,7 +114,7 @@ def test_defaults_become_json_or_a_description() -> None:
     assert value is None and described == "inf"
     value, described = to_json_value(_Config)
     assert value is None and described.endswith("_Config")
-    json.dumps([to_json_value(v)[0] for v in (_Color.BLUE, {1: "x"}, [_Color.RED])])
+    json.dumps([to_json_value(v)[0] for v in (_Color.BLUE, {1: "x"}, [_Mode.FAST])])
 
 
 def test_deprecation_is_read_from_help_without_false_alarms() -> None:
