@@ -1,0 +1,54 @@
+"""The README's Quickstart as a new user runs it: scripts/quickstart.sh in a fresh copy of the project."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+from tests.serve.conftest import NEEDS_SERVING, ROOT
+
+pytestmark = [NEEDS_SERVING, pytest.mark.e2e, pytest.mark.slow]
+
+
+def _free() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fresh_copy(dest):
+    """The project's files as a clone would have them (tracked and new, not ignored: no .venv, no caches)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        source = ROOT / rel
+        if source.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
+    return dest
+
+
+def test_quickstart_runs_end_to_end_from_a_fresh_copy(tmp_path):
+    project = fresh_copy(tmp_path / "vllm-repo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_REPO_", "VIRTUAL_ENV"))}
+    # The caches (serving venv, Triton files) are shared with the test run; everything else is the new user's.
+    if "VLLM_REPO_CACHE" in os.environ:
+        env["VLLM_REPO_CACHE"] = os.environ["VLLM_REPO_CACHE"]
+    env.update(QUICKSTART_HTTP_PORT=str(_free()), QUICKSTART_GRPC_PORT=str(_free()),
+               QUICKSTART_METRICS_PORT=str(_free()))
+    done = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=1200, start_new_session=True)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    for step in ("vllm-repo init", "vllm-repo validate", "vllm-repo launch", "vllm-repo infer", "stop"):
+        assert step in log
+    assert "created model 'tiny'" in log
+    assert "0 error(s)" in log and "fits: yes" in log
+    assert "Triton is ready" in log
+    assert "finish_reason=length input_tokens=" in log and "output_tokens=48" in log
+    assert "stopped (" in log
+    assert (project / "quickstart" / "model_repository" / "tiny" / "1" / "model.json").is_file()
