@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -34,27 +35,31 @@ class DockerError(Exception):
 
 @dataclasses.dataclass
 class DockerPlan:
-    argv: list[str]
+    options: list[str]  # docker run's own options, "-x value" pairs kept together
+    image: str
+    server_args: list[str]  # tritonserver and its flags
     match: Match
     container_name: str
     notes: list[str]
 
+    @property
+    def argv(self) -> list[str]:
+        return ["docker", "run", *self.options, self.image, *self.server_args]
+
     def shell_command(self) -> str:
-        """The command as a copy-pasteable shell line, one option per line."""
-        parts: list[str] = []
-        args = self.argv[:]
-        # Keep "-x value" pairs on one line.
-        i = 0
-        while i < len(args):
-            arg = args[i]
-            if arg.startswith("-") and "=" not in arg and i + 1 < len(args) and not args[i + 1].startswith("-") \
-                    and arg not in ("--rm", "-it", "--init"):
-                parts.append(f"{shlex.quote(arg)} {shlex.quote(args[i + 1])}")
-                i += 2
+        """The command as a copy-pasteable shell line: one docker option per line, then the image, then the server
+        command."""
+        lines, opts = ["docker run"], self.options[:]
+        while opts:
+            arg = opts.pop(0)
+            if arg in ("-p", "-v", "-e", "--name", "--gpus") and opts:
+                arg = f"{arg} {shlex.quote(opts.pop(0))}"
             else:
-                parts.append(shlex.quote(arg))
-                i += 1
-        return " \\\n  ".join(parts)
+                arg = shlex.quote(arg)
+            lines.append(f"  {arg}")
+        lines.append(f"  {self.image}")
+        lines.append("  " + " ".join(shlex.quote(a) for a in self.server_args))
+        return " \\\n".join(lines)
 
 
 def _local_paths(repository: Path) -> list[Path]:
@@ -94,22 +99,24 @@ def docker_plan(
         match = container_for_vllm(wanted)
     except ValueError as exc:
         raise DockerError(str(exc)) from exc
-    notes = [f"container {match.release.image}: {match.reason}" +
-             ("" if vllm_version else f" (vLLM {wanted} from the installed package)" if wanted else "")]
-    name = f"vllm-repo-{os.getpid()}"
-    argv = ["docker", "run", "--rm", "--init", "--name", name, "--gpus", "all", f"--shm-size={SHM_SIZE}",
-            "-p", f"{host}:{http_port}:{http_port}", "-p", f"{host}:{grpc_port}:{grpc_port}",
-            "-p", f"{host}:{metrics_port}:{metrics_port}",
-            "-v", f"{repo}:{CONTAINER_REPOSITORY}:ro"]
+    origin = "" if vllm_version else (f" (vLLM {wanted} is installed here)" if wanted else
+                                      "; pass --vllm-version X to pick the container for your vLLM")
+    notes = [f"container {match.release.image}: {match.reason}{origin}"]
+    name = "vllm-repo-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", repo.name).strip("-.") or "server")
+    options = ["--rm", "--init", "--name", name, "--gpus", "all", f"--shm-size={SHM_SIZE}",
+               "-p", f"{host}:{http_port}:{http_port}", "-p", f"{host}:{grpc_port}:{grpc_port}",
+               "-p", f"{host}:{metrics_port}:{metrics_port}",
+               "-v", f"{repo}:{CONTAINER_REPOSITORY}:ro"]
     for path in _local_paths(repo):
-        argv += ["-v", f"{path}:{path}:ro"]
+        options += ["-v", f"{path}:{path}:ro"]
     hf_cache = hf_cache or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    argv += ["-v", f"{hf_cache}:/root/.cache/huggingface"]
+    options += ["-v", f"{hf_cache}:/root/.cache/huggingface"]
     if os.environ.get("HF_TOKEN"):
-        argv += ["-e", "HF_TOKEN"]  # passed by name: the token never appears on the command line
-    argv += [match.release.image, "tritonserver", f"--model-repository={CONTAINER_REPOSITORY}",
-             f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
-    return DockerPlan(argv=argv, match=match, container_name=name, notes=notes)
+        options += ["-e", "HF_TOKEN"]  # passed by name: the token never appears on the command line
+    server_args = ["tritonserver", f"--model-repository={CONTAINER_REPOSITORY}", f"--http-port={http_port}",
+                   f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
+    return DockerPlan(options=options, image=match.release.image, server_args=server_args, match=match,
+                      container_name=name, notes=notes)
 
 
 def run_docker(plan: DockerPlan) -> int:

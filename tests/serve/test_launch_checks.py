@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -158,6 +159,8 @@ def test_docker_plan_runs_nothing_and_quotes_paths(tmp_path, hf_model):
     plan = docker_plan(repo, vllm_version="0.11.0")
     assert plan.argv[:2] == ["docker", "run"]
     assert f"'{repo.resolve()}:/models:ro'" in plan.shell_command()
+    # What is printed is what would run: the shell reads it back into the same argument list.
+    assert shlex.split(plan.shell_command().replace("\\\n", " ")) == plan.argv
 
 
 def test_find_server_prefers_an_explicit_binary_then_path(tmp_path, monkeypatch):
