@@ -3,7 +3,7 @@ bench/data/h200_calibration.json, and show how the model reproduces each run.
 
     python bench/calibrate.py
 
-Activation (eager runs): least squares of  peak = C0 + tokens * (A * hidden + B * intermediate)  in bytes (bf16).
+Activation (eager Model Runner V2 runs): least squares of  peak = C0 + tokens * (A * hidden + B * intermediate)  in bytes (bf16).
 CUDA graphs: mean MiB per (captured graph x decoder layer) after the largest batch's activations.
 """
 
@@ -41,13 +41,28 @@ def _solve(rows: list[list[float]], values: list[float]) -> list[float]:
 def fit_activation(doc: dict) -> tuple[float, float, float]:
     rows, values = [], []
     for run in doc["runs"]:
-        if run["engine_kwargs"].get("enforce_eager"):
+        if run["engine_kwargs"].get("enforce_eager") and run["model_runner"] == "v2":
             cfg = doc["model_configs"][run["preset"]]
             tokens = run["max_num_batched_tokens"]
             rows.append([1.0, tokens * cfg["hidden_size"] / GiB, tokens * cfg["intermediate_size"] / GiB])
             values.append(run["activation_gib"])
     c0, a, b = _solve(rows, values)
     return c0, a, b
+
+
+def fit_sampler(doc: dict) -> float:
+    """Bytes per logit of the sampler's profile run on Model Runner V1 (PyTorch top-k/top-p), where it sets the
+    peak: what is left after the base and the forward's hidden states, over rows x vocabulary."""
+    c0, _, _ = fit_activation(doc)
+    per = []
+    for run in doc["runs"]:
+        if run["model_runner"] == "v1" and run["engine_kwargs"].get("enforce_eager"):
+            cfg = doc["model_configs"][run["preset"]]
+            tokens = run["max_num_batched_tokens"]
+            rows = min(run["max_num_seqs"], tokens)
+            rest = (run["activation_gib"] - c0) * GiB - tokens * cfg["hidden_size"] * 2
+            per.append(rest / (rows * cfg["vocab_size"]))
+    return sum(per) / len(per)
 
 
 def fit_cudagraph(doc: dict) -> float:
@@ -69,6 +84,7 @@ def main() -> int:
     doc = load()
     c0, a, b = fit_activation(doc)
     print(f"activation: C0 = {c0:.4f} GiB, A = {a:.2f} bytes/hidden, B = {b:.2f} bytes/intermediate (per token)")
+    print(f"sampler (Model Runner V1): {fit_sampler(doc):.1f} bytes per logit")
     print(f"CUDA graphs: {fit_cudagraph(doc):.3f} MiB per graph per layer")
     from vllm_repo.estimate import estimate_model
     from vllm_repo.estimate.model_facts import ModelFacts
@@ -80,7 +96,7 @@ def main() -> int:
         facts = ModelFacts(run["preset"], cfg, "calibration", None, from_config(cfg))
         kw = dict(run["engine_kwargs"])
         est = estimate_model(run["preset"], "H200", vllm_version=doc["vllm_version"], facts=facts,
-                             usage_context=run["usage_context"], **kw)
+                             usage_context=run["usage_context"], model_runner_v2=run["model_runner"] == "v2", **kw)
         print(f"{run['name']:<24} {run['activation_gib']:>8.2f} {est.activation_gib:>6.2f} "
               f"{run['available_kv_gib']:>8.2f} {est.kv_cache_gib:>8.2f} {run['kv_cache_tokens']:>9} "
               f"{est.kv_cache_tokens:>9}")

@@ -111,7 +111,8 @@ def test_reproduces_the_h200_measurements():
         cfg = doc["model_configs"][r["preset"]]
         est = estimate_model(r["preset"], "H200", vllm_version="0.26.0",
                              facts=ModelFacts(r["preset"], cfg, "t", None, from_config(cfg)),
-                             usage_context=r["usage_context"], **r["engine_kwargs"])
+                             usage_context=r["usage_context"], model_runner_v2=r["model_runner"] == "v2",
+                             **r["engine_kwargs"])
         assert est.activation_gib == pytest.approx(r["activation_gib"], abs=0.03), r["name"]
         # Qwen2 models load 0.1 GiB more than their parameters in 0.26 (Llama: exactly its parameters)
         assert est.weights_gib == pytest.approx(r["weights_gib"], abs=0.12), r["name"]
@@ -130,6 +131,15 @@ def test_constants_are_the_fit_of_the_recorded_runs():
     assert activation.ACTIVATION_BYTES_PER_HIDDEN == pytest.approx(a, abs=0.01)
     assert activation.ACTIVATION_BYTES_PER_INTERMEDIATE == pytest.approx(b, abs=0.01)
     assert activation.CUDAGRAPH_MIB_PER_LAYER_GRAPH == pytest.approx(calibrate.fit_cudagraph(doc), abs=0.005)
+    assert activation.SAMPLER_BYTES_PER_LOGIT_SORTING == pytest.approx(calibrate.fit_sampler(doc), abs=0.1)
+
+
+def test_model_runner_v1_sampler_sets_the_peak_with_many_rows():
+    v1 = run("llama-3.1-8b", gpu="H200", usage_context="server", max_model_len=8192, enforce_eager=True,
+             model_runner_v2=False)
+    v2 = run("llama-3.1-8b", gpu="H200", usage_context="server", max_model_len=8192, enforce_eager=True)
+    assert v1.activation_gib > 2 * v2.activation_gib
+    assert any("sampler" in n for n in v1.notes)
 
 
 def test_gpu_catalog_runtime_totals():

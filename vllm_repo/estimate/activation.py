@@ -18,11 +18,12 @@ from vllm_repo.estimate.gpus import GiB, MiB
 ACTIVATION_BASE_GIB = 0.0296
 ACTIVATION_BYTES_PER_HIDDEN = 2.08
 ACTIVATION_BYTES_PER_INTERMEDIATE = 7.14
-# Sampler cost per logit (rows x vocabulary). The V0 engine and the V1 model runner profile the PyTorch top-k/top-p
-# path (top_k = vocab - 1, top_p < 1), which holds fp32 logits, a sorted copy, int64 sort indices, softmax and
-# cumulative sums at once: ~24 bytes a logit. Model Runner V2's sampler stayed below the forward peak in every
-# H200 run, which bounds it to <= 3.7 bytes a logit; 2 (the bf16 logits) is used.
-SAMPLER_BYTES_PER_LOGIT_SORTING = 24
+# Sampler cost per logit (rows x vocabulary). The V0 engine and Model Runner V1 profile PyTorch's top-k/top-p
+# path (top_k = vocab - 1, top_p < 1: fp32 logits, a sorted copy with its indices, softmax, cumulative sums):
+# 14.7 bytes a logit measured on vLLM 0.26.0 with Model Runner V1 (Llama-3-8B, 1024 rows: 1.89 GiB peak where
+# V2 peaked at 0.88). Model Runner V2's sampler stayed below the forward peak in every run, which bounds it to
+# <= 3.7 bytes a logit; 2 (the bf16 logits) is used.
+SAMPLER_BYTES_PER_LOGIT_SORTING = 14.7
 SAMPLER_BYTES_PER_LOGIT_V2 = 2
 # Model Runner V2 with torch.compile: the compiled profile run never peaked below ~1 GiB (1.01 GiB measured for
 # Llama-3-8B at 2048 tokens where eager peaked at 0.24; 1.04 GiB in a public 0.26.0 log of a 7B model).

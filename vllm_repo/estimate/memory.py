@@ -87,7 +87,8 @@ def estimate(facts: ModelFacts, gpu: Gpu, release: Release, *, release_reason: s
              dtype: str | None = None, quantization: str | None = None, kv_cache_dtype: str | None = None,
              enforce_eager: bool = False, usage_context: str = "engine", block_size: int | None = None,
              enable_chunked_prefill: bool | None = None, enable_expert_parallel: bool = False,
-             kv_cache_memory_bytes: int | None = None) -> MemoryEstimate:
+             kv_cache_memory_bytes: int | None = None, model_runner_v2: bool | None = None) -> MemoryEstimate:
+    """model_runner_v2: force Model Runner V2 on or off (VLLM_USE_V2_MODEL_RUNNER); default: the release's choice."""
     arch = facts.arch
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     if tp < 1 or pp < 1:
@@ -120,7 +121,8 @@ def estimate(facts: ModelFacts, gpu: Gpu, release: Release, *, release_reason: s
     if weights.note:
         notes.append(weights.note)
 
-    runner_v2 = release.uses_model_runner_v2(is_moe=arch.is_moe, is_hybrid=arch.is_hybrid)
+    runner_v2 = release.uses_model_runner_v2(is_moe=arch.is_moe, is_hybrid=arch.is_hybrid) \
+        if model_runner_v2 is None else model_runner_v2
     cg_subtracted = (not release.v0_engine and release.cudagraph_estimate_subtracted
                      and (not runner_v2 or release.model_runner_v2_profiles_cudagraphs))
     terms = activation.profile_terms(arch, max_num_batched_tokens=tokens, max_num_seqs=seqs, tp=tp,
