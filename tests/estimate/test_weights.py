@@ -40,6 +40,19 @@ def test_sharded_checkpoint_read_through_the_index(tmp_path, tiny_llama):
     assert load_model_facts(str(d), offline=True).weights.total_bytes == a + b
 
 
+def test_partial_download_falls_back_to_the_index_total(tmp_path, tiny_llama):
+    d = tmp_path / "partial"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(tiny_llama))
+    tensors = list(llama_tensors(tiny_llama).items())
+    write_safetensors(d / "model-00001-of-00002.safetensors", dict(tensors[:3]))
+    weight_map = {n: f"model-0000{1 + (i >= 3)}-of-00002.safetensors" for i, (n, _) in enumerate(tensors)}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 987654},
+                                                                "weight_map": weight_map}))
+    weights = load_model_facts(str(d), offline=True).weights
+    assert (weights.source, weights.total_bytes) == ("index total_size", 987654)
+
+
 def test_index_total_without_shards(tmp_path, tiny_llama):
     d = model_dir(tmp_path, tiny_llama, weights=False)
     (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456789},

@@ -109,8 +109,8 @@ def _weight_files(directory: Path) -> list[Path]:
         except ValueError:
             names = []
         files = [directory / n for n in names if (directory / n).is_file()]
-        if files and len(files) == len(names):
-            return files
+        # Some shards missing (a partial download): the index total is the better figure.
+        return files if names and len(files) == len(names) else []
     files = sorted(directory.glob("model*.safetensors")) or sorted(directory.glob("*.safetensors"))
     # Mistral repos ship consolidated.safetensors beside the HF shards: count the weights once.
     if len(files) > 1:
