@@ -61,13 +61,18 @@ CURATED: dict[str, Replacement] = {
     "rope_scaling": Replacement("hf_overrides", '{"rope_scaling": ...}'),
     "rope_theta": Replacement("hf_overrides", '{"rope_theta": ...}'),
     "log_config_file": Replacement("logging_config", '{"pylogging_config_file": ...}'),
+    "num_redundant_experts": Replacement("eplb_config", '{"num_redundant_experts": ...}'),
+    "eplb_window_size": Replacement("eplb_config", '{"window_size": ...}'),
+    "eplb_step_interval": Replacement("eplb_config", '{"step_interval": ...}'),
+    "eplb_log_balancedness": Replacement("eplb_config", '{"log_balancedness": ...}'),
+    "enable_multimodal_encoder_data_parallel": Replacement("mm_encoder_tp_mode", 'set it to "data"'),
     "dcp_kv_cache_interleave_size": Replacement("cp_kv_cache_interleave_size"),
 }
 
 # In help and deprecation texts: "... replaced by `x`", "Use --x-y instead", "in favor of x".
 _HINT_PATTERNS = (
     re.compile(r"replaced (?:by|with) [`'\"]?(?:--)?([a-z][a-z0-9_\-.]*)", re.IGNORECASE),
-    re.compile(r"\buse [`'\"]?--?([a-z][a-z0-9_\-.]*)[`'\"]? instead", re.IGNORECASE),
+    re.compile(r"\buse [`'\"]?(?:--)?([a-z][a-z0-9_\-.]*)[`'\"]? instead", re.IGNORECASE),
     re.compile(r"\bplease use [`'\"]?(?:--)?([a-z][a-z0-9_\-.]*)", re.IGNORECASE),
     re.compile(r"in favou?r of [`'\"]?(?:--)?([a-z][a-z0-9_\-.]*)", re.IGNORECASE),
     re.compile(r"\buse [`'\"]?--([a-z][a-z0-9_\-.]*)", re.IGNORECASE),
