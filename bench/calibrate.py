@@ -3,7 +3,8 @@ bench/data/h200_calibration.json, and show how the model reproduces each run.
 
     python bench/calibrate.py
 
-Activation (eager Model Runner V2 runs): least squares of  peak = C0 + tokens * (A * hidden + B * intermediate)  in bytes (bf16).
+Activation (eager Model Runner V2 runs): least squares of
+    peak = C0 + tokens * (A * hidden + B * intermediate)   in bytes (bf16).
 CUDA graphs: mean MiB per (captured graph x decoder layer) after the largest batch's activations.
 """
 
@@ -26,11 +27,11 @@ def load() -> dict:
 def _solve(rows: list[list[float]], values: list[float]) -> list[float]:
     n = len(rows[0])
     m = [[sum(r[i] * r[j] for r in rows) for j in range(n)] for i in range(n)]
-    v = [sum(r[i] * y for r, y in zip(rows, values)) for i in range(n)]
+    v = [sum(r[i] * y for r, y in zip(rows, values, strict=True)) for i in range(n)]
     for i in range(n):
         for j in range(i + 1, n):
             f = m[j][i] / m[i][i]
-            m[j] = [a - f * b for a, b in zip(m[j], m[i])]
+            m[j] = [a - f * b for a, b in zip(m[j], m[i], strict=True)]
             v[j] -= f * v[i]
     x = [0.0] * n
     for i in reversed(range(n)):

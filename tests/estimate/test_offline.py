@@ -118,8 +118,8 @@ def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, monkey
     def metadata(repo_id, revision=None, token=None):
         calls.append((repo_id, "safetensors", token))
         files = {"model.safetensors": SafetensorsFileMetadata(metadata={}, tensors=tensors)}
-        return SafetensorsRepoMetadata(metadata=None, sharded=False, weight_map={n: "model.safetensors" for n in tensors},
-                                       files_metadata=files)
+        return SafetensorsRepoMetadata(metadata=None, sharded=False, files_metadata=files,
+                                       weight_map={n: "model.safetensors" for n in tensors})
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", metadata)

@@ -22,7 +22,8 @@ def estimate(
     gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 "
                             "(default: gpu in \\[tool.vllm-repo] of pyproject.toml or .vllm-repo.toml)."),
     gpu_memory_gib: float = typer.Option(None, "--gpu-memory-gib", help="GPU memory in GiB, instead of --gpu."),
-    num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available: bounds tensor_parallel_size x pipeline_parallel_size and the TP recommendation."),
+    num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available: bounds tensor_parallel_size x "
+                                 "pipeline_parallel_size and the TP recommendation."),
     tp: int = typer.Option(None, "--tp", "--tensor-parallel-size", help="tensor_parallel_size."),
     pp: int = typer.Option(None, "--pp", "--pipeline-parallel-size", help="pipeline_parallel_size."),
     gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization",

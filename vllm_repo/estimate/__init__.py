@@ -109,7 +109,7 @@ def estimate_for_engine_args(engine_args: dict[str, Any], gpu: "str | float | Gp
         return None
     try:
         facts = load_model_facts(model, offline=offline, revision=engine_args.get("revision"), base=base)
-        facts.arch.num_heads, facts.arch.num_layers, facts.arch.hidden_size  # noqa: B018 - shape readable?
+        facts.arch.check_decoder_shape()
     except (ModelFactsError, ArchitectureError):
         return None
     return estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)

@@ -105,6 +105,11 @@ class Architecture:
         value = self.config.get("torch_dtype") or self.config.get("dtype") or self.full_config.get("torch_dtype")
         return str(value) if value else None
 
+    def check_decoder_shape(self) -> None:
+        """Raises ArchitectureError unless the config describes a decoder the estimate can size."""
+        if min(self.hidden_size, self.num_layers, self.num_heads) <= 0:
+            raise ArchitectureError("config.json describes no decoder layers")
+
     # --- MLP / MoE ------------------------------------------------------------------------------------------
     @property
     def intermediate_size(self) -> int:

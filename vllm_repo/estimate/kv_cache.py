@@ -160,7 +160,7 @@ def layout(specs: list[LayerKV], *, max_model_len: int, max_num_batched_tokens: 
     bytes_per_block = page * group_size
     blocks = 0
     needed = 0
-    for (kind, _, _), layers in kinds.items():
+    for layers in kinds.values():
         n_groups = cdiv(len(layers), group_size)
         need = block_need(layers[0])
         blocks += n_groups * need

@@ -23,7 +23,8 @@ def render(est: MemoryEstimate) -> str:
         f"  - weights                         {est.weights_gib:>9.2f}{_mark(est, 'weights')}",
         f"  - activation peak                 {est.activation_gib:>9.2f}{_mark(est, 'activation')}",
         f"  - non-torch                       {est.non_torch_gib:>9.2f}{_mark(est, 'non_torch')}",
-        f"  - CUDA graphs (budgeted)          {est.cudagraph_gib:>9.2f}{_mark(est, 'cudagraph') if est.cudagraph_gib else ''}",
+        f"  - CUDA graphs (budgeted)          {est.cudagraph_gib:>9.2f}"
+        f"{_mark(est, 'cudagraph') if est.cudagraph_gib else ''}",
         f"  = KV cache                        {est.kv_cache_gib:>9.2f}{_mark(est, 'kv_cache')}",
     ]
     if est.cudagraph_capture_gib and not est.cudagraph_gib:
