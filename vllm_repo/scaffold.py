@@ -239,13 +239,38 @@ def render_config(name: str, model: str, engine_args: dict[str, Any]) -> str:
     )
 
 
-def render_engine_args(model: str, plan: EnginePlan, settings: dict[str, Any], loras: dict[str, str]) -> dict:
+def lora_rank_setting(loras: dict[str, str], vllm_version: str | None = None) -> int | None:
+    """max_lora_rank for the adapters, when one of them has a rank above vLLM's default (which fails at load):
+    the smallest rank vLLM accepts that holds the largest adapter's ``r`` (from its adapter_config.json)."""
+    ranks = []
+    for path in loras.values():
+        try:
+            ranks.append(int(json.loads((Path(path) / "adapter_config.json").read_text(encoding="utf-8"))["r"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not ranks:
+        return None
+    from vllm_repo.engine_args import choose_schema_version, load_schema
+
+    field_ = load_schema(choose_schema_version(vllm_version).schema_version).get("max_lora_rank")
+    default = field_.default if field_ is not None and isinstance(field_.default, int) else 16
+    if max(ranks) <= default:
+        return None
+    choices = sorted(c for c in (field_.choices or []) if isinstance(c, int)) if field_ is not None else []
+    return next((c for c in choices if c >= max(ranks)), max(ranks))
+
+
+def render_engine_args(model: str, plan: EnginePlan, settings: dict[str, Any], loras: dict[str, str],
+                       vllm_version: str | None = None) -> dict:
     engine_args = json.loads(_template("model.json"))
     engine_args["model"] = model
     engine_args.update(plan.settings)
     if loras:
         engine_args["enable_lora"] = True
         engine_args.setdefault("max_loras", len(loras))
+        rank = lora_rank_setting(loras, vllm_version)
+        if rank is not None:
+            engine_args["max_lora_rank"] = rank
     engine_args.update(settings)  # the user's --set wins over everything init worked out
     return engine_args
 
@@ -326,7 +351,7 @@ def init_model(
 
     model_ref = resolve_model(model)
     plan = plan_engine(model_ref, gpu, tensor_parallel_size, max_model_len, settings)
-    engine_args = render_engine_args(model_ref, plan, dict(settings or {}), dict(loras or {}))
+    engine_args = render_engine_args(model_ref, plan, dict(settings or {}), dict(loras or {}), vllm_version)
     config_text = render_config(name, model, engine_args)
 
     repo.mkdir(parents=True, exist_ok=True)

@@ -192,7 +192,21 @@ def test_lora_adapters_go_to_multi_lora_json(tmp_path, hf_model):
     assert json.loads((version_dir / "multi_lora.json").read_text()) == {"sql": str(adapter.resolve())}
     assert json.loads((version_dir / "model.json").read_text())["enable_lora"] is True
     assert version_dir / "multi_lora.json" in result.files
+    assert "max_lora_rank" not in json.loads((version_dir / "model.json").read_text())  # r=8: vLLM's default holds it
     assert not validate_paths([repo]).has_errors
+
+
+def test_a_high_rank_adapter_raises_max_lora_rank_to_a_rank_vllm_accepts(tmp_path, hf_model):
+    adapters = {}
+    for name, rank in (("small", 8), ("big", 48)):
+        path = tmp_path / "adapters" / name
+        path.mkdir(parents=True)
+        (path / "adapter_config.json").write_text(json.dumps({"r": rank, "peft_type": "LORA"}))
+        adapters[name] = str(path)
+    result = init_model(tmp_path / "repo", str(hf_model), loras=adapters)
+    engine_args = json.loads((result.model_dir / "1" / "model.json").read_text())
+    assert engine_args["max_lora_rank"] == 64  # vLLM 0.32 takes 1, 8, 16, 32, 64, ...: the first >= 48
+    assert engine_args["max_loras"] == 2
 
 
 def test_without_gpu_init_says_what_it_left_unsized(tmp_path, hf_model):
