@@ -76,12 +76,17 @@ def derived_max_model_len(config: dict[str, Any]) -> int | None:
         kind = scaling.get("rope_type", scaling.get("type"))
         factor = scaling.get("factor")
         # These types already account for the extension in max_position_embeddings (vLLM does the same).
-        if kind not in ("su", "longrope", "llama3", "default", None) and isinstance(factor, (int, float)):
-            if kind == "yarn":
-                length = int(scaling.get("original_max_position_embeddings", length) * factor)
-            else:
-                length = int(length * factor)
+        if kind not in ("su", "longrope", "llama3", "default", None) and _is_number(factor):
+            base = scaling.get("original_max_position_embeddings", length) if kind == "yarn" else length
+            try:
+                length = int(base * factor) if _is_number(base) else length
+            except (OverflowError, ValueError):  # inf or NaN in a hand-edited config: keep the unscaled length
+                pass
     return length
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def attention_heads(config: dict[str, Any]) -> int | None:

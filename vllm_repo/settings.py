@@ -59,7 +59,10 @@ def _table(path: Path) -> dict[str, Any] | None:
 
 
 def find_settings_file(start: Path) -> Path | None:
-    here = start.resolve()
+    try:
+        here = start.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: discovery reports the path itself
+        here = start.absolute()
     if here.is_file():
         here = here.parent
     for directory in (here, *here.parents):

@@ -56,7 +56,10 @@ parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }
 parameters: { key: "max_sessions" value: { string_value: "8" } }
 """
 PEER_CONFIG = 'backend: "vllm"\ninstance_group [ { count: 1 kind: KIND_GPU gpus: [ 0 ] } ]\n'
-GOOD_ARGS = {"model": "facebook/opt-125m", "gpu_memory_utilization": 0.4, "enable_lora": True,
+HF_MODEL = "@local-hf-model@"  # replaced by the path of a local model directory with a Hugging Face config.json
+GOOD_HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096, "num_attention_heads": 32,
+                  "num_key_value_heads": 8, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+GOOD_ARGS = {"model": HF_MODEL, "gpu_memory_utilization": 0.4, "enable_lora": True,
              "tensor_parallel_size": 1, "disable_log_stats": True, "max_model_len": 2048, "dtype": "bfloat16"}
 GOOD_LORA = {"alpaca": "/vllm_workspace/loras/alpaca", "sql": "org/sql-lora"}
 
@@ -87,16 +90,22 @@ class Workspace:
         self.config = self.model / "config.pbtxt"
         self.engine_args = self.model / "1" / "model.json"
         self.lora = self.model / "1" / "multi_lora.json"
+        self.hf_config = root / "hf-model" / "config.json"
         (self.model / "1").mkdir(parents=True)
+        self.hf_config.parent.mkdir()
         peer = self.repo / "peer"
         (peer / "1").mkdir(parents=True)
         (peer / "config.pbtxt").write_text(PEER_CONFIG)
         (peer / "1" / "model.json").write_text(json.dumps({"model": "org/peer", "gpu_memory_utilization": 0.7}))
 
-    def write(self, *, config: bytes | None = None, engine_args: bytes | None = None, lora: bytes | None = None):
+    def write(self, *, config: bytes | None = None, engine_args: bytes | None = None, lora: bytes | None = None,
+              hf_config: bytes | None = None):
+        engine_args = json.dumps(GOOD_ARGS).encode() if engine_args is None else engine_args
+        local_model = json.dumps(str(self.hf_config.parent)).encode()
+        self.engine_args.write_bytes(engine_args.replace(json.dumps(HF_MODEL).encode(), local_model))
         self.config.write_bytes(RICH_CONFIG.encode() if config is None else config)
-        self.engine_args.write_bytes(json.dumps(GOOD_ARGS).encode() if engine_args is None else engine_args)
         self.lora.write_bytes(json.dumps(GOOD_LORA).encode() if lora is None else lora)
+        self.hf_config.write_bytes(json.dumps(GOOD_HF_CONFIG).encode() if hf_config is None else hf_config)
 
 
 @pytest.fixture(scope="module")
@@ -318,6 +327,28 @@ lora_files = st.one_of(
 )
 
 
+numbers = st.one_of(st.integers(), st.sampled_from(HUGE_INTS), st.floats(), st.integers(-3, 64))
+rope = st.fixed_dictionaries({}, optional={
+    "rope_type": st.sampled_from(["linear", "dynamic", "yarn", "llama3", "longrope", "su", "default"]) | json_scalars,
+    "type": st.sampled_from(["linear", "yarn"]) | json_scalars,
+    "factor": numbers | json_values, "original_max_position_embeddings": numbers | json_values})
+hf_fields = {"max_position_embeddings": numbers | json_values, "n_positions": numbers, "seq_length": numbers,
+             "num_attention_heads": numbers | json_values, "n_head": numbers, "num_key_value_heads": numbers,
+             "rope_scaling": rope | json_values, "rope_parameters": rope}
+hf_dicts = st.fixed_dictionaries({}, optional=hf_fields)
+hf_config_files = st.one_of(
+    st.binary(max_size=200),
+    dumped(hf_dicts),
+    dumped(st.builds(lambda inner, key: {key: inner}, hf_dicts, st.sampled_from(["text_config", "llm_config"]))),
+    dumped(json_values),
+    mutated([json.dumps(GOOD_HF_CONFIG, indent=2)]),
+)
+# The engine arguments that the Hugging Face config is checked against.
+args_against_hf = st.fixed_dictionaries({"model": st.just(HF_MODEL)}, optional={
+    "max_model_len": numbers | json_scalars, "tensor_parallel_size": numbers | json_scalars,
+    "revision": json_scalars}).map(lambda d: json.dumps(d).encode("utf-8", "surrogatepass"))
+
+
 # ------------------------------------------------------------------------------------------------------- tests
 
 
@@ -356,6 +387,15 @@ def test_multi_lora_json_never_crashes(workspace: Workspace, raw: bytes):
     data = json_object_or_none(raw)
     if not isinstance(data, dict) or not all(isinstance(v, str) and v.strip() for v in data.values()):
         assert_error_on(whole, workspace.lora)
+
+
+@settings(FUZZ, max_examples=int(400 * SCALE))
+@given(raw=hf_config_files, engine_args=args_against_hf)
+def test_local_hugging_face_config_never_crashes(workspace: Workspace, raw: bytes, engine_args: bytes):
+    """`model` names a local directory: its config.json (any content) is read for the context-length and
+    attention-head checks."""
+    workspace.write(hf_config=raw, engine_args=engine_args)
+    check([workspace.repo])
 
 
 EDGE_VALUES = [None, True, False, 0, -1, 1, 2**63, -(2**63), 10**400, -(10**400), 0.5, 1e308, -1e308, 1e-320,

@@ -45,7 +45,8 @@ def tensor_parallel_heads(model, ctx: CheckContext) -> Iterator[Finding]:
         heads = model_config.attention_heads(config)
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1 or heads is None or heads % tp == 0:
             continue
-        fits = [n for n in range(1, heads + 1) if heads % n == 0 and n <= max(tp * 2, 8)]
+        # Bounded: a config with absurd head counts must not make this loop run for ever.
+        fits = [n for n in range(1, min(heads, max(tp * 2, 8), 1024) + 1) if heads % n == 0]
         yield Finding(doc.path, f"tensor_parallel_size {tp} does not divide the model's {heads} attention heads "
                       f"(from {config_path})", doc.position_of("tensor_parallel_size"),
                       hint=f"use one of {', '.join(map(str, fits))}")
