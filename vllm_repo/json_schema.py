@@ -14,7 +14,7 @@ from vllm_repo.engine_args import EngineArgField, EngineArgsSchema
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def _property(field: EngineArgField) -> dict[str, Any]:
+def _property(field: EngineArgField, extra: dict[str, Any]) -> dict[str, Any]:
     prop: dict[str, Any] = {}
     types = [t for t in field.types if t != "any"]
     if types and set(types) != {"boolean", "integer", "number", "string", "object", "array", "null"}:
@@ -34,12 +34,23 @@ def _property(field: EngineArgField) -> dict[str, Any]:
         prop["default"] = field.default
     if field.deprecated:
         prop["deprecated"] = True
+    if extra.get("suggestions"):
+        # Documented values of a field that takes any string: editors offer them as completions.
+        prop["examples"] = list(extra["suggestions"])
     return prop
 
 
-def model_json_schema(schema: EngineArgsSchema) -> dict[str, Any]:
-    """The JSON Schema of a model.json for ``schema``'s vLLM release."""
-    properties = {name: _property(field) for name, field in sorted(schema.fields.items())}
+def raw_fields(version: str) -> dict[str, dict[str, Any]]:
+    """A bundled file's fields with the optional keys the loader's model leaves out (suggestions, default_repr)."""
+    from vllm_repo.engine_args import _schema_dir
+
+    return json.loads((_schema_dir() / f"vllm-{version}.json").read_text(encoding="utf-8"))["fields"]
+
+
+def model_json_schema(schema: EngineArgsSchema, extras: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The JSON Schema of a model.json for ``schema``'s vLLM release (``extras``: :func:`raw_fields`)."""
+    extras = extras or {}
+    properties = {name: _property(field, extras.get(name, {})) for name, field in sorted(schema.fields.items())}
     return {
         "$schema": DRAFT,
         "$id": f"urn:vllm-repo:model-json:vllm-{schema.vllm_version}",

@@ -26,7 +26,7 @@ class KeyReport:
     deprecation: str | None = None
     releases: str = ""
     history: str | None = None  # why the key is missing from the chosen release
-    suggestions: list[str] = field(default_factory=list)  # close names in the chosen release
+    suggestions: list[Any] = field(default_factory=list)  # close names (missing key) or documented values
 
 
 def describe_key(name: str, vllm_version: str | None = None) -> KeyReport:
@@ -43,6 +43,7 @@ def describe_key(name: str, vllm_version: str | None = None) -> KeyReport:
     report.types = list(spec.types)
     report.default = spec.default
     report.default_repr = raw.get("default_repr")
+    report.suggestions = list(raw.get("suggestions") or [])
     report.choices = spec.choices
     report.help = spec.help
     report.flag = spec.flag
@@ -53,10 +54,9 @@ def describe_key(name: str, vllm_version: str | None = None) -> KeyReport:
 
 def _raw_field(version: str, name: str) -> dict[str, Any]:
     # Optional keys (default_repr, suggestions) are not part of the loader's model: read them from the file.
-    from vllm_repo.engine_args import _schema_dir
+    from vllm_repo.json_schema import raw_fields
 
-    data = json.loads((_schema_dir() / f"vllm-{version}.json").read_text(encoding="utf-8"))
-    return data["fields"].get(name, {})
+    return raw_fields(version).get(name, {})
 
 
 def format_key_report(report: KeyReport) -> str:
@@ -77,6 +77,8 @@ def format_key_report(report: KeyReport) -> str:
     lines.append(f"  default:  {default}")
     if report.choices:
         lines.append("  choices:  " + ", ".join(json.dumps(c) for c in report.choices))
+    elif report.suggestions:
+        lines.append("  values:   " + ", ".join(json.dumps(c) for c in report.suggestions) + " (or any string)")
     if report.flag:
         lines.append(f"  flag:     {report.flag}")
     if report.deprecated:

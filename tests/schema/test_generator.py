@@ -132,6 +132,10 @@ def test_help_drops_command_line_only_advice() -> None:
     assert clean_help("Use 50%% of memory.") == "Use 50% of memory."
     text = "Speculative decoding configuration.\n\nShould either be a valid JSON string or JSON keys passed individually."
     assert clean_help(text) == "Speculative decoding configuration."
+    # Older releases follow the sentence with examples of the dotted command-line syntax.
+    older = ("Extra config.\n\nShould either be a valid JSON string or JSON keys passed individually. For example, "
+             "the following sets of arguments are equivalent:\n\n- `--json-arg '{\"key1\": 1}'`\n- `--json-arg.key1 1`\n")
+    assert clean_help(older) == "Extra config."
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is importable in this environment")

@@ -72,3 +72,18 @@ def test_a_key_of_an_older_release_is_unknown_to_a_newer_schema() -> None:
     instance = {"model": "m", "disable_log_requests": True}
     assert _errors(old[-1], instance) == {}
     assert "additionalProperties" in _errors(new[0], instance)
+
+
+def test_documented_values_of_open_string_fields_are_offered_not_enforced() -> None:
+    from vllm_repo.json_schema import raw_fields
+
+    extras = raw_fields(NEWEST)
+    open_fields = {name: spec["suggestions"] for name, spec in extras.items() if spec.get("suggestions")}
+    if not open_fields:
+        pytest.skip(f"no field of {NEWEST} takes any string beside documented values")
+    document = model_json_schema(load_schema(NEWEST), extras)
+    validator = Draft202012Validator(document)
+    for name, values in open_fields.items():
+        assert document["properties"][name]["examples"] == values
+        assert "enum" not in document["properties"][name]
+        assert not list(validator.iter_errors({"model": "m", name: "my_own_value"})), name

@@ -103,13 +103,14 @@ def json_schema(
 ) -> None:
     """Write a JSON Schema (draft 2020-12) for model.json, for editors' validation and completion."""
     from vllm_repo.engine_args import choose_schema_version, load_schema
-    from vllm_repo.json_schema import dumps, model_json_schema
+    from vllm_repo.json_schema import dumps, model_json_schema, raw_fields
 
     try:
         choice = choose_schema_version(vllm_version)
     except (ValueError, LookupError) as exc:
         _fail(str(exc), 2)
-    text = dumps(model_json_schema(load_schema(choice.schema_version)))
+    version = choice.schema_version
+    text = dumps(model_json_schema(load_schema(version), raw_fields(version)))
     if output is None:
         sys.stdout.write(text)
         return
