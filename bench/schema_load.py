@@ -4,6 +4,7 @@
     .venv/bin/python bench/schema_load.py [--runs 15]
 
 Each figure is the median over fresh interpreters (cold caches, as in pre-commit):
+- import engine_args: the loader alone (pydantic, packaging), which validate imports anyway;
 - history via index: import vllm_repo.key_history, read index.json, answer one explain_missing_key;
 - history from files: the same when index.json is missing or stale (derived from every schema file);
 - one schema: load_schema() of the newest release (what validate needs anyway);
@@ -19,6 +20,7 @@ import sys
 
 SNIPPETS = {
     "interpreter only": "pass",
+    "import engine_args": "import vllm_repo.engine_args",
     "history via index": (
         "from vllm_repo.key_history import explain_missing_key\n"
         "explain_missing_key('disable_log_requests', '0.32.0')"

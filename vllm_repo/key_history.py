@@ -107,14 +107,20 @@ def build_index(schema_dir: Path | None = None) -> dict[str, Any]:
         for name in names
     }
     deprecated = {name: mask for name, mask in deprecated.items() if "1" in mask}
+    # The keys of each release and every later one: a successor named in a help text must exist there.
+    later_keys: dict[str, set[str]] = {}
+    running: set[str] = set()
+    for v in reversed(versions):
+        running = running | set(raw[v]["fields"])
+        later_keys[v] = running
     hints: dict[str, dict[str, str]] = {}
     for name in names:
-        # The newest text that names a successor, checked against the keys of the newest release.
+        # The newest text that names a successor.
         for v in reversed(versions):
             spec = raw[v]["fields"].get(name)
             if spec is None:
                 continue
-            later = {n for w in versions if Version(w) >= Version(v) for n in raw[w]["fields"]}
+            later = later_keys[v]
             new = _hinted_replacement(spec.get("deprecation"), later, name) or (
                 _hinted_replacement(spec.get("help"), later, name) if spec.get("deprecated") else None)
             if new:
