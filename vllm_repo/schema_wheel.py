@@ -45,6 +45,11 @@ def find_wheel(version: str, cache: Path = DEFAULT_CACHE, dist: str = "vllm") ->
     return found[-1] if found else None
 
 
+def is_cached(version: str, cache: Path = DEFAULT_CACHE, dist: str = "vllm") -> bool:
+    """Whether the release can be read without a download (its wheel, or its unpacked sources, are here)."""
+    return (cache / "src" / version / ".complete").is_file() or find_wheel(version, cache, dist) is not None
+
+
 def fetch_wheel(version: str, cache: Path = DEFAULT_CACHE, dist: str = "vllm") -> Path:
     """The release's wheel from PyPI (``pip download --no-deps``), cached."""
     wheel = find_wheel(version, cache, dist)
@@ -123,14 +128,19 @@ def run_generator(python: str, extra_path: list[Path], timeout: float = 600, com
 
 def generate_from_wheel(version: str, python: str, cache: Path = DEFAULT_CACHE, dist: str = "vllm") -> dict[str, Any]:
     """The schema document of vLLM ``version`` read from its wheel, introspected with ``python``."""
-    wheel = fetch_wheel(version, cache, dist)
-    src = unpack_sources(wheel, version, cache)
+    src = cache / "src" / version
+    if (src / ".complete").is_file():
+        wheel_name = (src / ".complete").read_text().strip()  # unpacked before; the wheel itself may be pruned
+    else:
+        wheel = fetch_wheel(version, cache, dist)
+        src = unpack_sources(wheel, version, cache)
+        wheel_name = wheel.name
     document = run_generator(python, [src], compat=True)
     if document.get("vllm_version", "").split("+")[0] != version:
-        raise WheelRouteError(f"{wheel.name}: imported vLLM reports {document.get('vllm_version')}, not {version}")
+        raise WheelRouteError(f"{wheel_name}: imported vLLM reports {document.get('vllm_version')}, not {version}")
     document["vllm_version"] = version
     document["source"] = "wheel"
-    document["source_detail"] = f"{wheel.name}, imported without its compiled kernels ({_runtime(python)})"
+    document["source_detail"] = f"{wheel_name}, imported without its compiled kernels ({_runtime(python)})"
     # Keep the key order of the format: source_detail and compat after source, fields last.
     fields = document.pop("fields")
     document["fields"] = fields

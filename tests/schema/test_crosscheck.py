@@ -49,7 +49,7 @@ def test_the_wheel_route_reproduces_a_real_import(serving_python: str) -> None:
     installed = schema_wheel.generate_installed(serving_python)
     version = installed["vllm_version"]
     cache = Path(os.environ.get("VLLM_REPO_WHEEL_CACHE", schema_wheel.DEFAULT_CACHE))
-    if schema_wheel.find_wheel(version, cache) is None and not os.environ.get("VLLM_REPO_FETCH_WHEELS"):
+    if not schema_wheel.is_cached(version, cache) and not os.environ.get("VLLM_REPO_FETCH_WHEELS"):
         pytest.skip(f"the vllm {version} wheel is not cached in {cache} (about 300 MB; "
                     "set VLLM_REPO_FETCH_WHEELS=1 to download it)")
     from_wheel = schema_wheel.generate_from_wheel(version, serving_python, cache)
