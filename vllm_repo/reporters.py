@@ -61,8 +61,8 @@ def report_github(result: ValidationResult, out: TextIO, err: TextIO) -> None:
         props.append(f"title={_escape_property(f'vllm-repo {d.code}')}")
         message = d.message + (f" (hint: {d.hint})" if d.hint else "")
         out.write(f"::{_GITHUB_LEVEL[d.severity]} {','.join(props)}::{_escape_data(message)}\n")
-    report_text_summary = ValidationResult.counts(result)
-    err.write(f"vllm-repo: {report_text_summary['error']} error(s), {report_text_summary['warning']} warning(s) "
+    counts = result.counts()
+    err.write(f"vllm-repo: {counts['error']} error(s), {counts['warning']} warning(s) "
               f"(vLLM {result.vllm_version.schema_version})\n")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from vllm_repo.diagnostics import Severity
 from vllm_repo.documents import JsonDocument
+from vllm_repo.key_history import explain_missing_key
 from vllm_repo.repository import ModelDirectory, VersionDirectory
 from vllm_repo.rules import CheckContext, Finding, did_you_mean, rule
 
@@ -103,7 +104,7 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
         for key in doc.data:
             if schema.get(key) is not None:
                 continue
-            history = _explain_missing(key, schema.vllm_version)
+            history = explain_missing_key(key, schema.vllm_version)
             near = did_you_mean(key, schema.fields, cutoff=0.8)
             if key in SAMPLING_KEYS:
                 hint = (f"'{key}' is a sampling setting: send it per request in sampling_parameters (or set the "
@@ -116,14 +117,6 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
             if history:
                 message += f": {history}"
             yield Finding(doc.path, message, doc.position_of(key), hint)
-
-
-def _explain_missing(key: str, version: str) -> str | None:
-    try:
-        from vllm_repo.key_history import explain_missing_key
-    except ImportError:
-        return None
-    return explain_missing_key(key, version)
 
 
 def _coercion_hint(value: Any, types: list[str]) -> str | None:
