@@ -58,3 +58,26 @@ def test_the_wheel_route_reproduces_a_real_import(serving_python: str) -> None:
     for name, spec in installed["fields"].items():
         assert from_wheel["fields"][name]["types"] == spec["types"], name
         assert from_wheel["fields"][name]["default"] == spec["default"], name
+
+
+@NEEDS_VLLM
+def test_generate_from_wheel_on_the_command_line(serving_python: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cache = Path(os.environ.get("VLLM_REPO_WHEEL_CACHE", schema_wheel.DEFAULT_CACHE))
+    cached = [v for v in json.loads(RECORD.read_text())["releases"] if schema_wheel.is_cached(v, cache)]
+    if not cached:
+        pytest.skip(f"no cross-checked release is cached in {cache}")
+    version = cached[0]
+    out = tmp_path / "from-wheel.json"
+    result = subprocess.run([sys.executable, "-m", "vllm_repo", "schema", "generate", "--from-wheel", version,
+                             "--python", serving_python, "--output", str(out)],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    assert document["vllm_version"] == version and document["source"] == "wheel"
+    assert _digest(document) == json.loads(RECORD.read_text())["releases"][version]["wheel_digest"]
+    missing_python = subprocess.run([sys.executable, "-m", "vllm_repo", "schema", "generate", "--from-wheel",
+                                     version], capture_output=True, text=True, cwd=tmp_path)
+    assert missing_python.returncode == 2 and "--python" in missing_python.stderr
