@@ -25,6 +25,7 @@ from typing import Callable, TextIO
 
 from vllm_repo.diagnostics import Diagnostic
 from vllm_repo.server_files import ServerChoice, find_server
+from vllm_repo.shm_watch import SharedMemoryWatch
 from vllm_repo.triton_server import (
     SERVING_PYTHON_ENV,
     PythonInfo,
@@ -375,6 +376,7 @@ def run_server(
     server = server_for(plan, log_path)
     previous = _install_stop_handlers()
     failed = True
+    watch: SharedMemoryWatch | None = None
     try:
         try:
             server.start()
@@ -382,14 +384,19 @@ def run_server(
             raise LaunchError(str(exc)) from exc
         except OSError as exc:  # the backend directory could not be laid out
             raise LaunchError(f"could not set up the server: {exc}") from exc
-        took = _wait_ready(server, plan, out, ready_timeout)
+        watch = SharedMemoryWatch(server.pgid)
+        took = _wait_ready(server, plan, out, ready_timeout, watch)
         print(f"Triton is ready ({took:.0f} s):", file=out)
         print(endpoints_text(server, plan.models), file=out, flush=True)
         if on_ready:
             on_ready(server)
+        polled = 0.0
         while server.is_running():
             if stop_event is not None and stop_event.is_set():
                 break
+            if time.monotonic() - polled > 2:
+                watch.poll()
+                polled = time.monotonic()
             time.sleep(0.25)
         else:
             status = server.process.returncode
@@ -410,15 +417,22 @@ def run_server(
             else:
                 print("stopping Triton ...", file=out, flush=True)
                 began = time.monotonic()
+                if watch is not None:
+                    watch.poll()
                 server.stop(timeout=20)
+                removed = watch.remove_leftovers() if watch is not None else []
                 print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)
+                if removed:
+                    print(f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "
+                          f"{', '.join(sorted(removed))}", file=out, flush=True)
             if own_log and not failed:
                 log_path.unlink(missing_ok=True)
         finally:
             _restore_handlers(previous)
 
 
-def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: float) -> float:
+def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: float,
+                watch: SharedMemoryWatch) -> float:
     """Poll readiness, showing elapsed time; returns the seconds it took."""
     start = time.monotonic()
     tty = hasattr(out, "isatty") and out.isatty()
@@ -439,6 +453,7 @@ def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: fl
         if elapsed > timeout:
             raise LaunchError(f"tritonserver was not ready after {timeout:.0f} s",
                               hint=f"see the log: {server.log_path}", log_path=server.log_path)
+        watch.poll()
         status = f"waiting for {', '.join(plan.models) or 'the server'} to load ... {elapsed:4.0f} s"
         if tty:
             out.write("\r\033[K" + status)

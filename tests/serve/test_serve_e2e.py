@@ -300,3 +300,21 @@ def test_a_model_vllm_refuses_fails_with_vllms_own_reason(tiny_model, tmp_path):
         assert_nothing_left(launched)
     finally:
         launched.kill_everything()
+
+
+def test_sigterm_while_the_model_is_still_loading_stops_everything(tiny_repository):
+    launched = start_launch(tiny_repository, wait_ready=False)
+    try:
+        deadline = time.monotonic() + 60
+        while launched.server_pid is None or "waiting for" not in launched.output and time.monotonic() < deadline:
+            assert launched.proc.poll() is None, launched.output
+            time.sleep(0.2)
+        time.sleep(3)  # the stub is importing vLLM / starting the engine now
+        assert "Triton is ready" not in launched.output
+        launched.send(signal.SIGTERM)
+        code, took = launched.wait_exit(60)
+        assert code == 0, launched.output
+        assert took < 20, f"stopping took {took:.1f} s"
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
