@@ -69,11 +69,12 @@ class Logger:
 class ResponseSender:
     """Collects responses with their arrival times; ``cancel()`` makes is_cancelled() true, as a client cancel does."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_final=None) -> None:
         self.responses: list[tuple[float, InferenceResponse, int]] = []
         self.done = threading.Event()
         self.cancelled = False
         self.created = time.perf_counter()
+        self.on_final = on_final
 
     def send(self, response: InferenceResponse, flags: int = 0) -> None:
         if self.done.is_set():
@@ -81,6 +82,8 @@ class ResponseSender:
         self.responses.append((time.perf_counter(), response, flags))
         if flags & FINAL:
             self.done.set()
+            if self.on_final is not None:
+                self.on_final(self)
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -106,14 +109,15 @@ class ResponseSender:
 
 
 class Request:
-    def __init__(self, prompt: str, sampling: dict | None = None, parameters: dict | None = None, **flags: Any):
+    def __init__(self, prompt: str, sampling: dict | None = None, parameters: dict | None = None, on_final=None,
+                 **flags: Any):
         self.inputs = {"text_input": np.array([prompt.encode()], dtype=np.object_)}
         if sampling is not None:
             self.inputs["sampling_parameters"] = np.array([json.dumps(sampling).encode()], dtype=np.object_)
         for name, value in flags.items():
             self.inputs[name] = np.array([value], dtype=bool)
         self._parameters = json.dumps(parameters or {})
-        self.sender = ResponseSender()
+        self.sender = ResponseSender(on_final)
 
     def get_response_sender(self) -> ResponseSender:
         return self.sender
