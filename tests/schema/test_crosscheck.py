@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from tests.schema.conftest import NEEDS_VLLM
 from vllm_repo import schema_wheel
@@ -70,7 +71,8 @@ def test_generate_from_wheel_on_the_command_line(serving_python: str, tmp_path: 
     cached = [v for v in recorded if schema_wheel.is_cached(v, cache)]
     if not cached and not os.environ.get("VLLM_REPO_FETCH_WHEELS"):
         pytest.skip(f"no cross-checked release is cached in {cache} (set VLLM_REPO_FETCH_WHEELS=1 to download one)")
-    version = (cached or recorded)[0]
+    # Without a cached one, the newest: the serving environment's release, which the live test above fetches too.
+    version = (cached or [max(recorded, key=Version)])[0]
     out = tmp_path / "from-wheel.json"
     result = subprocess.run([sys.executable, "-m", "vllm_repo", "schema", "generate", "--from-wheel", version,
                              "--python", serving_python, "--output", str(out)],
