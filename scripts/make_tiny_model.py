@@ -1,6 +1,6 @@
 """Build a tiny random-weight causal LM and a byte-level BPE tokenizer, offline, in a few seconds.
 
-    python scripts/make_tiny_model.py OUT_DIR [--arch llama|qwen2] [--seed 0]
+    python scripts/make_tiny_model.py OUT_DIR [--arch llama|qwen2] [--seed 0] [--lora ADAPTER_DIR]
 
 Run it with a Python that has torch, transformers and tokenizers (the serving environment from
 .ci/setup-serving.sh). OUT_DIR gets config.json, model.safetensors, generation_config.json and the tokenizer files:
@@ -99,6 +99,31 @@ def build_model(out: Path, arch: str, vocab_size: int, hidden: int, layers: int,
     GenerationConfig(bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id).save_pretrained(out)
 
 
+def build_lora_adapter(model_dir: Path, out: Path, rank: int, seed: int) -> None:
+    """A PEFT-format LoRA adapter (q_proj and v_proj of every layer) for the model in ``model_dir``."""
+    import torch
+    from safetensors.torch import save_file
+
+    config = json.loads((model_dir / "config.json").read_text())
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    head_dim = hidden // config["num_attention_heads"]
+    out_dims = {"q_proj": hidden, "v_proj": config["num_key_value_heads"] * head_dim}
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(layers):
+        for module, out_dim in out_dims.items():
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=generator) * 0.05
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_dim, rank, generator=generator) * 0.05
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    (out / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(model_dir), "r": rank,
+        "lora_alpha": 2 * rank, "lora_dropout": 0.0, "bias": "none", "target_modules": sorted(out_dims),
+        "fan_in_fan_out": False, "inference_mode": True,
+    }, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="output directory (created; must be empty or absent)")
@@ -111,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-positions", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    parser.add_argument("--lora", type=Path, metavar="DIR",
+                        help="also write a random LoRA adapter (rank 8, PEFT format) for the model into DIR")
     args = parser.parse_args(argv)
 
     head_dim = args.hidden_size // args.heads
@@ -130,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     build_model(args.out, args.arch, vocab, args.hidden_size, args.layers, args.heads, args.kv_heads,
                 args.max_positions, args.seed, *ids)
     info = {"path": str(args.out), "arch": args.arch, "vocab_size": vocab, "head_dim": head_dim}
+    if args.lora:
+        build_lora_adapter(args.out, args.lora, rank=8, seed=args.seed + 1)
+        info["lora"] = str(args.lora)
     print(json.dumps(info))
     return 0
 

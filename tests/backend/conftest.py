@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -47,6 +48,9 @@ def engine_args(model_dir: Path) -> dict:
         "distributed_executor_backend": "uni",
         # Skips torch.compile at start: the tests measure behaviour, not speed.
         "enforce_eager": True,
+        "enable_lora": True,
+        "max_lora_rank": 8,
+        "max_loras": 1,
     }
 
 
@@ -65,7 +69,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
         pytest.skip(SERVING_SKIP_REASON)
     out = tmp_path_factory.mktemp("backend-model") / "tiny-llama"
     subprocess.run(
-        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out)],
+        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out), "--lora", f"{out}-lora"],
         check=True,
         capture_output=True,
         timeout=300,
@@ -101,6 +105,9 @@ def triton(tiny_model_dir, tmp_path_factory):
     (repo / MODEL_NAME / "1").mkdir(parents=True)
     (repo / MODEL_NAME / "config.pbtxt").write_text(CONFIG_PBTXT)
     (repo / MODEL_NAME / "1" / "model.json").write_text(json.dumps(engine_args(tiny_model_dir), indent=2))
+    # One LoRA adapter, named with a path relative to the version directory.
+    shutil.copytree(f"{tiny_model_dir}-lora", repo / MODEL_NAME / "1" / "adapters" / "doll")
+    (repo / MODEL_NAME / "1" / "multi_lora.json").write_text(json.dumps({"doll": "adapters/doll"}))
     server = TritonServer(
         repo,
         serving_python=SERVING_PYTHON,

@@ -254,6 +254,20 @@ def test_structured_output_json_schema(triton):
         assert json.loads(body["text_output"]) in ("alpha", "beta"), body
 
 
+# -- LoRA ------------------------------------------------------------------------------------------------------------
+
+
+def test_lora_adapter_from_multi_lora_json_changes_the_output(triton):
+    def greedy(**extra):
+        _, body = generate(triton, {"text_input": "Hello world", "exclude_input_in_output": True,
+                                    "sampling_parameters": json.dumps({"max_tokens": 12, "temperature": 0, **extra})})
+        return body["text_output"]
+
+    base, adapted = greedy(), greedy(lora_name="doll")
+    assert adapted != base
+    assert greedy(lora_name="doll") == adapted and greedy() == base
+
+
 # -- bad input -------------------------------------------------------------------------------------------------------
 
 
@@ -266,7 +280,7 @@ def test_structured_output_json_schema(triton):
         (json.dumps({"temperature": -1}), "sampling_parameters.temperature"),
         (json.dumps({"top_p": 7}), "top_p"),
         ("{not json", "sampling_parameters: is not valid JSON"),
-        (json.dumps({"lora_name": "alpaca"}), "LoRA is not enabled"),
+        (json.dumps({"lora_name": "dolly"}), 'unknown adapter "dolly" (did you mean "doll"?)'),
         (json.dumps({"structured_outputs": {"choices": ["a"]}}), 'did you mean "choice"'),
         (json.dumps({"n": 0}), "sampling_parameters.n"),
         (json.dumps({"stop": 5}), "sampling_parameters.stop: must be a string or a list of strings"),

@@ -1355,6 +1355,10 @@ class TritonPythonModel:
                 _log("warn", f"[vllm] cancelling in-flight requests at finalize: {exc}")
         engine = getattr(self, "engine", None)
         if engine is not None:
+            handler = getattr(engine, "output_handler", None)
+            if handler is not None and loop is not None and loop.is_running():
+                # Stopped first, or it reports the engine core it is reading from as dead while it shuts down.
+                loop.call_soon_threadsafe(handler.cancel)
             try:
                 # Stops the EngineCore process and its workers, and vLLM's IPC.
                 engine.shutdown()
