@@ -417,10 +417,13 @@ def run_server(
             else:
                 print("stopping Triton ...", file=out, flush=True)
                 began = time.monotonic()
-                if watch is not None:
-                    watch.poll()
-                server.stop(timeout=20)
-                removed = watch.remove_leftovers() if watch is not None else []
+                if watch is None:
+                    server.stop(timeout=20)
+                    removed = []
+                else:
+                    with watch.polling():
+                        server.stop(timeout=20)
+                    removed = watch.remove_leftovers()
                 print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)
                 if removed:
                     print(f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "

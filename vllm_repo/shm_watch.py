@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -77,3 +78,22 @@ class SharedMemoryWatch:
                 entry.unlink()
                 removed.append(entry.name)
         return removed
+
+    @contextlib.contextmanager
+    def polling(self, interval_s: float = 0.1):
+        """Keep polling in the background, e.g. while the group shuts down: a process stopped while it starts can
+        create a segment after the last regular poll."""
+        done = threading.Event()
+
+        def run() -> None:
+            while not done.is_set():
+                self.poll()
+                done.wait(interval_s)
+
+        thread = threading.Thread(target=run, name="shm-watch", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            done.set()
+            thread.join()

@@ -90,3 +90,23 @@ def test_a_segment_still_used_by_a_survivor_is_kept():
             if proc.poll() is None:
                 kill_group(proc)
         (DEV_SHM / name).unlink(missing_ok=True)
+
+
+def test_a_segment_made_while_the_group_shuts_down_is_caught_by_background_polling():
+    tag = secrets.token_hex(4)
+    name = f"psm_test_{tag}_late"
+    # Starts mapping a moment after it is launched, as an engine process does while it is being stopped.
+    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)\n" + HOLDER, str(DEV_SHM / name)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        watch = SharedMemoryWatch(late.pid)
+        watch.poll()  # nothing mapped yet
+        with watch.polling(interval_s=0.05):
+            assert late.stdout.readline().strip() == "mapped"
+            time.sleep(0.3)
+            kill_group(late)
+        assert watch.remove_leftovers() == [name]
+    finally:
+        if late.poll() is None:
+            kill_group(late)
+        (DEV_SHM / name).unlink(missing_ok=True)
