@@ -210,12 +210,19 @@ def prepare_launch(
     repo = Path(repository)
     if not repo.is_dir():
         raise LaunchError(f"{repo}: no such directory", hint="create one with `vllm-repo init REPO --model MODEL`")
-    diagnostics = validate_repository(repo, vllm_version)
+    # The tree is checked against the vLLM that will run it: the backend Python's (probing it starts nothing).
+    try:
+        info: PythonInfo | None = probe_python(serving_python_path(python))
+        python_error = None
+    except TritonServerError as exc:
+        info, python_error = None, exc
+    diagnostics = validate_repository(repo, vllm_version or (info.vllm_version if info else None))
+    if info is None:
+        raise LaunchError(str(python_error)) from python_error
     models = model_names(repo)
     check_ports(host, {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port})
     try:
         server = find_server(tritonserver, progress=progress)
-        info = probe_python(serving_python_path(python))
     except TritonServerError as exc:
         raise LaunchError(str(exc)) from exc
     notes = check_serving_python(info, strict_numpy=server.embedded)

@@ -60,9 +60,10 @@ def _docker(repo: Path, http_port: int, grpc_port: int, metrics_port: int, host:
     from vllm_repo.launch import LaunchError, validate_repository
 
     try:
-        diagnostics = validate_repository(repo, vllm_version)
         plan = docker_plan(repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, host=host,
                            vllm_version=vllm_version)
+        # Checked against the vLLM inside the chosen container.
+        diagnostics = validate_repository(repo, plan.match.release.vllm)
     except (LaunchError, DockerError) as exc:
         print_diagnostics(getattr(exc, "diagnostics", []))
         fail(exc.message, exc.hint)

@@ -17,11 +17,11 @@ def fail(message: str, hint: str | None = None, code: int = 1) -> NoReturn:
 
 
 def format_diagnostic(d: Diagnostic) -> str:
-    where = d.file or "-"
-    if d.line:
-        where += f":{d.line}" + (f":{d.column}" if d.column else "")
-    text = f"{where}: {d.severity.value} {d.code}: {d.message}"
-    return text + (f"\n  hint: {d.hint}" if d.hint else "")
+    """As `vllm-repo validate` prints it."""
+    where = ":".join([d.file or "<repository>", *([str(d.line)] if d.line is not None else []),
+                      *([str(d.column)] if d.line is not None and d.column is not None else [])])
+    text = f"{where}: {d.severity.value}[{d.code}] {d.message}"
+    return text + (f"\n    hint: {d.hint}" if d.hint else "")
 
 
 def print_diagnostics(diagnostics: list[Diagnostic]) -> None:
