@@ -124,6 +124,11 @@ def run_docker(plan: DockerPlan) -> int:
     if shutil.which("docker") is None:
         raise DockerError("docker is not installed or not on PATH",
                           hint="use --dry-run to print the command, or run `vllm-repo launch` without --docker")
+    probe = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        reason = (probe.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise DockerError(f"the Docker daemon is not reachable: {reason}",
+                          hint="start Docker (and the NVIDIA Container Toolkit for --gpus), or use --dry-run")
     proc = subprocess.Popen(plan.argv, start_new_session=True)
 
     def stop(signum, frame):

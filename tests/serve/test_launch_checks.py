@@ -270,3 +270,15 @@ def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, rep
                               grpc_port=_free(), metrics_port=_free())
         assert (plan.backend_directory == root / "backends") is own
         assert any("own vLLM backend" in n for n in plan.notes) is own
+
+
+def test_docker_without_a_reachable_daemon_is_a_clear_error(repo):
+    docker = shutil.which("docker")
+    if docker and subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
+                                 capture_output=True).returncode == 0:
+        pytest.skip("a Docker daemon answers here: the container would really be pulled and started")
+    done = subprocess.run(vllm_repo_cli("launch", str(repo), "--docker", "--vllm-version", "0.11.0"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    expected = "Docker daemon is not reachable" if docker else "docker is not installed"
+    assert expected in done.stderr and "--dry-run" in done.stderr and "Traceback" not in done.stderr
