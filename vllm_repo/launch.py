@@ -435,7 +435,8 @@ def run_server(
                 if removed:
                     print(f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "
                           f"{', '.join(sorted(removed))}", file=out, flush=True)
-            if own_log and not failed:
+            # Kept only when it can tell something: after a failure, and if the server wrote anything.
+            if own_log and (not failed or not log_path.exists() or log_path.stat().st_size == 0):
                 log_path.unlink(missing_ok=True)
         finally:
             _restore_handlers(previous)
