@@ -79,8 +79,9 @@ def derived_max_model_len(config: dict[str, Any]) -> int | None:
         if kind not in ("su", "longrope", "llama3", "default", None) and _is_number(factor):
             base = scaling.get("original_max_position_embeddings", length) if kind == "yarn" else length
             try:
-                length = int(base * factor) if _is_number(base) else length
-            except (OverflowError, ValueError):  # inf or NaN in a hand-edited config: keep the unscaled length
+                if _is_number(base) and base > 0 and factor > 0:  # NaN compares false: skipped too
+                    length = int(base * factor)
+            except (OverflowError, ValueError):  # inf in a hand-edited config: keep the unscaled length
                 pass
     return length
 

@@ -113,9 +113,9 @@ def workspace(tmp_path_factory) -> Workspace:
     return Workspace(tmp_path_factory.mktemp("fuzz"))
 
 
-def check(paths: list[Path]) -> ValidationResult:
+def check(paths: list[Path], **options) -> ValidationResult:
     """validate_paths must return diagnostics, never raise; every reporter must render them."""
-    result = validate_paths(paths, vllm_version=VERSION)
+    result = validate_paths(paths, vllm_version=VERSION, **options)
     assert isinstance(result, ValidationResult)
     for d in result.diagnostics:
         assert isinstance(d, Diagnostic)
@@ -346,7 +346,8 @@ hf_config_files = st.one_of(
 # The engine arguments that the Hugging Face config is checked against.
 args_against_hf = st.fixed_dictionaries({"model": st.just(HF_MODEL)}, optional={
     "max_model_len": numbers | json_scalars, "tensor_parallel_size": numbers | json_scalars,
-    "revision": json_scalars}).map(lambda d: json.dumps(d).encode("utf-8", "surrogatepass"))
+    "pipeline_parallel_size": numbers, "gpu_memory_utilization": numbers, "max_num_seqs": numbers,
+    "dtype": json_scalars, "quantization": json_scalars, "kv_cache_dtype": json_scalars, "revision": json_scalars}).map(lambda d: json.dumps(d).encode("utf-8", "surrogatepass"))
 
 
 # ------------------------------------------------------------------------------------------------------- tests
@@ -396,6 +397,7 @@ def test_local_hugging_face_config_never_crashes(workspace: Workspace, raw: byte
     attention-head checks."""
     workspace.write(hf_config=raw, engine_args=engine_args)
     check([workspace.repo])
+    check([workspace.repo], gpu="L4", num_gpus=2)  # and the memory estimate on that config (VR6xx)
 
 
 EDGE_VALUES = [None, True, False, 0, -1, 1, 2**63, -(2**63), 10**400, -(10**400), 0.5, 1e308, -1e308, 1e-320,

@@ -71,6 +71,12 @@ def did_you_mean(word: str, candidates: Iterable[Any], cutoff: float = 0.75) -> 
     return match[0] if match else None
 
 
+def count_text(n: int) -> str:
+    """An integer for a message. Products of values from the files (tensor x pipeline parallel size) can outgrow
+    what str() converts (4300 digits); those are only ever shown as a power of ten."""
+    return str(n) if n.bit_length() < 1000 else f"about 10^{int(n.bit_length() * 0.30103)}"
+
+
 @dataclass
 class CheckContext:
     """What every rule may consult besides the files: the chosen release's EngineArgs and the user's GPU."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from vllm_repo.backend import contract
 from vllm_repo.diagnostics import Severity
 from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository
-from vllm_repo.rules import CheckContext, Finding, rule
+from vllm_repo.rules import CheckContext, Finding, count_text, rule
 from vllm_repo.rules.engine_args import engine_args_documents
 
 
@@ -98,7 +98,7 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     from vllm_repo.documents import model_config_pb2
 
     if size > 1 and model_config_pb2().ModelInstanceGroup.KIND_GPU in kinds:
-        yield Finding(doc_cfg.path, f"instance_group is KIND_GPU but model.json asks for {size} GPUs "
+        yield Finding(doc_cfg.path, f"instance_group is KIND_GPU but model.json asks for {count_text(size)} GPUs "
                       "(tensor_parallel_size x pipeline_parallel_size); a KIND_GPU instance sees one GPU",
                       doc_cfg.field_position("KIND_GPU") or doc_cfg.field_position("kind"),
                       hint="use kind: KIND_MODEL so vLLM places the model across GPUs")

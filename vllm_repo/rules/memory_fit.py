@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from vllm_repo.diagnostics import Severity
 from vllm_repo.repository import ModelDirectory
-from vllm_repo.rules import CheckContext, Finding, rule
+from vllm_repo.rules import CheckContext, Finding, count_text, rule
 from vllm_repo.rules.engine_args import engine_args_documents
 
 
@@ -29,14 +29,14 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
         parallel = _positive_int(doc.data.get("tensor_parallel_size")) * \
             _positive_int(doc.data.get("pipeline_parallel_size"))
         if ctx.num_gpus is not None and parallel > ctx.num_gpus:
-            yield Finding(doc.path, f"tensor_parallel_size x pipeline_parallel_size = {parallel} needs {parallel} "
+            yield Finding(doc.path, f"tensor_parallel_size x pipeline_parallel_size = {count_text(parallel)} needs {count_text(parallel)} "
                           f"GPUs; {ctx.num_gpus} are configured", doc.position_of("tensor_parallel_size"),
                           hint="lower tensor_parallel_size, or set num-gpus in [tool.vllm-repo]")
             continue
         try:
             est = estimate_for_engine_args(doc.data, ctx.gpu, vllm_version=ctx.schema.vllm_version, offline=True,
                                            base=model.path)
-        except (EstimateError, ValueError):
+        except (EstimateError, ValueError, ArithmeticError):  # ArithmeticError: numbers beyond float range
             continue  # settings vLLM rejects outright are the engine-args rules' findings
         if est is None or est.fits:
             continue
