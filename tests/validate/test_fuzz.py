@@ -38,7 +38,8 @@ REALWORLD = Path(os.environ.get("VLLM_REPO_REALWORLD_REPOS")
 # VLLM_REPO_FUZZ_SCALE=10 for a longer hunt; the default keeps this file at about a minute.
 SCALE = float(os.environ.get("VLLM_REPO_FUZZ_SCALE", "1"))
 FUZZ = settings(max_examples=int(1500 * SCALE), deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.large_base_example])
 
 RICH_CONFIG = """\
 name: "llm"
@@ -256,7 +257,8 @@ def structured_config(draw) -> bytes:
     """A config.pbtxt that parses (mostly), with odd values in every field the rules read."""
     ints = st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 9)
     names = st.sampled_from(["text_input", "stream", "sampling_parameters", "exclude_input_in_output",
-                             "return_num_output_tokens", "text_output", "max_tokens", "prompt", ""]) | st.text(max_size=8)
+                             "return_num_output_tokens", "text_output", "max_tokens", "prompt", ""]) \
+        | st.text(max_size=8)
     dtypes = st.sampled_from(["TYPE_STRING", "TYPE_BOOL", "TYPE_INT32", "TYPE_FP16", "TYPE_INVALID", "TYPE_UINT64"])
 
     def tensor() -> str:
@@ -283,7 +285,8 @@ def structured_config(draw) -> bytes:
         groups.append(f"{{ count: {draw(st.integers(-(2**31), 2**31 - 1))} kind: {kind} gpus: {gpus} }}")
     if groups:
         lines.append("instance_group [ " + ", ".join(groups) + " ]")
-    keys = st.sampled_from(["REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "max_sessions", "gpu_memory_utilization",
+    keys = st.sampled_from(["REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "max_sessions",
+                            "gpu_memory_utilization",
                             "REPORT_CUSTOM_METRIC", ""]) | st.text(max_size=12)
     for _ in range(draw(st.integers(0, 4))):
         value = draw(st.sampled_from(["true", "FALSE", "yes", "", "512", "-1", "0", "9" * 40, " 1 "])
@@ -347,7 +350,8 @@ hf_config_files = st.one_of(
 args_against_hf = st.fixed_dictionaries({"model": st.just(HF_MODEL)}, optional={
     "max_model_len": numbers | json_scalars, "tensor_parallel_size": numbers | json_scalars,
     "pipeline_parallel_size": numbers, "gpu_memory_utilization": numbers, "max_num_seqs": numbers,
-    "dtype": json_scalars, "quantization": json_scalars, "kv_cache_dtype": json_scalars, "revision": json_scalars}).map(lambda d: json.dumps(d).encode("utf-8", "surrogatepass"))
+    "dtype": json_scalars, "quantization": json_scalars, "kv_cache_dtype": json_scalars, "revision": json_scalars}
+).map(lambda d: json.dumps(d).encode("utf-8", "surrogatepass"))
 
 
 # ------------------------------------------------------------------------------------------------------- tests
@@ -429,8 +433,8 @@ def test_deeply_nested_files_are_reported_not_crashed(workspace: Workspace, dept
 
 NAMES = st.sampled_from(["llm", "peer", "1", "2", "01", "0", "1.0", "\u0661", "model_v1", "config.pbtxt",
                          "model.json", "multi_lora.json", "config.pbxt", ".DS_Store", "__pycache__", "a b", "\u00fcn",
-                         "-x", "x" * 50]) | st.text(st.characters(blacklist_characters="/\x00",
-                                                                  blacklist_categories=("Cs",)), min_size=1, max_size=40)
+                         "-x", "x" * 50]) \
+    | st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=40)
 ENTRY_KINDS = ["dir", "config", "engine_args", "lora", "junk", "loop", "dangling", "empty"]
 
 
@@ -490,7 +494,8 @@ def test_unencodable_text_in_findings_does_not_crash_the_cli(tmp_path):
     script = Path(sys.executable).with_name("vllm-repo")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_repo"]
     for fmt in ("text", "json", "github"):
-        done = subprocess.run([*command, "validate", "--vllm-version", VERSION, "--format", fmt, str(tmp_path / "repo")],
+        done = subprocess.run([*command, "validate", "--vllm-version", VERSION, "--format", fmt,
+                               str(tmp_path / "repo")],
                               capture_output=True, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
         assert done.returncode == 1, done.stderr.decode("utf-8", "replace")
         assert b"Traceback" not in done.stderr

@@ -66,7 +66,8 @@ def lora_adapter_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
         for name, path in lora.data.items():
             if not isinstance(path, str) or not path.strip():
                 continue
-            looks_like_hub_id = not Path(path).is_absolute() and path.count("/") == 1 and not path.startswith((".", "~"))
+            looks_like_hub_id = not Path(path).is_absolute() and path.count("/") == 1 and \
+                not path.startswith((".", "~"))
             if looks_like_hub_id or _exists_here(path):
                 continue
             yield Finding(lora.path, f"adapter '{name}' points at {path}, which does not exist here",

@@ -29,7 +29,8 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
         parallel = _positive_int(doc.data.get("tensor_parallel_size")) * \
             _positive_int(doc.data.get("pipeline_parallel_size"))
         if ctx.num_gpus is not None and parallel > ctx.num_gpus:
-            yield Finding(doc.path, f"tensor_parallel_size x pipeline_parallel_size = {count_text(parallel)} needs {count_text(parallel)} "
+            gpus = count_text(parallel)
+            yield Finding(doc.path, f"tensor_parallel_size x pipeline_parallel_size = {gpus} needs {gpus} "
                           f"GPUs; {ctx.num_gpus} are configured", doc.position_of("tensor_parallel_size"),
                           hint="lower tensor_parallel_size, or set num-gpus in [tool.vllm-repo]")
             continue
