@@ -179,11 +179,12 @@ def test_published_hook_blocks_a_bad_model_json_and_passes_the_fixed_one(tmp_pat
 @pytest.fixture(autouse=True, scope="module")
 def _prune_cache():
     yield
-    # Every change to the code makes a new snapshot and hook environment (~250 MB): drop the ones no live
-    # configuration uses any more, and snapshots nobody has used for a day.
+    # Every change to the code makes a new snapshot and hook environment (~250 MB): drop the environments no
+    # live configuration uses any more, and snapshots unused for an hour (pre-commit keeps its own clone, and an
+    # unchanged checkout recreates the same snapshot, path and commit).
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["PRE_COMMIT_HOME"] = str(cache_dir() / "home")
     subprocess.run([sys.executable, "-m", "pre_commit", "gc"], env=env, capture_output=True, check=False)
     for old in (cache_dir() / "sources").glob("*"):
-        if time.time() - old.stat().st_mtime > 86400:
+        if time.time() - old.stat().st_mtime > 3600:
             shutil.rmtree(old, ignore_errors=True)
