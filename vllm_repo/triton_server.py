@@ -321,6 +321,8 @@ class TritonServer:
         self._log_file = None
         self._final_log: str | None = None
         self.process: subprocess.Popen | None = None
+        # Set by stop() when the server's own shutdown was not enough and its process group had to be signalled.
+        self.escalated_to: str | None = None
 
     # -- addresses ----------------------------------------------------------------------------------------------------
     @property
@@ -448,6 +450,7 @@ class TritonServer:
         for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
             if not process_group_members(pgid):
                 break
+            self.escalated_to = signal.Signals(sig).name
             _signal_group(pgid, sig)
             self._wait_group_empty(pgid, time.monotonic() + grace)
         try:

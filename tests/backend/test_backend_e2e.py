@@ -468,4 +468,5 @@ def test_shutdown_leaves_no_process_and_no_shared_memory(triton):
     took = time.monotonic() - started
     assert process_group_members(pgid) == []
     assert shm_segments(triton.shm_prefix) == []
-    assert took < 60
+    assert triton.escalated_to is None, triton.log_tail()  # the server's own shutdown stopped everything
+    assert took < 30
