@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from vllm_repo.diagnostics import Diagnostic
+from vllm_repo.guardian import Guardian
 from vllm_repo.server_files import ServerChoice, find_server
 from vllm_repo.shm_watch import SharedMemoryWatch
 from vllm_repo.triton_server import (
@@ -384,6 +385,7 @@ def run_server(
     previous = _install_stop_handlers()
     failed = True
     watch: SharedMemoryWatch | None = None
+    guardian: Guardian | None = None
     try:
         try:
             server.start()
@@ -391,6 +393,7 @@ def run_server(
             raise LaunchError(str(exc)) from exc
         except OSError as exc:  # the backend directory could not be laid out
             raise LaunchError(f"could not set up the server: {exc}") from exc
+        guardian = Guardian(server.pgid, server.shm_prefix)
         watch = SharedMemoryWatch(server.pgid)
         took = _wait_ready(server, plan, out, ready_timeout, watch)
         print(f"Triton is ready ({took:.0f} s):", file=out)
@@ -431,6 +434,8 @@ def run_server(
                     with watch.polling():
                         server.stop(timeout=20)
                     removed = watch.remove_leftovers()
+                if guardian is not None:
+                    guardian.release()
                 print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)
                 if removed:
                     print(f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "

@@ -325,3 +325,17 @@ def test_sigterm_while_the_model_is_still_loading_stops_everything(tiny_reposito
         assert_nothing_left(launched)
     finally:
         launched.kill_everything()
+
+
+def test_a_killed_launch_does_not_orphan_the_server(tiny_repository):
+    """SIGKILL runs no handler in launch: its guardian process stops the server group instead."""
+    launched = start_launch(tiny_repository)
+    try:
+        os.kill(launched.proc.pid, signal.SIGKILL)  # launch alone, not its group
+        launched.proc.wait(10)
+        deadline = time.monotonic() + 40
+        while process_group_members(launched.server_pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()

@@ -1,0 +1,77 @@
+"""A guardian process that stops the server group if launch itself dies without stopping it (SIGKILL, the OOM
+killer): no signal handler runs then, so nothing else would.
+
+The guardian runs in its own session and holds the read end of a pipe whose write end only launch has. When launch
+stops the server normally it writes "done" and the guardian exits quietly. When launch dies, the pipe closes without
+"done": the guardian sends SIGTERM to the server's process group, SIGKILL to what is left after a grace period, and
+removes Triton's shared-memory regions (named with the server's unique prefix).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_GUARDIAN = r"""
+import os, signal, sys, time
+pgid, prefix, grace = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+message = sys.stdin.read()
+if message.strip() == "done":
+    sys.exit(0)
+
+def members():
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                found.append(int(entry))
+    return found
+
+if members():
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        deadline = time.monotonic() + wait
+        while members() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not members():
+            break
+if os.path.isdir("/dev/shm"):
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+"""
+
+
+class Guardian:
+    def __init__(self, pgid: int, shm_prefix: str, grace_s: float = 20.0) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", _GUARDIAN, str(pgid), shm_prefix, str(grace_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True,
+        )
+
+    def release(self) -> None:
+        """The server was stopped normally: let the guardian go without touching anything."""
+        try:
+            self.process.stdin.write(b"done\n")
+            self.process.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
