@@ -1,0 +1,57 @@
+"""Guardian: stops a server group when launch dies (its pipe closes without "done"), and leaves it alone otherwise."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vllm_repo.guardian import Guardian
+from vllm_repo.triton_server import process_group_members
+
+# A "server" that ignores nothing and starts a child in its group, like tritonserver and its stub.
+SERVER = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); " \
+         "time.sleep(600)"
+
+
+def start_group() -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", SERVER], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(process_group_members(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(process_group_members(proc.pid)) == 2
+    return proc
+
+
+def test_when_launch_dies_the_guardian_stops_the_group_and_removes_tritons_regions(tmp_path):
+    server = start_group()
+    prefix = f"vllm_repo_test_{os.getpid()}_guardian_"
+    region = Path("/dev/shm") / f"{prefix}region"
+    region.write_bytes(b"x")
+    try:
+        guardian = Guardian(server.pid, prefix, grace_s=5)
+        guardian.process.stdin.close()  # what launch's death looks like from the guardian's side
+        guardian.process.wait(timeout=30)
+        server.wait(timeout=10)
+        assert process_group_members(server.pid) == []
+        assert not region.exists()
+    finally:
+        region.unlink(missing_ok=True)
+        if process_group_members(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_after_a_normal_stop_the_guardian_touches_nothing():
+    server = start_group()
+    try:
+        guardian = Guardian(server.pid, "vllm_repo_test_unused_", grace_s=5)
+        guardian.release()
+        assert guardian.process.returncode == 0
+        time.sleep(0.3)
+        assert len(process_group_members(server.pid)) == 2  # still running: only launch decides to stop it
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
