@@ -360,22 +360,3 @@ def test_validation_field_names_the_parameter():
     assert backend.validation_field(ValueError("top_p must be in (0, 1], got 7.0.")) == "sampling_parameters.top_p"
     assert backend.validation_field(ValueError("Something odd")) == "sampling_parameters"
 
-
-def test_merge_deltas_concatenates_per_completion_and_keeps_the_latest_state():
-    Lp = lambda v: SimpleNamespace(logprob=v, rank=1, decoded_token="t")  # noqa: E731
-    a = request_output(completion(index=0, text="He", token_ids=(1,), cumulative_logprob=-1.0, logprobs=[{1: Lp(-1.0)}]),
-                       completion(index=1, text="X", token_ids=(9,)))
-    b = request_output(completion(index=0, text="llo", token_ids=(2, 3), cumulative_logprob=-3.0,
-                                  logprobs=[{2: Lp(-1.5)}, {3: Lp(-0.5)}], finish_reason="length"))
-    a.finished, b.finished = False, True
-    merged = backend.merge_deltas([a, b])
-    assert merged.finished is True and merged.prompt == "Hi" and merged.prompt_token_ids == [1, 2, 3]
-    first, second = merged.outputs
-    assert (first.index, first.text, first.token_ids) == (0, "Hello", [1, 2, 3])
-    assert first.cumulative_logprob == -3.0 and first.finish_reason == "length" and len(first.logprobs) == 3
-    assert (second.index, second.text, second.token_ids) == (1, "X", [9])
-    options = backend.OutputOptions(stream=True, prepend_prompt=False, n=2, return_num_output_tokens=True)
-    out = as_dict(backend.assemble_outputs(merged, options, first=True))
-    assert out["text_output"].tolist() == [b"Hello", b"X"] and out["num_output_tokens"].tolist() == [3, 1]
-    # The inputs are not modified, and one output passes through as it is.
-    assert a.outputs[0].text == "He" and backend.merge_deltas([a]) is a

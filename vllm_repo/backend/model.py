@@ -35,11 +35,9 @@ import logging
 import math
 import os
 import re
-import queue
 import threading
 import time
 import traceback
-import types
 import uuid
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -587,33 +585,6 @@ def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -
     return tensors
 
 
-def merge_deltas(outputs: Sequence[Any]) -> Any:
-    """One RequestOutput-like object from consecutive DELTA outputs of one request: texts, token ids and logprobs
-    concatenated per completion; cumulative logprob, finish reason and finished from the latest."""
-    if len(outputs) == 1:
-        return outputs[0]
-    merged: dict[int, Any] = {}
-    for out in outputs:
-        for c in out.outputs:
-            index = getattr(c, "index", 0) or 0
-            m = merged.get(index)
-            if m is None:
-                merged[index] = types.SimpleNamespace(
-                    index=index, text=c.text, token_ids=list(c.token_ids), cumulative_logprob=c.cumulative_logprob,
-                    logprobs=None if c.logprobs is None else list(c.logprobs), finish_reason=c.finish_reason,
-                )
-                continue
-            m.text += c.text
-            m.token_ids.extend(c.token_ids)
-            m.cumulative_logprob = c.cumulative_logprob
-            if c.logprobs is not None:
-                m.logprobs = (m.logprobs or []) + list(c.logprobs)
-            m.finish_reason = c.finish_reason
-    first, last = outputs[0], outputs[-1]
-    return types.SimpleNamespace(prompt=first.prompt, prompt_token_ids=first.prompt_token_ids,
-                                 outputs=[merged[i] for i in sorted(merged)], finished=last.finished)
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # Metrics
 # ------------------------------------------------------------------------------------------------------------------
@@ -861,71 +832,6 @@ class _Job:
     first: bool = True
     finished: bool = False
     cancel_reason: str | None = None
-    pending: list = dataclasses.field(default_factory=list)
-    scheduled: bool = False
-
-
-@dataclasses.dataclass
-class _ErrorItem:
-    message: str
-    code: str
-
-
-class _Outbox:
-    """Sends responses from sender threads, so the engine loop never waits on Triton: each send is a round trip to
-    the server process (the GIL is released meanwhile). Deltas of a request that pile up while its previous response
-    is in flight go out merged as one response. A request is handled by one thread at a time, so its responses keep
-    their order."""
-
-    def __init__(self, model: "TritonPythonModel", threads: int) -> None:
-        self._model = model
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"vllm-responses-{i}", daemon=True) for i in range(threads)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def put(self, job: _Job, item: Any) -> None:
-        with self._lock:
-            job.pending.append(item)
-            if job.scheduled:
-                return
-            job.scheduled = True
-        self._queue.put(job)
-
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            with self._lock:
-                items, job.pending = job.pending, []
-            try:
-                data = [i for i in items if not isinstance(i, _ErrorItem)]
-                errors = [i for i in items if isinstance(i, _ErrorItem)]
-                if data:
-                    merged = merge_deltas(data)
-                    response = self._model._response(job, merged)
-                    job.first = False
-                    final = bool(getattr(data[-1], "finished", False)) and not errors
-                    job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
-                if errors:
-                    self._model._send_error(job.sender, errors[0].message, errors[0].code)
-            except Exception:
-                _log("error", f"[vllm] sending a response failed: {traceback.format_exc()}")
-            with self._lock:
-                if job.pending:
-                    self._queue.put(job)  # more arrived while sending: go again, still in order
-                else:
-                    job.scheduled = False
-
-    def close(self) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
-        for thread in self._threads:
-            thread.join(timeout=10)
 
 
 class TritonPythonModel:
@@ -1002,9 +908,6 @@ class TritonPythonModel:
         self._structured_keys = [f.name for f in dataclasses.fields(self._StructuredOutputsParams)]
 
         self._accumulator = MetricsAccumulator() if self.report_metrics else None
-        # One sender thread: measured on 2 cores, it beats sending from the engine loop (which then stalls on every
-        # round trip) and beats several threads (which contend for the GIL).
-        self._outbox = _Outbox(self, threads=1)
         self._live: dict[str, _Job] = {}
         self._dead_reason: str | None = None
         self._closing = False
@@ -1015,7 +918,6 @@ class TritonPythonModel:
             future = asyncio.run_coroutine_threadsafe(self._start_engine(), self._loop)
             self.engine = future.result()
         except BaseException:
-            self._outbox.close()
             self._stop_loop()
             raise
         self._metrics = None
@@ -1115,8 +1017,7 @@ class TritonPythonModel:
 
     async def _start_engine(self) -> Any:
         stat_loggers = [make_stat_logger_class(self._accumulator)] if self._accumulator is not None else None
-        # Built inside the loop, so vLLM's output handler runs on it next to the request tasks; responses leave
-        # through the outbox's thread, which merges the deltas of a stream it has not caught up with.
+        # Built inside the loop, so vLLM's output handler runs on it next to the request tasks that send responses.
         return self._AsyncLLM.from_engine_args(self.engine_args, stat_loggers=stat_loggers)
 
     def _stop_loop(self) -> None:
@@ -1296,10 +1197,14 @@ class TritonPythonModel:
             self._live.pop(job.request_id, None)
 
     def _deliver(self, job: _Job, output: Any) -> None:
-        self._outbox.put(job, output)
+        # Sent from the engine loop itself, with no thread hand-off: engine outputs that arrive while a send waits on
+        # its round trip to the server queue up, and vLLM merges a stream's pending deltas into its next response.
+        response = self._response(job, output)
+        job.first = False
+        job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.finished else 0)
 
     def _deliver_error(self, job: _Job, message: str, code: str) -> None:
-        self._outbox.put(job, _ErrorItem(message, code))
+        self._send_error(job.sender, message, code)
 
     def _response(self, job: _Job, output: Any) -> Any:
         tensors = assemble_outputs(output, job.options, job.first)
@@ -1365,9 +1270,6 @@ class TritonPythonModel:
             except Exception as exc:
                 _log("warn", f"[vllm] engine shutdown: {exc}")
             self.engine = None
-        outbox = getattr(self, "_outbox", None)
-        if outbox is not None:
-            outbox.close()
         metrics = getattr(self, "_metrics", None)
         if metrics is not None:
             metrics.stop()
