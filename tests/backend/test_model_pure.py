@@ -360,3 +360,58 @@ def test_validation_field_names_the_parameter():
     assert backend.validation_field(ValueError("top_p must be in (0, 1], got 7.0.")) == "sampling_parameters.top_p"
     assert backend.validation_field(ValueError("Something odd")) == "sampling_parameters"
 
+
+
+# -- auto-complete ---------------------------------------------------------------------------------------------------
+
+
+class FakeAutoCompleteConfig:
+    """The part of Triton's auto-complete config object the backend uses (same checks as pb_utils.ModelConfig)."""
+
+    def __init__(self, config):
+        self.config = {"input": [], "output": [], "max_batch_size": 0, **config}
+
+    def as_dict(self):
+        return self.config
+
+    def add_input(self, tensor):
+        assert tensor["name"] not in {t["name"] for t in self.config["input"]}
+        self.config["input"].append(tensor)
+
+    def add_output(self, tensor):
+        assert tensor["name"] not in {t["name"] for t in self.config["output"]}
+        self.config["output"].append(tensor)
+
+    def set_model_transaction_policy(self, policy):
+        current = self.config.get("model_transaction_policy", {}).get("decoupled")
+        if current is not None and current != policy["decoupled"]:
+            raise ValueError("trying to change decoupled property")
+        self.config["model_transaction_policy"] = policy
+
+    def set_max_batch_size(self, size):
+        if self.config["max_batch_size"] > size:
+            raise ValueError("configuration specified max_batch_size")
+        self.config["max_batch_size"] = size
+
+
+def test_auto_complete_fills_the_contract_into_a_minimal_config():
+    cfg = backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig({"name": "m"})).as_dict()
+    assert [(t["name"], t["data_type"], t["dims"], t["optional"]) for t in cfg["input"]] == [
+        (name, dtype, list(dims), optional) for name, dtype, dims, optional in backend.INPUTS]
+    assert [(t["name"], t["data_type"], t["dims"]) for t in cfg["output"]] == [
+        (name, dtype, list(dims)) for name, dtype, dims, _ in backend.OUTPUTS]
+    assert cfg["model_transaction_policy"] == {"decoupled": True} and cfg["max_batch_size"] == 0
+
+
+def test_auto_complete_keeps_listed_tensors_and_rejects_contradictions():
+    listed = {"input": [{"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}]}
+    cfg = backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig(listed)).as_dict()
+    assert [t["name"] for t in cfg["input"]].count("text_input") == 1 and len(cfg["input"]) == len(backend.INPUTS)
+    wrong = {"input": [{"name": "stream", "data_type": "TYPE_STRING", "dims": [1]}]}
+    with pytest.raises(ValueError, match="input 'stream' has data_type TYPE_STRING; the vLLM backend needs TYPE_BOOL"):
+        backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig(wrong))
+    with pytest.raises(ValueError, match="decoupled"):
+        backend.TritonPythonModel.auto_complete_config(
+            FakeAutoCompleteConfig({"model_transaction_policy": {"decoupled": False}}))
+    with pytest.raises(ValueError, match="max_batch_size"):
+        backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig({"max_batch_size": 8}))
