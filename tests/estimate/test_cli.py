@@ -119,3 +119,11 @@ def test_gpus_lists_the_catalog():
     lines = r.stdout.splitlines()
     assert any(line.startswith("H200") and "139.80 GiB" in line for line in lines)
     assert any(line.startswith("L4 ") and "approximate" in line for line in lines)
+
+
+def test_out_of_range_number_in_model_json_is_a_clear_error(tmp_path, llama_dir):
+    version = tmp_path / "model_repository" / "llama" / "1"
+    version.mkdir(parents=True)
+    (version / "model.json").write_text('{"model": "%s", "gpu_memory_utilization": 1%s}' % (llama_dir, "0" * 400))
+    r = cli(str(version.parent), "--gpu", "H200")
+    assert r.returncode == 2 and "out of range" in r.stderr and "Traceback" not in r.stderr

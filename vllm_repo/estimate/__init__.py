@@ -55,7 +55,10 @@ def _coerce(key: str, value: Any) -> Any:
 
 def engine_settings(engine_args: dict[str, Any]) -> dict[str, Any]:
     """The estimate's keyword arguments from an EngineArgs-style dict (model.json); raises ValueError."""
-    return {key: _coerce(key, engine_args[key]) for key in ENGINE_ARG_TYPES if key in engine_args}
+    try:
+        return {key: _coerce(key, engine_args[key]) for key in ENGINE_ARG_TYPES if key in engine_args}
+    except OverflowError as exc:  # float(10**400): a value no GPU setting can take
+        raise ValueError(f"a setting is out of range: {exc}") from None
 
 
 def estimate_model(model: str, gpu: "str | float | Gpu", *, num_gpus: int | None = None,
