@@ -22,6 +22,7 @@ from typing import Any
 
 from vllm_repo.backend import contract
 from vllm_repo.diagnostics import Diagnostic
+from vllm_repo.engine_args import accepts
 
 VERSION = "1"
 BACKEND = "vllm"
@@ -97,25 +98,9 @@ def parse_value(text: str, types: list[str] | None = None) -> Any:
         value = json.loads(text)
     except ValueError:
         return text
-    if types and "string" in types and _json_type(value) not in types:
+    if types and "string" in types and not accepts(types, value):
         return text
     return value
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def parse_assignments(items: list[str], what: str) -> list[tuple[str, str]]:

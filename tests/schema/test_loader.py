@@ -8,23 +8,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from vllm_repo.engine_args import JSON_TYPES, bundled_versions, choose_schema_version, load_schema
+from vllm_repo.engine_args import JSON_TYPES, bundled_versions, choose_schema_version, json_type, load_schema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "engine_args"
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
 
 
 def test_the_bundled_releases_span_old_to_current() -> None:
@@ -47,7 +33,7 @@ def test_each_file_has_the_format_and_loads(version: str) -> None:
         assert spec["choices"] is None or (spec["choices"] and None not in spec["choices"]), name
         assert isinstance(spec["deprecated"], bool), name
         if spec["default"] is not None:
-            kind = _json_type(spec["default"])
+            kind = json_type(spec["default"])
             assert kind in spec["types"] or (kind == "integer" and "number" in spec["types"]), name
         elif "default_repr" not in spec:
             assert "null" in spec["types"], name

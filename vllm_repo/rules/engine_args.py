@@ -10,6 +10,7 @@ from typing import Any
 
 from vllm_repo.diagnostics import Severity
 from vllm_repo.documents import JsonDocument
+from vllm_repo.engine_args import accepts, json_type
 from vllm_repo.key_history import explain_missing_key
 from vllm_repo.repository import ModelDirectory, VersionDirectory
 from vllm_repo.rules import CheckContext, Finding, did_you_mean, rule
@@ -43,32 +44,6 @@ RANGES: dict[str, tuple[float | None, bool, float | None, bool, tuple]] = {
     "max_logprobs": (-1, True, None, False, ()),
 }
 _SIZE_SUFFIX = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG])\s*$")
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def accepts(types: list[str], value: Any) -> bool:
-    if not types or "any" in types:
-        return True
-    actual = json_type(value)
-    if actual in types:
-        return True
-    # JSON has one number type: an integer is a valid float (gpu_memory_utilization: 1).
-    return actual == "integer" and "number" in types
 
 
 def engine_args_documents(model: ModelDirectory) -> Iterator[tuple[VersionDirectory, JsonDocument]]:
