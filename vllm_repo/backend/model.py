@@ -1168,14 +1168,18 @@ class TritonPythonModel:
 
     async def _generate(self, job: _Job) -> None:
         try:
-            async for output in self.engine.generate(
-                job.prompt, job.sampling_params, job.request_id, lora_request=job.lora_request
-            ):
-                if output.finished:
-                    job.finished = True
-                self._deliver(job, output)
-                if job.finished:
-                    return
+            stream = self.engine.generate(job.prompt, job.sampling_params, job.request_id, lora_request=job.lora_request)
+            try:
+                async for output in stream:
+                    if output.finished:
+                        job.finished = True
+                    self._deliver(job, output)
+                    if job.finished:
+                        return
+            finally:
+                # Closing vLLM's stream aborts the request in the engine if it is still running (e.g. a send
+                # failed because the client went away): nothing keeps generating for it.
+                await stream.aclose()
             if not job.finished:  # the stream ended without a finished output (aborted inside vLLM)
                 job.finished = True
                 self._deliver_error(job, "the request ended without a result (aborted by vLLM)", "INTERNAL")
