@@ -188,5 +188,6 @@ def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[
         return
     if data.get("disable_log_stats") is True:
         yield Finding(doc.path, "REPORT_CUSTOM_METRICS is on in config.pbtxt but disable_log_stats is true: vLLM "
-                      "collects no stats, so the metrics never move", doc.position_of("disable_log_stats"),
+                      "collects no stats, so Triton's stock vLLM backend reports metrics that never move (the "
+                      "vllm-repo backend collects them regardless)", doc.position_of("disable_log_stats"),
                       hint="set disable_log_stats to false, or turn REPORT_CUSTOM_METRICS off")
