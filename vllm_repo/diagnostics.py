@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -43,12 +44,12 @@ class Diagnostic(BaseModel):
 
 
 def display_path(path: Path | str | None, base: Path | None = None) -> str | None:
-    """Paths in diagnostics are relative to the working directory when they can be, as editors and CI expect."""
+    """Paths in diagnostics are relative to the working directory when they can be, as editors and CI expect.
+    Symlinks are not followed: a finding names the path the user gave, not where a link points."""
     if path is None:
         return None
-    p = Path(path)
-    base = base or Path.cwd()
+    p = Path(os.path.abspath(path))
     try:
-        return str(p.resolve().relative_to(base.resolve()))
-    except (ValueError, OSError, RuntimeError):  # outside base, or a symlink loop that resolve() gives up on
+        return str(p.relative_to(os.path.abspath(base or Path.cwd())))
+    except (ValueError, OSError):  # outside base, or the working directory is gone
         return str(p)

@@ -76,3 +76,14 @@ def test_single_file_paths_map_to_their_model(repo):
     result = run(repo.root / "a" / "1" / "model.json")
     assert len(result.models) == 1 and result.models[0].endswith("/a")
     assert {d.file.split("/")[-3] for d in result.diagnostics if d.code == "VR304"} == {"a"}
+
+
+def test_findings_name_the_path_given_not_a_symlink_target(repo, tmp_path):
+    model = repo.model("llm", engine_args=None, config='backend: "vllm"\n')
+    real = tmp_path / "elsewhere" / "model.json"
+    real.parent.mkdir()
+    real.write_text('{"model": "m", "dtype": "bf16"}')
+    (model / "1").mkdir()
+    (model / "1" / "model.json").symlink_to(real)
+    (d,) = only(run(repo.root), "VR304")
+    assert d.file.endswith("llm/1/model.json")
