@@ -14,13 +14,7 @@ import pytest
 from vllm_repo.triton_server import TritonServer
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-TRITON_HOME = os.environ.get("VLLM_REPO_TRITON_HOME")
-SERVING_SKIP_REASON = (
-    "needs a real Triton server and vLLM: set VLLM_REPO_SERVING_PYTHON and VLLM_REPO_TRITON_HOME to the lines "
-    "printed by `bash .ci/setup-serving.sh`"
-)
-needs_serving = pytest.mark.skipif(not (SERVING_PYTHON and TRITON_HOME), reason=SERVING_SKIP_REASON)
+from tests.serving_env import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
 
 MODEL_NAME = "tiny"
 DEFAULT_MAX_TOKENS = 24

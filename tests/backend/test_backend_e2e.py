@@ -21,14 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not (os.environ.get("VLLM_REPO_SERVING_PYTHON") and os.environ.get("VLLM_REPO_TRITON_HOME")),
-        reason="needs a real Triton server and vLLM: set VLLM_REPO_SERVING_PYTHON and VLLM_REPO_TRITON_HOME to the "
-        "lines printed by `bash .ci/setup-serving.sh`",
-    ),
-]
+from tests.serving_env import needs_serving
+
+pytestmark = [pytest.mark.e2e, needs_serving]
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 grpcaio = pytest.importorskip("tritonclient.grpc.aio")

@@ -4,23 +4,15 @@ to do (not a TypeError from deep inside vLLM). The errors come before any engine
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
 
 from vllm_repo.triton_server import TritonServer, TritonServerError
 
-SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-TRITON_HOME = os.environ.get("VLLM_REPO_TRITON_HOME")
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not (SERVING_PYTHON and TRITON_HOME),
-        reason="needs a real Triton server and vLLM: set VLLM_REPO_SERVING_PYTHON and VLLM_REPO_TRITON_HOME to the "
-        "lines printed by `bash .ci/setup-serving.sh`",
-    ),
-]
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+
+pytestmark = [pytest.mark.e2e, needs_serving]
 
 MODELS = {
     # name: (config.pbtxt extra, model.json text)

@@ -21,16 +21,9 @@ from vllm_repo.triton_server import (
     shm_segments,
 )
 
-SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-TRITON_HOME = os.environ.get("VLLM_REPO_TRITON_HOME")
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not (SERVING_PYTHON and TRITON_HOME),
-        reason="needs the Triton server files and a serving Python: set VLLM_REPO_SERVING_PYTHON and "
-        "VLLM_REPO_TRITON_HOME to the lines printed by `bash .ci/setup-serving.sh`",
-    ),
-]
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+
+pytestmark = [pytest.mark.e2e, needs_serving]
 
 ECHO_BACKEND = '''
 import numpy as np

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +12,8 @@ import pytest
 from vllm_repo.scaffold import init_model
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-TRITON_HOME = os.environ.get("VLLM_REPO_TRITON_HOME")
-NEEDS_SERVING = pytest.mark.skipif(
-    not (SERVING_PYTHON and TRITON_HOME),
-    reason="needs a real Triton and vLLM: set VLLM_REPO_SERVING_PYTHON and VLLM_REPO_TRITON_HOME "
-           "(`eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\"`, which scripts/test.sh does)",
-)
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME  # noqa: F401
+from tests.serving_env import needs_serving as NEEDS_SERVING  # noqa: F401
 
 
 def write_hf_config(path: Path, max_position_embeddings: int = 512) -> Path:
