@@ -21,6 +21,15 @@ def _engine_args(model: ModelDirectory) -> tuple[object, dict] | None:
     return doc, doc.data
 
 
+def _engine_args_and_config(model: ModelDirectory):
+    """(model.json document, its data, the parsed config.pbtxt document), or None when either is unusable."""
+    found = _engine_args(model)
+    cfg = model.config
+    if found is None or cfg is None or cfg.config is None:
+        return None
+    return (*found, cfg)
+
+
 def _int(value, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
@@ -89,11 +98,10 @@ def _parallel_size(data: dict) -> int:
 @rule("VR503", "kind-gpu-parallel", Severity.ERROR)
 def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     """KIND_GPU with tensor/pipeline parallelism: each instance is pinned to one GPU, so vLLM can't use more."""
-    found = _engine_args(model)
-    doc_cfg = model.config
-    if found is None or doc_cfg is None or doc_cfg.config is None:
+    both = _engine_args_and_config(model)
+    if both is None:
         return
-    doc, data = found
+    doc, data, doc_cfg = both
     size = _parallel_size(data)
     kinds = [g.kind for g in doc_cfg.config.instance_group]
     from vllm_repo.documents import model_config_pb2
@@ -178,11 +186,10 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
 @rule("VR505", "metrics-without-stats", Severity.WARNING)
 def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     """REPORT_CUSTOM_METRICS on while model.json sets disable_log_stats: the metrics stay empty."""
-    found = _engine_args(model)
-    cfg = model.config
-    if found is None or cfg is None or cfg.config is None:
+    both = _engine_args_and_config(model)
+    if both is None:
         return
-    doc, data = found
+    doc, data, cfg = both
     param = cfg.config.parameters.get("REPORT_CUSTOM_METRICS")
     if param is None or param.string_value.strip().lower() not in contract.TRUE_STRINGS:
         return
