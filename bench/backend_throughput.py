@@ -1,21 +1,31 @@
 """Tokens/s and time to first token through Triton + the bundled backend, against raw AsyncLLM on the same engine
-settings, at concurrency 1 and 32, alternating the two round by round (a shared machine is noisy).
+settings, at concurrency 1 and 32, alternating the paths round by round (a shared machine is noisy).
 
-Run by hand with the serving Python (vLLM + tritonclient), from the repository root:
+Run by hand with the serving Python (vLLM; tritonclient for the gRPC client), from the repository root:
 
     eval "$(bash .ci/setup-serving.sh | sed 's/^/export /')"
-    $VLLM_REPO_SERVING_PYTHON bench/backend_throughput.py [--rounds 3] [--tokens 64] [--out bench/results]
+    $VLLM_REPO_SERVING_PYTHON bench/backend_throughput.py [--rounds 5] [--tokens 64] [--clients http,grpc]
 
-Triton side: a real Triton server (vllm_repo.triton_server) with the backend, driven by tritonclient's gRPC aio
-streaming client (one stream per request, like a serving frontend). Raw side: AsyncLLM in this process with the same
-engine arguments, consumed with DELTA outputs. Both engines are loaded for the whole run; only one is busy at a time.
-Targets on a 2-core machine: >= 0.8x raw throughput at concurrency 32, <= 2 ms added median TTFT at concurrency 1.
+On a GPU host (VLLM_REPO_TRITON_HOME pointing at the unpacked nvidia-pytriton wheel):
+
+    python bench/backend_throughput.py --device gpu --model M --engine-args '{"load_format": "dummy", ...}'
+
+Triton side: a real Triton server (vllm_repo.triton_server) with the backend, one model instance. Clients:
+- http: Triton's generate_stream endpoint through bench/http_stream.py, a lean asyncio client (one keep-alive
+  connection per worker);
+- grpc: tritonclient's gRPC aio streaming client, one stream per request.
+Raw side: AsyncLLM in this process with the same engine arguments, consumed with DELTA outputs. Both engines stay
+loaded for the whole run; only one is busy at a time. CPU seconds per process are recorded for each measurement at
+concurrency 32 (the load generator shares the machine's cores with the server).
+Targets: on a 2-core machine >= 0.8x raw throughput at concurrency 32 and <= 2 ms added median TTFT at concurrency 1;
+on an H200 with an 8B-shaped model >= 0.97x raw.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import platform
@@ -29,89 +39,192 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from http_stream import GenerateStreamConnection  # noqa: E402
 
 # vLLM on a CPU: no thread pinning (the default pins to core 0), no extra worker process. Set before vLLM loads.
 CPU_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": "1",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
 }
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 PROMPT = "The history of the printing press begins with"
+MODEL_NAME = "bench"
 
 
-def engine_args(model: str) -> dict:
-    return {
-        "model": model,
-        "dtype": "float32",
-        "max_model_len": 1024,
-        "kv_cache_memory_bytes": 128 * 2**20,
-        "max_num_seqs": 64,
-        "distributed_executor_backend": "uni",
-        "disable_log_stats": True,
-    }
+def default_engine_args(model: str, device: str) -> dict:
+    if device == "cpu":
+        return {
+            "model": model,
+            "dtype": "float32",
+            "max_model_len": 1024,
+            "kv_cache_memory_bytes": 128 * 2**20,
+            "max_num_seqs": 64,
+            "distributed_executor_backend": "uni",
+            "disable_log_stats": True,
+        }
+    # Two engines share the GPU (Triton's and the raw one): each gets under half of it.
+    return {"model": model, "max_model_len": 4096, "gpu_memory_utilization": 0.42, "disable_log_stats": True}
 
 
-# -- Triton side ---------------------------------------------------------------------------------------------------
+# -- CPU accounting --------------------------------------------------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
-def triton_inputs(tokens: int):
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-
-    def tensor(name, array, datatype):
-        t = grpcclient.InferInput(name, list(array.shape), datatype)
-        t.set_data_from_numpy(array)
-        return t
-
-    return [
-        tensor("text_input", np.array([PROMPT.encode()], dtype=np.object_), "BYTES"),
-        tensor("stream", np.array([True]), "BOOL"),
-        tensor("return_num_output_tokens", np.array([True]), "BOOL"),
-        tensor("sampling_parameters",
-               np.array([json.dumps({"max_tokens": tokens, "ignore_eos": True}).encode()], dtype=np.object_),
-               "BYTES"),
-    ]
+def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
+    """pid -> (command name, user+system CPU seconds so far), for every process."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        out[int(entry.name)] = (stat[stat.find("(") + 1 : stat.rfind(")")], (int(fields[11]) + int(fields[12])) / _TICK)
+    return out
 
 
-async def triton_request(client, model: str, tokens: int) -> tuple[float, int]:
-    async def requests():
-        yield {"model_name": model, "inputs": triton_inputs(tokens)}
+def cpu_used(before: dict, after: dict, labels: dict[int, str]) -> dict[str, float]:
+    used: dict[str, float] = collections.Counter()
+    for pid, (name, seconds) in after.items():
+        delta = seconds - before.get(pid, (name, 0.0))[1]
+        if delta > 0.005:
+            used[labels.get(pid, name)] += delta
+    return {k: round(v, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}
 
-    start = time.perf_counter()
-    first, count = None, 0
-    stream = client.stream_infer(requests())
-    try:
-        async for result, error in stream:
-            if error is not None:
-                raise RuntimeError(str(error))
+
+# -- request paths ---------------------------------------------------------------------------------------------------
+
+
+def sampling_json(tokens: int) -> str:
+    return json.dumps({"max_tokens": tokens, "ignore_eos": True})
+
+
+class HttpPath:
+    def __init__(self, host: str, port: int, tokens: int) -> None:
+        self.host, self.port, self.tokens = host, port, tokens
+        self._idle: collections.deque[GenerateStreamConnection] = collections.deque()
+        self.body = {"text_input": PROMPT, "stream": True, "return_num_output_tokens": True,
+                     "sampling_parameters": sampling_json(tokens)}
+
+    async def __call__(self) -> tuple[float, int]:
+        conn = self._idle.popleft() if self._idle else GenerateStreamConnection(self.host, self.port)
+        try:
+            first, events = await conn.generate(MODEL_NAME, self.body)
+        except BaseException:
+            await conn.close()
+            raise
+        self._idle.append(conn)
+        return first, sum(int(e["num_output_tokens"]) for e in events)
+
+    async def close(self) -> None:
+        while self._idle:
+            await self._idle.popleft().close()
+
+
+class GrpcPath:
+    def __init__(self, url: str, tokens: int) -> None:
+        import tritonclient.grpc.aio as grpcaio
+
+        self.client = grpcaio.InferenceServerClient(url)
+        self.tokens = tokens
+
+    def _inputs(self):
+        import numpy as np
+        import tritonclient.grpc as grpcclient
+
+        def tensor(name, array, datatype):
+            t = grpcclient.InferInput(name, list(array.shape), datatype)
+            t.set_data_from_numpy(array)
+            return t
+
+        return [
+            tensor("text_input", np.array([PROMPT.encode()], dtype=np.object_), "BYTES"),
+            tensor("stream", np.array([True]), "BOOL"),
+            tensor("return_num_output_tokens", np.array([True]), "BOOL"),
+            tensor("sampling_parameters", np.array([sampling_json(self.tokens).encode()], dtype=np.object_), "BYTES"),
+        ]
+
+    async def __call__(self) -> tuple[float, int]:
+        async def requests():
+            yield {"model_name": MODEL_NAME, "inputs": self._inputs()}
+
+        start = time.perf_counter()
+        first, count = None, 0
+        stream = self.client.stream_infer(requests())
+        try:
+            async for result, error in stream:
+                if error is not None:
+                    raise RuntimeError(str(error))
+                if first is None:
+                    first = time.perf_counter() - start
+                count += int(result.as_numpy("num_output_tokens")[0])
+                final = result.get_response().parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    break
+        finally:
+            stream.cancel()
+        return first, count
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class RawPath:
+    def __init__(self, engine, tokens: int) -> None:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        self.engine = engine
+        self.params = SamplingParams(max_tokens=tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+
+    async def __call__(self) -> tuple[float, int]:
+        start = time.perf_counter()
+        first, count = None, 0
+        async for out in self.engine.generate({"prompt": PROMPT}, self.params, uuid.uuid4().hex):
             if first is None:
                 first = time.perf_counter() - start
-            count += int(result.as_numpy("num_output_tokens")[0])
-            final = result.get_response().parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
-                break
-    finally:
-        stream.cancel()
-    return first, count
+            count += len(out.outputs[0].token_ids)
+        return first, count
+
+    async def close(self) -> None:
+        pass
 
 
-# -- raw side ------------------------------------------------------------------------------------------------------
+class _StopReading(Exception):
+    pass
 
 
-async def raw_request(engine, tokens: int) -> tuple[float, int]:
-    from vllm.sampling_params import RequestOutputKind, SamplingParams
+async def check_cancellation(server, max_tokens: int) -> dict:
+    """Close an HTTP generate_stream connection after three responses; the backend must abort the request in the
+    engine (it logs that when it sees Triton's cancellation)."""
+    marker = "cancelled by the client: aborted in the engine"
+    already = server.log_text().count(marker)
+    seen = []
 
-    params = SamplingParams(max_tokens=tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
-    start = time.perf_counter()
-    first, count = None, 0
-    async for out in engine.generate({"prompt": PROMPT}, params, uuid.uuid4().hex):
-        if first is None:
-            first = time.perf_counter() - start
-        count += len(out.outputs[0].token_ids)
-    return first, count
+    def on_event(event):
+        seen.append(event)
+        if len(seen) == 3:
+            raise _StopReading
+
+    conn = GenerateStreamConnection(server.host, server.http_port)
+    body = {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling_json(max_tokens)}
+    try:
+        await conn.generate(MODEL_NAME, body, on_event=on_event)
+    except _StopReading:
+        pass
+    closed = time.perf_counter()
+    await conn.close()
+    while server.log_text().count(marker) == already:
+        if time.perf_counter() - closed > 10:
+            return {"aborted": False, "responses_before_close": len(seen)}
+        await asyncio.sleep(0.01)
+    return {"aborted": True, "responses_before_close": len(seen),
+            "abort_logged_after_ms": round((time.perf_counter() - closed) * 1000, 1)}
 
 
 async def measure(one_request, concurrency: int, per_worker: int) -> dict:
@@ -126,87 +239,140 @@ async def measure(one_request, concurrency: int, per_worker: int) -> dict:
             "ttft_median_ms": round(statistics.median(s[0] for s in stats) * 1000, 2)}
 
 
+# -- main ------------------------------------------------------------------------------------------------------------
+
+
 def build_tiny_model(dest: Path) -> Path:
     subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_model.py"), str(dest)], check=True,
                    capture_output=True)
     return dest
 
 
+def write_model(repo: Path, settings: dict, device: str) -> None:
+    kind = "KIND_CPU" if device == "cpu" else "KIND_GPU"
+    (repo / MODEL_NAME / "1").mkdir(parents=True)
+    (repo / MODEL_NAME / "config.pbtxt").write_text(
+        f'backend: "vllm"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n'
+    )
+    (repo / MODEL_NAME / "1" / "model.json").write_text(json.dumps(settings))
+
+
+def summarize(rounds: dict) -> dict:
+    summary = {}
+    for key, by_path in rounds.items():
+        med = {name: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
+                      "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs)}
+               for name, runs in by_path.items()}
+        for name in by_path:
+            if name != "raw":
+                med[f"{name}_over_raw_throughput"] = round(med[name]["tokens_per_s"] / med["raw"]["tokens_per_s"], 3)
+                med[f"{name}_added_ttft_ms"] = round(med[name]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
+        summary[key] = med
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="model directory (default: a tiny model built offline)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--model", help="model directory (default on the CPU: a tiny model built offline)")
+    parser.add_argument("--engine-args", default="{}", help="JSON merged over the default engine arguments")
+    parser.add_argument("--clients", default="http,grpc", help="Triton clients to drive: http, grpc or both")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--c1-requests", type=int, default=10)
     parser.add_argument("--c32-requests-per-stream", type=int, default=3)
+    parser.add_argument("--check-cancel", action="store_true",
+                        help="also close a stream mid-way over HTTP and wait for the backend to abort it")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
-    os.environ.update(CPU_ENV)
+    env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
+    os.environ.update(env)
 
     from vllm_repo.triton_server import TritonServer
 
     work = Path(tempfile.mkdtemp(prefix="backend-bench-"))
+    if args.model is None and args.device == "gpu":
+        parser.error("--model is required with --device gpu")
     model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
-    settings = engine_args(model_dir)
+    settings = dict(default_engine_args(model_dir, args.device), **json.loads(args.engine_args))
     repo = work / "repo"
-    (repo / "tiny" / "1").mkdir(parents=True)
-    (repo / "tiny" / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { kind: KIND_CPU } ]\n')
-    (repo / "tiny" / "1" / "model.json").write_text(json.dumps(settings))
+    write_model(repo, settings, args.device)
+
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if "grpc" in clients:
+        try:
+            import tritonclient.grpc.aio  # noqa: F401
+        except ImportError:
+            print("tritonclient is not installed: the gRPC client is left out", flush=True)
+            clients.remove("grpc")
 
     server = TritonServer(repo, serving_python=sys.executable, triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-                          env=CPU_ENV, log_path=work / "tritonserver.log")
+                          env=env, log_path=work / "tritonserver.log")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    results: dict = {"engine_args": settings, "host": platform.node(), "cpus": os.cpu_count(),
-                     "tokens_per_request": args.tokens}
+    results: dict = {"device": args.device, "engine_args": settings, "host": platform.node(), "cpus": os.cpu_count(),
+                     "tokens_per_request": args.tokens, "clients": clients}
     server.start()
+    engine = None
     try:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
+        import vllm
+
+        results["vllm_version"] = vllm.__version__
 
         async def make_engine():
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**settings))
 
+        server.wait_ready(timeout=900)  # Triton's engine first: two engine startups at once starve each other
         engine = loop.run_until_complete(make_engine())
-        server.wait_ready(timeout=900)
-        import tritonclient.grpc.aio as grpcaio
-
-        client = grpcaio.InferenceServerClient(server.grpc_url)
-        paths = {
-            "raw": lambda: raw_request(engine, args.tokens),
-            "triton": lambda: triton_request(client, "tiny", args.tokens),
-        }
+        paths = {"raw": RawPath(engine, args.tokens)}
+        if "http" in clients:
+            paths["triton_http"] = HttpPath(server.host, server.http_port, args.tokens)
+        if "grpc" in clients:
+            paths["triton_grpc"] = GrpcPath(server.grpc_url, args.tokens)
+        labels = {os.getpid(): "bench process (client, raw engine frontend)"}
+        for pid in _process_group(server.pgid):
+            labels[pid] = f"server group: {cpu_seconds_by_process().get(pid, ('?', 0))[0]}"
         # Warm-up: first requests pay one-off costs on both sides.
-        for fn in paths.values():
-            loop.run_until_complete(measure(fn, 4, 2))
+        for path in paths.values():
+            loop.run_until_complete(measure(path, 4, 2))
         plan = ((1, 1, args.c1_requests), (32, 32, args.c32_requests_per_stream))
-        rounds = {f"c{c}": {"raw": [], "triton": []} for c, _, _ in plan}
+        names = list(paths)
+        rounds = {f"c{c}": {name: [] for name in names} for c, _, _ in plan}
         for i in range(args.rounds):
+            order = names[i % len(names):] + names[: i % len(names)]
             for c, concurrency, per in plan:
-                order = ("raw", "triton") if i % 2 == 0 else ("triton", "raw")
                 for name in order:
+                    before = cpu_seconds_by_process()
                     result = loop.run_until_complete(measure(paths[name], concurrency, per))
+                    if concurrency > 1:
+                        result["cpu_s"] = cpu_used(before, cpu_seconds_by_process(), labels)
                     rounds[f"c{c}"][name].append(result)
-                    print(f"round {i} c={c} {name:6s} {result}", flush=True)
-        loop.run_until_complete(client.close())
-        summary = {}
-        for key, by_path in rounds.items():
-            med = {name: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-                          "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs)}
-                   for name, runs in by_path.items()}
-            med["triton_over_raw_throughput"] = round(med["triton"]["tokens_per_s"] / med["raw"]["tokens_per_s"], 3)
-            med["added_ttft_ms"] = round(med["triton"]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
-            summary[key] = med
-        results.update(rounds=rounds, summary=summary)
-        print(json.dumps(summary, indent=1))
-        engine.shutdown()
+                    print(f"round {i} c={c} {name:12s} {result}", flush=True)
+        for path in paths.values():
+            loop.run_until_complete(path.close())
+        if args.check_cancel:
+            results["cancel_http"] = loop.run_until_complete(
+                check_cancellation(server, settings["max_model_len"] - 64))
+            print("cancellation:", results["cancel_http"], flush=True)
+        results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
+        print(json.dumps(results["summary"], indent=1))
     finally:
+        if engine is not None:
+            engine.shutdown()
         server.stop()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    (out / f"backend_throughput_cpu_{stamp}.json").write_text(json.dumps(results, indent=1))
+    (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
     return 0
+
+
+def _process_group(pgid: int | None) -> list[int]:
+    from vllm_repo.triton_server import process_group_members
+
+    return process_group_members(pgid) if pgid else []
 
 
 if __name__ == "__main__":
