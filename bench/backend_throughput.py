@@ -106,8 +106,8 @@ def sampling_json(tokens: int) -> str:
 
 
 class HttpPath:
-    def __init__(self, host: str, port: int, tokens: int) -> None:
-        self.host, self.port, self.tokens = host, port, tokens
+    def __init__(self, host: str, port: int, tokens: int, model: str = MODEL_NAME) -> None:
+        self.host, self.port, self.tokens, self.model = host, port, tokens, model
         self._idle: collections.deque[GenerateStreamConnection] = collections.deque()
         self.body = {"text_input": PROMPT, "stream": True, "return_num_output_tokens": True,
                      "sampling_parameters": sampling_json(tokens)}
@@ -115,7 +115,7 @@ class HttpPath:
     async def __call__(self) -> tuple[float, int]:
         conn = self._idle.popleft() if self._idle else GenerateStreamConnection(self.host, self.port)
         try:
-            first, events = await conn.generate(MODEL_NAME, self.body)
+            first, events = await conn.generate(self.model, self.body)
         except BaseException:
             await conn.close()
             raise
@@ -234,6 +234,9 @@ async def measure(one_request, concurrency: int, per_worker: int) -> dict:
     start = time.perf_counter()
     stats = [s for w in await asyncio.gather(*(worker() for _ in range(concurrency))) for s in w]
     wall = time.perf_counter() - start
+    short = [s[1] for s in stats if s[1] != stats[0][1]]
+    if short:
+        raise RuntimeError(f"requests got different token counts: {stats[0][1]} and {short[:5]}")
     tokens = sum(s[1] for s in stats)
     return {"tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 1),
             "ttft_median_ms": round(statistics.median(s[0] for s in stats) * 1000, 2)}
@@ -248,13 +251,16 @@ def build_tiny_model(dest: Path) -> Path:
     return dest
 
 
-def write_model(repo: Path, settings: dict, device: str) -> None:
+def write_model(repo: Path, settings: dict, device: str, name: str = MODEL_NAME,
+                parameters: dict[str, str] | None = None) -> None:
     kind = "KIND_CPU" if device == "cpu" else "KIND_GPU"
-    (repo / MODEL_NAME / "1").mkdir(parents=True)
-    (repo / MODEL_NAME / "config.pbtxt").write_text(
-        f'backend: "vllm"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n'
+    (repo / name / "1").mkdir(parents=True)
+    params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
+                     for k, v in (parameters or {}).items())
+    (repo / name / "config.pbtxt").write_text(
+        f'backend: "vllm"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n{params}'
     )
-    (repo / MODEL_NAME / "1" / "model.json").write_text(json.dumps(settings))
+    (repo / name / "1" / "model.json").write_text(json.dumps(settings))
 
 
 def summarize(rounds: dict) -> dict:
@@ -281,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--c1-requests", type=int, default=10)
     parser.add_argument("--c32-requests-per-stream", type=int, default=3)
+    parser.add_argument("--parameters", default="{}", help="config.pbtxt parameters of the model, as JSON")
+    parser.add_argument("--variants", default="{}",
+                        help='more models in the same server, e.g. {"inline": {"RESPONSE_SENDER_THREADS": "0"}}: '
+                             "each is driven over HTTP as triton_http_NAME (an A/B of backend settings)")
     parser.add_argument("--check-cancel", action="store_true",
                         help="also close a stream mid-way over HTTP and wait for the backend to abort it")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -296,7 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
     settings = dict(default_engine_args(model_dir, args.device), **json.loads(args.engine_args))
     repo = work / "repo"
-    write_model(repo, settings, args.device)
+    write_model(repo, settings, args.device, parameters=json.loads(args.parameters))
+    variants = json.loads(args.variants)
+    for name, parameters in variants.items():
+        write_model(repo, settings, args.device, name=f"{MODEL_NAME}_{name}", parameters=parameters)
 
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     if "grpc" in clients:
@@ -307,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             clients.remove("grpc")
 
     server = TritonServer(repo, serving_python=sys.executable, triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-                          env=env, log_path=work / "tritonserver.log")
+                          env=env, log_path=work / "tritonserver.log",
+                          # One model at a time: engines profiling GPU memory side by side disturb each other.
+                          extra_args=["--model-load-thread-count=1"])
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     results: dict = {"device": args.device, "engine_args": settings, "host": platform.node(), "cpus": os.cpu_count(),
@@ -329,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         paths = {"raw": RawPath(engine, args.tokens)}
         if "http" in clients:
             paths["triton_http"] = HttpPath(server.host, server.http_port, args.tokens)
+            for name in variants:
+                paths[f"triton_http_{name}"] = HttpPath(server.host, server.http_port, args.tokens,
+                                                        f"{MODEL_NAME}_{name}")
         if "grpc" in clients:
             paths["triton_grpc"] = GrpcPath(server.grpc_url, args.tokens)
         labels = {os.getpid(): "bench process (client, raw engine frontend)"}

@@ -930,7 +930,9 @@ class TritonPythonModel:
                 )
             except Exception as exc:  # e.g. the server runs with metrics off
                 _log("warn", f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")
-        self._watcher = asyncio.run_coroutine_threadsafe(self._watch(), self._loop)
+        self._stop_watching = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
+        self._watcher.start()
         _log("info", f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version})")
 
     def _import_vllm(self) -> None:
@@ -1025,24 +1027,34 @@ class TritonPythonModel:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=30)
 
-    async def _watch(self) -> None:
-        """Checks in-flight requests for client cancellation, and the engine for death."""
-        while not self._closing:
-            await asyncio.sleep(WATCH_INTERVAL_S)
+    def _watch(self) -> None:
+        """Checks in-flight requests for client cancellation, and the engine for death.
+
+        Runs on its own thread: every ``is_cancelled()`` is a round trip to the server process (the GIL is released
+        while it waits), which would otherwise stall the engine loop that feeds vLLM and sends responses.
+        """
+        while not self._stop_watching.wait(WATCH_INTERVAL_S):
             for job in list(self._live.values()):
-                if job.finished or job.task is None or job.task.done():
+                if job.finished or job.cancel_reason is not None:
                     continue
                 try:
                     cancelled = job.sender.is_cancelled()
                 except Exception:
                     cancelled = False
                 if cancelled:
-                    job.cancel_reason = "request was cancelled"
-                    job.task.cancel()
-            if self._dead_reason is None and self.engine.errored:
-                self._on_engine_dead()
+                    self._loop.call_soon_threadsafe(self._cancel, job, "request was cancelled")
+            if self._dead_reason is None and not self._closing and self.engine.errored:
+                self._loop.call_soon_threadsafe(self._on_engine_dead)
+
+    def _cancel(self, job: _Job, reason: str) -> None:
+        if job.finished or job.task is None or job.task.done():
+            return
+        job.cancel_reason = job.cancel_reason or reason
+        job.task.cancel()
 
     def _on_engine_dead(self) -> None:
+        if self._dead_reason is not None or self._closing:
+            return
         self._dead_reason = (
             "the vLLM engine has died (see the Triton server log for the cause); "
             "this model must be reloaded or the server restarted"
@@ -1245,6 +1257,10 @@ class TritonPythonModel:
     def finalize(self) -> None:
         _log("info", f"[vllm] finalizing model {self.model_name}")
         self._closing = True
+        watcher = getattr(self, "_watcher", None)
+        if watcher is not None:
+            self._stop_watching.set()
+            watcher.join(timeout=5)
         loop = getattr(self, "_loop", None)
         if loop is not None and loop.is_running():
 
