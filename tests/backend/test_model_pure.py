@@ -415,3 +415,62 @@ def test_auto_complete_keeps_listed_tensors_and_rejects_contradictions():
             FakeAutoCompleteConfig({"model_transaction_policy": {"decoupled": False}}))
     with pytest.raises(ValueError, match="max_batch_size"):
         backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig({"max_batch_size": 8}))
+
+
+class _FactorySender:
+    """Like Triton's response sender: the response factory is freed with the final response, and asking a freed
+    factory whether it was cancelled is a use-after-free in the server (here: recorded)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.freed = False
+        self.checks_after_free = 0
+        self.checking = threading.Event()
+
+    def is_cancelled(self) -> bool:
+        import time
+
+        self.checking.set()
+        time.sleep(0.001)  # the round trip to the server, with the GIL released
+        if self.freed:
+            self.checks_after_free += 1
+        return False
+
+    def send_final(self) -> None:
+        self.freed = True
+
+
+def test_the_cancellation_watcher_never_asks_a_finished_request():
+    import asyncio
+    import threading
+
+    model = backend.TritonPythonModel()
+    model._live = {}
+    model._loop = asyncio.new_event_loop()
+    model._closing = False
+    model._dead_reason = None
+    model.engine = SimpleNamespace(errored=False)
+    model._stop_watching = threading.Event()
+    jobs = []
+    for i in range(40):
+        job = backend._Job(request=None, sender=_FactorySender(), request_id=str(i), prompt={}, sampling_params=None,
+                           lora_request=None, options=None)
+        model._live[job.request_id] = job
+        jobs.append(job)
+    watcher = threading.Thread(target=model._watch)
+    backend_interval, backend.WATCH_INTERVAL_S = backend.WATCH_INTERVAL_S, 0.0005
+    watcher.start()
+    try:
+        for job in jobs:
+            job.sender.checking.wait(timeout=5)  # finish each while the watcher may be mid-check on it
+            model._finish(job)
+            job.sender.send_final()
+            model._live.pop(job.request_id)
+    finally:
+        model._stop_watching.set()
+        watcher.join(timeout=5)
+        backend.WATCH_INTERVAL_S = backend_interval
+        model._loop.close()
+    assert all(job.finished for job in jobs)
+    assert sum(job.sender.checks_after_free for job in jobs) == 0

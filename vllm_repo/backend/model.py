@@ -830,7 +830,10 @@ class _Job:
     options: OutputOptions
     task: asyncio.Task | None = None
     first: bool = True
-    finished: bool = False
+    finished: bool = False  # its final response is being or has been sent; set through _finish()
+    # Held by the watcher thread around is_cancelled(), and by _finish(): Triton frees a request's response factory
+    # with its final response, and asking a freed factory whether it was cancelled crashes the server.
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     cancel_reason: str | None = None
 
 
@@ -1035,12 +1038,13 @@ class TritonPythonModel:
         """
         while not self._stop_watching.wait(WATCH_INTERVAL_S):
             for job in list(self._live.values()):
-                if job.finished or job.cancel_reason is not None:
-                    continue
-                try:
-                    cancelled = job.sender.is_cancelled()
-                except Exception:
-                    cancelled = False
+                with job.lock:
+                    if job.finished or job.cancel_reason is not None:
+                        continue
+                    try:
+                        cancelled = job.sender.is_cancelled()
+                    except Exception:
+                        cancelled = False
                 if cancelled:
                     self._loop.call_soon_threadsafe(self._cancel, job, "request was cancelled")
             if self._dead_reason is None and not self._closing and self.engine.errored:
@@ -1184,7 +1188,7 @@ class TritonPythonModel:
             try:
                 async for output in stream:
                     if output.finished:
-                        job.finished = True
+                        self._finish(job)
                     self._deliver(job, output)
                     if job.finished:
                         return
@@ -1193,12 +1197,12 @@ class TritonPythonModel:
                 # failed because the client went away): nothing keeps generating for it.
                 await stream.aclose()
             if not job.finished:  # the stream ended without a finished output (aborted inside vLLM)
-                job.finished = True
+                self._finish(job)
                 self._deliver_error(job, "the request ended without a result (aborted by vLLM)", "INTERNAL")
         except asyncio.CancelledError:
             # vLLM's generate() has aborted the request in the engine on its way out.
             if not job.finished:
-                job.finished = True
+                self._finish(job)
                 reason = job.cancel_reason or "request was cancelled"
                 code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
                 if code == "CANCELLED":
@@ -1206,11 +1210,16 @@ class TritonPythonModel:
                 self._deliver_error(job, reason, code)
         except Exception as exc:
             if not job.finished:
-                job.finished = True
+                self._finish(job)
                 message, code = self._describe(exc)
                 self._deliver_error(job, message, code)
         finally:
             self._live.pop(job.request_id, None)
+
+    @staticmethod
+    def _finish(job: _Job) -> None:
+        with job.lock:  # waits for a cancellation check in flight on the watcher thread
+            job.finished = True
 
     def _deliver(self, job: _Job, output: Any) -> None:
         # Sent from the engine loop itself, with no thread hand-off: engine outputs that arrive while a send waits on
