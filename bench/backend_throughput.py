@@ -76,17 +76,10 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
     """pid -> (command name, user+system CPU seconds so far), for every process."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        out[int(entry.name)] = (stat[stat.find("(") + 1 : stat.rfind(")")], (int(fields[11]) + int(fields[12])) / _TICK)
-    return out
+    from vllm_repo.triton_server import process_table
+
+    # stat fields after the name: utime and stime are the 12th and 13th.
+    return {pid: (comm, (int(f[11]) + int(f[12])) / _TICK) for pid, comm, f in process_table()}
 
 
 def cpu_used(before: dict, after: dict, labels: dict[int, str]) -> dict[str, float]:

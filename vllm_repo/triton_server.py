@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 SERVING_PYTHON_ENV = "VLLM_REPO_SERVING_PYTHON"
 TRITON_HOME_ENV = "VLLM_REPO_TRITON_HOME"
@@ -217,12 +217,8 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def process_group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is ``pgid``, read from /proc.
-
-    ``os.killpg(pgid, 0)`` is not enough: it succeeds while an unreaped zombie is left in the group.
-    """
-    members = []
+def process_table() -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the stat fields after the name) for every process, read from /proc/PID/stat."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -231,11 +227,16 @@ def process_group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         # The command name is in parentheses and may contain spaces: split after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+        yield int(entry.name), stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :].split()
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``, read from /proc.
+
+    ``os.killpg(pgid, 0)`` is not enough: it succeeds while an unreaped zombie is left in the group.
+    """
+    # fields: state, ppid, pgrp, ...
+    return [pid for pid, _, fields in process_table() if int(fields[2]) == pgid and fields[0] not in ("Z", "X")]
 
 
 def shm_segments(prefix: str) -> list[Path]:

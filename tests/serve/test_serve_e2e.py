@@ -111,19 +111,9 @@ class Launched:
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1: stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == pid:
-            found.append((int(entry.name), comm))
-    return found
+    from vllm_repo.triton_server import process_table
+
+    return [(child, comm) for child, comm, fields in process_table() if int(fields[1]) == pid]
 
 
 def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | None = None) -> Launched:
