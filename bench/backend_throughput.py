@@ -244,9 +244,8 @@ def build_tiny_model(dest: Path) -> Path:
     return dest
 
 
-def write_model(repo: Path, settings: dict, device: str, name: str = MODEL_NAME,
+def write_model(repo: Path, settings: dict, kind: str, name: str = MODEL_NAME,
                 parameters: dict[str, str] | None = None) -> None:
-    kind = "KIND_CPU" if device == "cpu" else "KIND_GPU"
     (repo / name / "1").mkdir(parents=True)
     params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
                      for k, v in (parameters or {}).items())
@@ -254,6 +253,16 @@ def write_model(repo: Path, settings: dict, device: str, name: str = MODEL_NAME,
         f'backend: "vllm"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n{params}'
     )
     (repo / name / "1" / "model.json").write_text(json.dumps(settings))
+
+
+def gpu_memory_used() -> list[str]:
+    """nvidia-smi's per-GPU memory in use (which GPUs Triton's engine landed on)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"nvidia-smi: {exc}"]
+    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def summarize(rounds: dict) -> dict:
@@ -273,6 +282,9 @@ def summarize(rounds: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--instance-kind", choices=("KIND_CPU", "KIND_GPU", "KIND_MODEL"),
+                        help="instance_group kind (default: KIND_CPU on the CPU, KIND_GPU on a GPU); KIND_MODEL with "
+                             "tensor_parallel_size > 1 in --engine-args spreads one instance over several GPUs")
     parser.add_argument("--model", help="model directory (default on the CPU: a tiny model built offline)")
     parser.add_argument("--engine-args", default="{}", help="JSON merged over the default engine arguments")
     parser.add_argument("--clients", default="http,grpc", help="Triton clients to drive: http, grpc or both")
@@ -299,10 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
     settings = dict(default_engine_args(model_dir, args.device), **json.loads(args.engine_args))
     repo = work / "repo"
-    write_model(repo, settings, args.device, parameters=json.loads(args.parameters))
+    kind = args.instance_kind or ("KIND_CPU" if args.device == "cpu" else "KIND_GPU")
+    write_model(repo, settings, kind, parameters=json.loads(args.parameters))
     variants = json.loads(args.variants)
     for name, parameters in variants.items():
-        write_model(repo, settings, args.device, name=f"{MODEL_NAME}_{name}", parameters=parameters)
+        write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=parameters)
 
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     if "grpc" in clients:
@@ -318,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                           extra_args=["--model-load-thread-count=1"])
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    results: dict = {"device": args.device, "engine_args": settings, "host": platform.node(), "cpus": os.cpu_count(),
+    results: dict = {"device": args.device, "instance_kind": kind, "engine_args": settings,
+                     "host": platform.node(), "cpus": os.cpu_count(),
                      "tokens_per_request": args.tokens, "clients": clients}
     server.start()
     engine = None
@@ -333,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**settings))
 
         server.wait_ready(timeout=900)  # Triton's engine first: two engine startups at once starve each other
+        if args.device == "gpu":
+            results["gpu_memory_with_triton_loaded"] = gpu_memory_used()
         engine = loop.run_until_complete(make_engine())
         paths = {"raw": RawPath(engine, args.tokens)}
         if "http" in clients:
