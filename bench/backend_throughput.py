@@ -359,8 +359,9 @@ def main(argv: list[str] | None = None) -> int:
         if "grpc" in clients:
             paths["triton_grpc"] = GrpcPath(server.grpc_url, args.tokens)
         labels = {os.getpid(): "bench process (client, raw engine frontend)"}
+        names = cpu_seconds_by_process()
         for pid in _process_group(server.pgid):
-            labels[pid] = f"server group: {cpu_seconds_by_process().get(pid, ('?', 0))[0]}"
+            labels[pid] = f"server group: {names.get(pid, ('?', 0))[0]}"
         # Warm-up: first requests pay one-off costs on both sides.
         for path in paths.values():
             loop.run_until_complete(measure(path, 4, 2))
