@@ -10,7 +10,7 @@ On a GPU host (VLLM_REPO_TRITON_HOME pointing at the unpacked nvidia-pytriton wh
 
     python bench/backend_throughput.py --device gpu --model M --engine-args '{"load_format": "dummy", ...}'
 
-Triton side: a real Triton server (vllm_repo.triton_server) with the backend, one model instance. Clients:
+Triton side: a real Triton server (vllm_repo.serve.server) with the backend, one model instance. Clients:
 - http: Triton's generate_stream endpoint through bench/http_stream.py, a lean asyncio client (one keep-alive
   connection per worker);
 - grpc: tritonclient's gRPC aio streaming client, one stream per request.
@@ -76,7 +76,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
     """pid -> (command name, user+system CPU seconds so far), for every process."""
-    from vllm_repo.triton_server import process_table
+    from vllm_repo.serve.processes import process_table
 
     # stat fields after the name: utime and stime are the 12th and 13th.
     return {pid: (comm, (int(f[11]) + int(f[12])) / _TICK) for pid, comm, f in process_table()}
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
     os.environ.update(env)
 
-    from vllm_repo.triton_server import TritonServer
+    from vllm_repo.serve.server import TritonServer
 
     work = Path(tempfile.mkdtemp(prefix="backend-bench-"))
     if args.model is None and args.device == "gpu":
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _process_group(pgid: int | None) -> list[int]:
-    from vllm_repo.triton_server import process_group_members
+    from vllm_repo.serve.processes import process_group_members
 
     return process_group_members(pgid) if pgid else []
 

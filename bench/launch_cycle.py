@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vllm_repo.infer import infer  # noqa: E402
+from vllm_repo.serve.infer import infer  # noqa: E402
 from vllm_repo.scaffold import init_model  # noqa: E402
-from vllm_repo.triton_server import process_group_members  # noqa: E402
+from vllm_repo.serve.processes import process_group_members  # noqa: E402
 
 
 def free_port() -> int:

@@ -5,7 +5,7 @@
 
 Each figure is the median over fresh interpreters (cold caches, as in pre-commit):
 - import engine_args: the loader alone (pydantic, packaging), which validate imports anyway;
-- history via index: import vllm_repo.key_history, read index.json, answer one explain_missing_key;
+- history via index: import vllm_repo.schema.history, read index.json, answer one explain_missing_key;
 - history from files: the same when index.json is missing or stale (derived from every schema file);
 - one schema: load_schema() of the newest release (what validate needs anyway);
 - every schema: load_schema() of every bundled release.
@@ -20,21 +20,21 @@ import sys
 
 SNIPPETS = {
     "interpreter only": "pass",
-    "import engine_args": "import vllm_repo.engine_args",
+    "import engine_args": "import vllm_repo.schema.loader",
     "history via index": (
-        "from vllm_repo.key_history import explain_missing_key\n"
+        "from vllm_repo.schema.history import explain_missing_key\n"
         "explain_missing_key('disable_log_requests', '0.32.0')"
     ),
     "history from files": (
-        "from vllm_repo import key_history\n"
+        "from vllm_repo.schema import history as key_history\n"
         "key_history.build_index()"
     ),
     "one schema": (
-        "from vllm_repo.engine_args import bundled_versions, load_schema\n"
+        "from vllm_repo.schema.loader import bundled_versions, load_schema\n"
         "load_schema(bundled_versions()[-1])"
     ),
     "every schema": (
-        "from vllm_repo.engine_args import bundled_versions, load_schema\n"
+        "from vllm_repo.schema.loader import bundled_versions, load_schema\n"
         "[load_schema(v) for v in bundled_versions()]"
     ),
 }

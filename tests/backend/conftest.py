@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_repo.triton_server import TritonServer
+from vllm_repo.serve.server import TritonServer
 
 ROOT = Path(__file__).resolve().parents[2]
 from tests.serving_env import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401

@@ -425,7 +425,7 @@ def test_gauges_see_running_requests(triton):
 
 
 def _engine_core_pid(server) -> int:
-    from vllm_repo.triton_server import process_group_members
+    from vllm_repo.serve.processes import process_group_members
 
     for pid in process_group_members(server.pgid):
         try:
@@ -454,7 +454,7 @@ def test_engine_death_gives_clear_errors_and_the_model_goes_unready(triton):
 
 
 def test_shutdown_leaves_no_process_and_no_shared_memory(triton):
-    from vllm_repo.triton_server import process_group_members, shm_segments
+    from vllm_repo.serve.processes import process_group_members, shm_segments
 
     pgid = triton.pgid
     assert process_group_members(pgid)

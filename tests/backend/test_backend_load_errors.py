@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from vllm_repo.triton_server import TritonServer, TritonServerError
+from vllm_repo.serve.errors import TritonServerError
+from vllm_repo.serve.server import TritonServer
 
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 

@@ -107,7 +107,7 @@ def test_misplaced_model_json_is_explained(tmp_path):
 
 
 def test_estimate_imports_neither_vllm_nor_torch():
-    code = ("import sys, vllm_repo.estimate, vllm_repo.cli.estimate_cmd, vllm_repo.settings;"
+    code = ("import sys, vllm_repo.estimate, vllm_repo.cli.estimate, vllm_repo.settings;"
             "bad = [m for m in ('torch', 'vllm') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.estimate.helpers import REPO, config
+from vllm_repo.errors import UsageError
 from vllm_repo.estimate import kv_cache
 from vllm_repo.estimate.architecture import FULL, MAMBA, SLIDING, from_config
 
@@ -103,5 +104,5 @@ def test_kv_dtype_names(name):
 
 
 def test_unknown_kv_dtype_is_a_clear_error():
-    with pytest.raises(ValueError, match="kv_cache_dtype 'fp9'"):
+    with pytest.raises(UsageError, match="kv_cache_dtype 'fp9'"):
         kv_cache.kv_dtype_bytes("fp9", 2)

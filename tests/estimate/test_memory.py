@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.estimate.helpers import REPO, config
+from vllm_repo.errors import UsageError
 from vllm_repo.estimate import EstimateError, estimate_model
 from vllm_repo.estimate.architecture import from_config
 from vllm_repo.estimate.gpus import find_gpu
@@ -99,7 +100,7 @@ def test_max_model_len_above_the_model_limit():
 
 def test_release_resolution():
     assert resolve_release("0.32.0+cpu")[0].version.base_version == "0.32.0"
-    with pytest.raises(ValueError, match="not a vLLM version"):
+    with pytest.raises(UsageError, match="not a vLLM version"):
         resolve_release("latest")
     assert Release(resolve_release("0.7.2")[0].version).v0_engine
 

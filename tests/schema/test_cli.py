@@ -8,11 +8,11 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
-from vllm_repo.cli import app
-from vllm_repo.cli import schema_cmd  # noqa: F401  (registers the group)
-from vllm_repo.engine_args import bundled_versions, load_schema
+from vllm_repo.cli import build_app
+from vllm_repo.schema.loader import bundled_versions, load_schema
 
 runner = CliRunner()
+app = build_app(["schema"])
 OLDEST, NEWEST = bundled_versions()[0], bundled_versions()[-1]
 
 

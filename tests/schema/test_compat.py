@@ -29,7 +29,7 @@ def test_stub_serves_vllm_imports_but_not_library_probes(tmp_path: Path) -> None
     (tmp_path / "probe.py").write_text("import importlib.util\nFOUND = importlib.util.find_spec('gguf')\n")
     code = textwrap.dedent("""
         import sys
-        from vllm_repo.schema_compat import apply_library_compat
+        from vllm_repo.schema.compat import apply_library_compat
         applied = apply_library_compat()
         import probe
         import vllm
@@ -47,7 +47,7 @@ def test_stub_serves_vllm_imports_but_not_library_probes(tmp_path: Path) -> None
 def test_without_the_switch_nothing_is_patched() -> None:
     code = ("import sys, os\nos.environ.pop('VLLM_REPO_SCHEMA_COMPAT', None)\n"
             "before = list(sys.meta_path)\n"
-            "from vllm_repo import schema_gen\n"
+            "from vllm_repo.schema import generate as schema_gen\n"
             "print(sys.meta_path == before)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.stdout.strip() == "True", result.stderr

@@ -11,7 +11,7 @@ import pytest
 from packaging.version import Version
 
 from tests.schema.conftest import NEEDS_VLLM
-from vllm_repo import schema_wheel
+from vllm_repo.schema import wheel as schema_wheel
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "engine_args"
 RECORD = SCHEMAS / "crosscheck.json"

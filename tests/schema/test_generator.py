@@ -16,9 +16,9 @@ import pytest
 from pydantic import BaseModel
 
 from tests.schema.conftest import NEEDS_VLLM
-from vllm_repo import schema_gen
-from vllm_repo.engine_args import JSON_TYPES, bundled_versions
-from vllm_repo.schema_gen import clean_help, is_deprecated_text, to_json_value, type_info, type_info_from_source
+from vllm_repo.schema import generate as schema_gen
+from vllm_repo.schema.loader import JSON_TYPES, bundled_versions
+from vllm_repo.schema.generate import clean_help, is_deprecated_text, to_json_value, type_info, type_info_from_source
 
 ROOT = Path(__file__).resolve().parents[2]
 

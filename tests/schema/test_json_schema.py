@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from vllm_repo.engine_args import bundled_versions, load_schema
-from vllm_repo.json_schema import model_json_schema
+from vllm_repo.schema.loader import bundled_versions, load_schema
+from vllm_repo.schema.json_schema import model_json_schema
 
 NEWEST = bundled_versions()[-1]
 
@@ -75,7 +75,7 @@ def test_a_key_of_an_older_release_is_unknown_to_a_newer_schema() -> None:
 
 
 def test_documented_values_of_open_string_fields_are_offered_not_enforced() -> None:
-    from vllm_repo.json_schema import raw_fields
+    from vllm_repo.schema.json_schema import raw_fields
 
     extras = raw_fields(NEWEST)
     open_fields = {name: spec["suggestions"] for name, spec in extras.items() if spec.get("suggestions")}

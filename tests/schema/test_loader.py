@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from vllm_repo.engine_args import JSON_TYPES, bundled_versions, choose_schema_version, json_type, load_schema
+from vllm_repo.schema.loader import JSON_TYPES, bundled_versions, choose_schema_version, json_type, load_schema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "engine_args"
 
@@ -43,7 +43,7 @@ def test_each_file_has_the_format_and_loads(version: str) -> None:
 
 
 def test_every_ngc_vllm_container_since_24_10_has_its_own_schema() -> None:
-    ngc = pytest.importorskip("vllm_repo.ngc")
+    ngc = pytest.importorskip("vllm_repo.serve.ngc")
     for release in ngc.RELEASES:
         if Version(release.release) < Version("24.10"):
             continue

@@ -1,8 +1,8 @@
-"""Fixtures for the serving tests: a tiny local model, repositories made by init, the serving environment."""
+"""Fixtures for the serving tests: a tiny local model, repositories made by init, the serving environment
+(hf_model, a config-only model directory, is tests/conftest.py's)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +14,6 @@ from vllm_repo.scaffold import init_model
 ROOT = Path(__file__).resolve().parents[2]
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME  # noqa: F401
 from tests.serving_env import needs_serving as NEEDS_SERVING  # noqa: F401
-
-
-def write_hf_config(path: Path, max_position_embeddings: int = 512) -> Path:
-    """A local Hugging Face model directory as far as init and validate look at it: its config.json."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
-        "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 512,
-        "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
-    }))
-    return path
-
-
-@pytest.fixture
-def hf_model(tmp_path) -> Path:
-    return write_hf_config(tmp_path / "models" / "tiny-llama")
 
 
 @pytest.fixture(scope="session")

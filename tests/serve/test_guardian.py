@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from vllm_repo.guardian import Guardian
-from vllm_repo.triton_server import process_group_members
+from vllm_repo.serve.guardian import Guardian
+from vllm_repo.serve.processes import process_group_members
 
 # A "server" that ignores nothing and starts a child in its group, like tritonserver and its stub.
 SERVER = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); " \

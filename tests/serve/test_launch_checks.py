@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vllm_repo_cli
-from vllm_repo import launch, ngc
-from vllm_repo.docker import docker_plan
-from vllm_repo.launch import LaunchError, check_ports, cpu_settings, prepare_launch, root_error
+from vllm_repo.serve import launch, ngc
+from vllm_repo.serve.docker import docker_plan
+from vllm_repo.errors import UsageError
+from vllm_repo.serve.errors import LaunchError
+from vllm_repo.serve.launch import cpu_settings, prepare_launch, root_error
+from vllm_repo.serve.ports import check_ports
 from vllm_repo.scaffold import init_model
-from vllm_repo.server_files import find_server
-from vllm_repo.triton_server import probe_python
+from vllm_repo.serve.server_files import find_server
+from vllm_repo.serve.python_env import probe_python
 
 
 @pytest.fixture
@@ -135,7 +138,7 @@ def test_ngc_container_matches_the_vllm_release():
     assert exact.exact and exact.release.image == "nvcr.io/nvidia/tritonserver:25.11-vllm-python-py3"
     newer = ngc.container_for_vllm("0.32.0")
     assert not newer.exact and newer.release == ngc.RELEASES[0] and "--vllm-version" in newer.reason
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         ngc.container_for_vllm("latest")
 
 
@@ -232,7 +235,7 @@ def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_ru
     server = servers[0]
     assert err.value.log_path == server.log_path and "failed to load 'tiny'" in server.log_path.read_text()
     server.log_path.unlink()
-    from vllm_repo.triton_server import process_group_members, shm_segments
+    from vllm_repo.serve.processes import process_group_members, shm_segments
 
     assert process_group_members(server.pgid) == []
     assert shm_segments(server.shm_prefix) == []

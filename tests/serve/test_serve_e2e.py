@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
-from vllm_repo.infer import InferError, infer
+from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.infer import infer
 from vllm_repo.scaffold import init_model
-from vllm_repo.triton_server import process_group_members
+from vllm_repo.serve.processes import process_group_members
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
 
@@ -84,7 +85,7 @@ class Launched:
 
     @property
     def shm_prefix(self) -> str:
-        # triton_server.unique_shm_prefix(): one per server, starting with the launching process's pid.
+        # processes.unique_shm_prefix(): one per server, starting with the launching process's pid.
         return f"vllm_repo_{self.proc.pid}_"
 
     def send(self, sig: int) -> None:
@@ -111,7 +112,7 @@ class Launched:
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
-    from vllm_repo.triton_server import process_table
+    from vllm_repo.serve.processes import process_table
 
     return [(child, comm) for child, comm, fields in process_table() if int(fields[1]) == pid]
 

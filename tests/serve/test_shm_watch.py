@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_repo.shm_watch import SharedMemoryWatch
-from vllm_repo.triton_server import process_group_members
+from vllm_repo.serve.shm_watch import SharedMemoryWatch
+from vllm_repo.serve.processes import process_group_members
 
 DEV_SHM = Path("/dev/shm")
 pytestmark = pytest.mark.skipif(not DEV_SHM.is_dir(), reason="needs /dev/shm (Linux)")

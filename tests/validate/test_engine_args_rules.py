@@ -89,21 +89,21 @@ def test_removed_key_is_explained_for_the_release(repo):
     (d,) = only(run(repo.root), "VR302")
     assert "was removed in" in d.message and "enable_log_requests" in d.message
     # In a release that still has the key it is accepted.
-    from vllm_repo.engine_args import bundled_versions, load_schema
+    from vllm_repo.schema.loader import bundled_versions, load_schema
 
     older = [v for v in bundled_versions() if load_schema(v).get("disable_log_requests") is not None]
     assert "VR302" not in codes(run(repo.root, vllm_version=older[-1]))
 
 
 def test_vr309_deprecated_engine_arg():
-    from vllm_repo.engine_args import load_schema
+    from vllm_repo.schema.loader import load_schema
 
     deprecated = [f for f in load_schema("0.32.0").fields.values() if f.deprecated]
     assert deprecated, "the 0.32.0 schema marks some engine arguments deprecated"
 
 
 def test_vr309_reported_and_not_for_current_keys(repo):
-    from vllm_repo.engine_args import load_schema
+    from vllm_repo.schema.loader import load_schema
 
     name = next(f.name for f in load_schema("0.32.0").fields.values() if f.deprecated)
     value = load_schema("0.32.0").fields[name].default

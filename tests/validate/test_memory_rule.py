@@ -47,6 +47,8 @@ def test_vr601_more_gpus_than_configured(repo, tmp_path):
 def test_unknown_gpu_is_a_usage_error(repo):
     import pytest
 
+    from vllm_repo.errors import UsageError
+
     repo.model("llm")
-    with pytest.raises(ValueError, match="unknown GPU"):
+    with pytest.raises(UsageError, match="unknown GPU"):
         run(repo.root, gpu="H2000")

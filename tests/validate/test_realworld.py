@@ -73,7 +73,7 @@ def test_real_defects_are_found():
 
 def test_string_booleans_are_flagged_where_the_key_exists():
     # Releases that still have disable_log_requests: there the string "true" is a type error, not an unknown key.
-    from vllm_repo.engine_args import bundled_versions, load_schema
+    from vllm_repo.schema.loader import bundled_versions, load_schema
 
     having = [v for v in bundled_versions() if load_schema(v).get("disable_log_requests") is not None]
     assert having, "older bundled releases have disable_log_requests"

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from vllm_repo.rules import all_rules
+from vllm_repo.validate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from vllm_repo.errors import UsageError, VllmRepoError
+
 BACKEND_FILE = "model.py"
 
 
-class BackendInstallError(RuntimeError):
+class BackendInstallError(VllmRepoError):
     """The backend could not be written; the message says where and what to do."""
 
 
@@ -39,19 +41,18 @@ def install_backend(directory: str | os.PathLike, *, name: str = "vllm", force: 
     a server starting meanwhile sees the old file or the new one, never half of one.
     """
     if not name or "/" in name or name in (".", ".."):
-        raise BackendInstallError(f"backend name {name!r} is not a plain directory name")
+        raise UsageError(f"backend name {name!r} is not a plain directory name", hint="e.g. --name vllm")
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
-        raise BackendInstallError(f"{directory} is not a directory; give a Triton backend directory")
+        raise UsageError(f"{directory} is not a directory", hint="give a Triton backend directory")
     target = backend_target(directory, name)
     source = bundled_backend_path().read_bytes()
     if target.exists():
         if target.read_bytes() == source:
             return target, False
         if not force:
-            raise BackendInstallError(
-                f"{target} already exists and differs from the bundled backend; pass --force to replace it"
-            )
+            raise BackendInstallError(f"{target} already exists and differs from the bundled backend",
+                                      hint="pass --force to replace it")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".model.py.", dir=target.parent)

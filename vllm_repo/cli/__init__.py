@@ -1,42 +1,58 @@
-"""The command line: parses options and calls the library, nothing more. Each command lives in its own module."""
+"""The command line: parses options and calls the library, nothing more.
+
+Each command is a plain function in its own module (cli/<command>.py); COMMANDS below wires them, the one place
+that does. Only the module of the command being run is imported, so `vllm-repo validate` in pre-commit does not
+pay for the HTTP client or the estimator. Errors are printed by one handler (cli/handler.py).
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
+from collections.abc import Iterable
+
 import typer
 
-app = typer.Typer(
-    name="vllm-repo",
-    help="Scaffold, validate, size and serve Triton Inference Server model repositories for the vLLM backend.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from vllm_repo.cli.handler import DEBUG_ENV, HandledGroup
 
+HELP = "Scaffold, validate, size and serve Triton Inference Server model repositories for the vLLM backend."
 
-@app.callback()
-def _root() -> None:
-    """Scaffold, validate, size and serve Triton Inference Server model repositories for the vLLM backend."""
-
-
-# Command name -> the module that registers it on `app`. Only the module of the command being run is imported,
-# so `vllm-repo validate` in pre-commit does not pay for the HTTP client or the estimator.
-COMMAND_MODULES = {
-    "validate": "validate_cmd", "rules": "validate_cmd",
-    "schema": "schema_cmd",
-    "estimate": "estimate_cmd", "gpus": "estimate_cmd",
-    "init": "init_cmd",
-    "launch": "launch_cmd",
-    "infer": "infer_cmd",
-    "backend": "backend_cmd",
+# Command name -> (module in vllm_repo.cli, its function or command group).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("validate", "validate"),
+    "rules": ("validate", "rules"),
+    "schema": ("schema", "schema_app"),
+    "estimate": ("estimate", "estimate"),
+    "gpus": ("estimate", "gpus"),
+    "init": ("init", "init"),
+    "launch": ("launch", "launch"),
+    "infer": ("infer", "infer"),
+    "backend": ("backend", "backend_app"),
 }
 
 
-def main() -> None:
-    import importlib
-    import sys
+def _root(debug: bool = typer.Option(False, "--debug", help="Print the traceback of an internal error.")) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
 
-    wanted = COMMAND_MODULES.get(sys.argv[1]) if len(sys.argv) > 1 else None
-    modules = [wanted] if wanted else sorted(set(COMMAND_MODULES.values()))  # --help and typos list every command
-    for module in modules:
-        importlib.import_module(f"vllm_repo.cli.{module}")
-    app()
+
+def build_app(names: Iterable[str] | None = None) -> typer.Typer:
+    """The CLI with the named commands (all of them by default)."""
+    app = typer.Typer(name="vllm-repo", help=HELP, cls=HandledGroup, no_args_is_help=True, add_completion=False,
+                      pretty_exceptions_enable=False)
+    app.callback()(_root)
+    for name in COMMANDS if names is None else names:
+        module, attribute = COMMANDS[name]
+        command = getattr(importlib.import_module(f"vllm_repo.cli.{module}"), attribute)
+        if isinstance(command, typer.Typer):
+            app.add_typer(command, name=name)
+        else:
+            app.command(name)(command)
+    return app
+
+
+def main() -> None:
+    # The first argument that is not an option names the command; --help and typos list every command.
+    wanted = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    build_app([wanted] if wanted in COMMANDS else None)()

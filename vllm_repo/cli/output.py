@@ -1,29 +1,19 @@
-"""Terminal output shared by the serving commands (init, launch, infer): errors without tracebacks."""
+"""Terminal output the commands share: validate's findings, as its text report writes them, on stderr."""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from collections.abc import Iterable
 
 import typer
 
-from vllm_repo.diagnostics import Diagnostic
+from vllm_repo.validate.diagnostics import Diagnostic
 
 
-def fail(message: str, hint: str | None = None, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    if hint:
-        typer.echo(f"  hint: {hint}", err=True)
-    raise typer.Exit(code)
+def print_diagnostics(diagnostics: Iterable[Diagnostic]) -> None:
+    for d in sorted(diagnostics, key=Diagnostic.sort_key):
+        typer.echo(d.text(), err=True)
 
 
-def format_diagnostic(d: Diagnostic) -> str:
-    """As `vllm-repo validate` prints it."""
-    where = ":".join([d.file or "<repository>", *([str(d.line)] if d.line is not None else []),
-                      *([str(d.column)] if d.line is not None and d.column is not None else [])])
-    text = f"{where}: {d.severity.value}[{d.code}] {d.message}"
-    return text + (f"\n    hint: {d.hint}" if d.hint else "")
-
-
-def print_diagnostics(diagnostics: list[Diagnostic]) -> None:
-    for d in sorted(diagnostics, key=lambda d: d.sort_key()):
-        typer.echo(format_diagnostic(d), err=True)
+def print_notes(notes: Iterable[str]) -> None:
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)

@@ -14,6 +14,7 @@ from vllm_repo.estimate.model_facts import (ModelFacts, ModelFactsError, ModelNo
                                             load_model_facts)
 from vllm_repo.estimate.recommend import recommend
 from vllm_repo.estimate.releases import USAGE_CONTEXTS, resolve_release
+from vllm_repo.errors import UsageError
 
 __all__ = [
     "CATALOG", "EstimateError", "Gpu", "MemoryEstimate", "ModelFactsError", "ModelNotAvailableOffline",
@@ -39,26 +40,32 @@ def _coerce(key: str, value: Any) -> Any:
             return value
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true"
-        raise ValueError(f"{key}: expected true or false, got {value!r}")
+        raise UsageError(f"{key}: expected true or false, got {value!r}")
     if kind is int:
         if isinstance(value, bool):
-            raise ValueError(f"{key}: expected an integer, got {value!r}")
+            raise UsageError(f"{key}: expected an integer, got {value!r}")
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        return int(str(value).strip())
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise UsageError(f"{key}: expected an integer, got {value!r}") from None
     if kind is float:
         if isinstance(value, bool):
-            raise ValueError(f"{key}: expected a number, got {value!r}")
-        return float(value)
+            raise UsageError(f"{key}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{key}: expected a number, got {value!r}") from None
     return str(value)
 
 
 def engine_settings(engine_args: dict[str, Any]) -> dict[str, Any]:
-    """The estimate's keyword arguments from an EngineArgs-style dict (model.json); raises ValueError."""
+    """The estimate's keyword arguments from an EngineArgs-style dict (model.json); raises UsageError."""
     try:
         return {key: _coerce(key, engine_args[key]) for key in ENGINE_ARG_TYPES if key in engine_args}
     except OverflowError as exc:  # float(10**400): a value no GPU setting can take
-        raise ValueError(f"a setting is out of range: {exc}") from None
+        raise UsageError(f"a setting is out of range: {exc}") from None
 
 
 def estimate_model(model: str, gpu: "str | float | Gpu", *, num_gpus: int | None = None,
@@ -69,10 +76,10 @@ def estimate_model(model: str, gpu: "str | float | Gpu", *, num_gpus: int | None
 
     num_gpus: GPUs available: tensor_parallel_size x pipeline_parallel_size may not exceed it, and the
     tensor_parallel_size recommendation stays within it (default 8).
-    Raises ModelFactsError (model unreadable), UnknownGpuError, EstimateError (settings vLLM rejects) and
-    ValueError (bad values)."""
+    Raises UsageError: ModelFactsError (model unreadable), UnknownGpuError, EstimateError (settings vLLM rejects),
+    or a value of the wrong form."""
     if usage_context not in USAGE_CONTEXTS:
-        raise ValueError(f"usage context must be one of {', '.join(USAGE_CONTEXTS)}, got '{usage_context}'")
+        raise UsageError(f"usage context must be one of {', '.join(USAGE_CONTEXTS)}, got '{usage_context}'")
     gpu_ = resolve_gpu(gpu)
     release, reason = resolve_release(vllm_version)
     facts = facts or load_model_facts(model, offline=offline, revision=revision, base=base)
@@ -108,7 +115,7 @@ def estimate_for_engine_args(engine_args: dict[str, Any], gpu: "str | float | Gp
         return None
     try:
         settings = engine_settings(engine_args)
-    except (ValueError, TypeError):
+    except UsageError:  # a value of the wrong form is VR303's finding
         return None
     try:
         facts = load_model_facts(model, offline=offline, revision=engine_args.get("revision"), base=base)

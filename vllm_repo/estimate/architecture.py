@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_repo.model_config import text_config
+from vllm_repo.hf import text_config
+from vllm_repo.errors import UsageError
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -19,8 +20,8 @@ LINEAR = "linear_attention"
 NO_KV = "no_kv"  # cross-layer KV sharing: the layer reads another layer's cache
 
 
-class ArchitectureError(ValueError):
-    pass
+class ArchitectureError(UsageError):
+    """A config.json the estimator can't model (its shape, not its numbers)."""
 
 
 def _int(cfg: dict[str, Any], *keys: str, default: int | None = None) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
+from vllm_repo.errors import UsageError
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -82,8 +83,8 @@ CATALOG: tuple[Gpu, ...] = (
 )
 
 
-class UnknownGpuError(ValueError):
-    pass
+class UnknownGpuError(UsageError):
+    """A GPU name the catalog does not know, or a size that is not one."""
 
 
 def _key(text: str) -> str:
@@ -128,6 +129,7 @@ def resolve_gpu(gpu: "str | float | int | Gpu") -> Gpu:
         return custom_gpu(float(gpu))
     text = str(gpu).strip()
     try:
-        return custom_gpu(float(text.lower().removesuffix("gib").strip()))
+        size = float(text.lower().removesuffix("gib").strip())
     except ValueError:
         return find_gpu(text)
+    return custom_gpu(size)

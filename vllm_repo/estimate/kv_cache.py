@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from vllm_repo.estimate.architecture import FULL, LINEAR, MAMBA, NO_KV, SLIDING, Architecture
+from vllm_repo.errors import UsageError
 
 KV_DTYPE_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1,
                   "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1}
@@ -27,7 +28,7 @@ def cdiv(a: int, b: int) -> int:
 def kv_dtype_bytes(kv_cache_dtype: str | None, model_dtype_bytes: int) -> int:
     name = (kv_cache_dtype or "auto").lower()
     if name not in KV_DTYPE_BYTES:
-        raise ValueError(f"kv_cache_dtype '{kv_cache_dtype}' is not one of {', '.join(KV_DTYPE_BYTES)}")
+        raise UsageError(f"kv_cache_dtype '{kv_cache_dtype}' is not one of {', '.join(KV_DTYPE_BYTES)}")
     return KV_DTYPE_BYTES[name] or model_dtype_bytes
 
 

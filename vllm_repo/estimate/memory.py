@@ -18,7 +18,8 @@ from vllm_repo.estimate.gpus import GiB, Gpu
 from vllm_repo.estimate.model_facts import ModelFacts
 from vllm_repo.estimate.releases import Release
 from vllm_repo.estimate.weights import model_dtype_bytes, weights_per_rank
-from vllm_repo.model_config import derived_max_model_len
+from vllm_repo.hf import derived_max_model_len
+from vllm_repo.errors import UsageError
 
 # Memory in use before vLLM's first snapshot (CUDA context, cuBLAS): 0.51 GiB on the H200 run.
 CUDA_CONTEXT_GIB = 0.5
@@ -76,7 +77,7 @@ class MemoryEstimate(BaseModel):
     recommendations: list[Recommendation] = Field(default_factory=list)
 
 
-class EstimateError(ValueError):
+class EstimateError(UsageError):
     """Settings vLLM itself would reject before allocating anything (the message says what to change)."""
 
 

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.estimate.architecture import Architecture, from_config
+from vllm_repo.hf import is_repo_id
+from vllm_repo.errors import UsageError
 
 
-class ModelFactsError(ValueError):
+class ModelFactsError(UsageError):
     """The model can't be read; the message says why and what to do."""
 
 
@@ -148,10 +150,6 @@ def _read_config(path: Path) -> dict[str, Any]:
     return data
 
 
-def _looks_like_repo_id(model: str) -> bool:
-    return model.count("/") == 1 and not model.startswith(("/", ".", "~")) and " " not in model
-
-
 def load_model_facts(model: str, *, offline: bool | None = None, revision: str | None = None,
                      token: str | None = None, base: Path | None = None) -> ModelFacts:
     """Config and weight sizes of a local model directory or a Hugging Face repo id."""
@@ -166,7 +164,7 @@ def load_model_facts(model: str, *, offline: bool | None = None, revision: str |
         return ModelFacts(model, config, str(config_path), local_weights(path), from_config(config))
     if path.exists():
         raise ModelFactsError(f"{model}: a file, not a model directory (GGUF files are not supported)")
-    if not _looks_like_repo_id(model):
+    if not is_repo_id(model):
         raise ModelFactsError(f"{model}: no such directory, and not a Hugging Face repo id (owner/name)")
     return _load_from_hub(model, offline=offline_mode(offline), revision=revision, token=token)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from vllm_repo.estimate.gpus import GiB, Gpu
+from vllm_repo.errors import UsageError
 
 NEWEST_KNOWN = "0.33.0"
 
@@ -100,7 +101,7 @@ def resolve_release(version: str | None) -> tuple[Release, str]:
     if version:
         origin = "--vllm-version"
     else:
-        from vllm_repo.engine_args import installed_vllm_version
+        from vllm_repo.schema.loader import installed_vllm_version
 
         version = installed_vllm_version()
         origin = "installed vLLM"
@@ -109,5 +110,5 @@ def resolve_release(version: str | None) -> tuple[Release, str]:
     try:
         parsed = Version(Version(version).base_version)
     except InvalidVersion:
-        raise ValueError(f"'{version}' is not a vLLM version number (try e.g. 0.26.0)") from None
+        raise UsageError(f"'{version}' is not a vLLM version number", hint="give a release such as 0.26.0") from None
     return Release(parsed), f"{origin} {version}"

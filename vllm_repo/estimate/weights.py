@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from vllm_repo.estimate.architecture import Architecture, ParameterCounts, parameter_counts
 from vllm_repo.estimate.model_facts import ModelFacts, TensorEntry
+from vllm_repo.errors import UsageError
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
 SAFETENSORS_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
@@ -38,7 +39,7 @@ def model_dtype_bytes(arch: Architecture, dtype: str | None) -> int:
     """Bytes per element of the dtype vLLM computes in ('auto' takes the checkpoint's, float32 becoming bf16)."""
     if dtype and dtype != "auto":
         if dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype '{dtype}' is not one of auto, {', '.join(sorted(DTYPE_BYTES))}")
+            raise UsageError(f"dtype '{dtype}' is not one of auto, {', '.join(sorted(DTYPE_BYTES))}")
         return DTYPE_BYTES[dtype]
     # vLLM serves float32 checkpoints in 16-bit unless float32 is asked for explicitly.
     return 2

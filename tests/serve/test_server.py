@@ -1,0 +1,157 @@
+"""vllm_repo.serve.server on the real Triton server, with small Python models (no vLLM: each start takes seconds)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from vllm_repo.serve.errors import TritonServerError
+from vllm_repo.serve.processes import process_group_members, shm_segments
+from vllm_repo.serve.python_env import probe_python
+from vllm_repo.serve.server import TritonServer
+from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
+
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+
+pytestmark = [pytest.mark.e2e, needs_serving]
+
+ECHO_BACKEND = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(cfg):
+        cfg.add_input({"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]})
+        cfg.add_output({"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]})
+        cfg.set_max_batch_size(0)
+        return cfg
+
+    def initialize(self, args):
+        if "FAIL" in args["model_name"]:
+            raise RuntimeError("this model refuses to load")
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "text_output", pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy()[::-1].copy())])
+            for r in requests]
+'''
+
+
+@pytest.fixture
+def echo_backend(tmp_path) -> Path:
+    path = tmp_path / "echo_model.py"
+    path.write_text(ECHO_BACKEND)
+    return path
+
+
+def make_repo(root: Path, *names: str) -> Path:
+    for name in names:
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text('backend: "vllm"\n')
+    return root
+
+
+def generate(server: TritonServer, model: str, text: str) -> dict:
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/models/{model}/generate",
+        data=json.dumps({"text_input": text}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def test_probe_python_reads_version_libdir_and_packages():
+    info = probe_python(SERVING_PYTHON)
+    assert info.version.count(".") == 1
+    assert list(info.libdir.glob(f"libpython{info.version}*.so*"))
+    assert info.numpy_version and int(info.numpy_version.split(".")[0]) < 2
+    assert info.vllm_version
+
+
+def test_layout_backend_directory(tmp_path, echo_backend):
+    home = TritonHome(Path(TRITON_HOME))
+    version = probe_python(SERVING_PYTHON).version
+    dest = layout_backend_directory(tmp_path / "b", home, version, backend_source=echo_backend)
+    assert sorted(p.name for p in (dest / "python").iterdir()) == [
+        "libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py"]
+    assert os.access(dest / "python" / "triton_python_backend_stub", os.X_OK)
+    assert (dest / "vllm" / "model.py").read_text() == ECHO_BACKEND
+    with pytest.raises(TritonServerError, match=r"no Python backend stub for Python 2\.7 \(it has: .*3\.11"):
+        layout_backend_directory(tmp_path / "c", home, "2.7")
+    with pytest.raises(TritonServerError, match="no tritonserver under"):
+        layout_backend_directory(tmp_path / "d", TritonHome(tmp_path), version)
+
+
+def test_start_serve_stop_leaves_nothing(tmp_path, echo_backend):
+    repo = make_repo(tmp_path / "repo", "echo")
+    with TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME,
+                      backend_source=echo_backend) as server:
+        server.wait_ready(timeout=120)
+        assert server.host == "127.0.0.1"
+        assert generate(server, "echo", "héllo")["text_output"] == "héllo"
+        pgid = server.pgid
+        assert shm_segments(server.shm_prefix)  # the Python backend's region, under this server's prefix
+        workdir = server._own_workdir
+    assert server.escalated_to is None, server.log_tail()  # tritonserver's own shutdown took everything down
+    assert process_group_members(pgid) == []
+    assert shm_segments(server.shm_prefix) == []
+    assert not workdir.exists()
+    assert "successfully loaded 'echo'" in server.log_text()  # kept after the work directory is gone
+    assert server.stop() == 0  # twice is fine
+
+
+def test_two_servers_side_by_side_get_distinct_ports_and_shm_prefixes(tmp_path, echo_backend):
+    repo = make_repo(tmp_path / "repo", "echo")
+    kwargs = dict(serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend)
+    with TritonServer(repo, **kwargs) as a, TritonServer(repo, **kwargs) as b:
+        a.wait_ready(120)
+        b.wait_ready(120)
+        assert a.shm_prefix != b.shm_prefix
+        assert {a.http_port, a.grpc_port, a.metrics_port}.isdisjoint({b.http_port, b.grpc_port, b.metrics_port})
+        assert generate(a, "echo", "a")["text_output"] == "a"
+        assert generate(b, "echo", "b")["text_output"] == "b"
+
+
+def test_a_model_that_fails_to_load_raises_with_the_servers_reason(tmp_path, echo_backend):
+    repo = make_repo(tmp_path / "repo", "FAIL")
+    server = TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend)
+    server.start()
+    try:
+        with pytest.raises(TritonServerError, match="(?s)exited with status.*this model refuses to load"):
+            server.wait_ready(timeout=120)
+    finally:
+        server.stop()
+    assert process_group_members(server.pgid) == []
+
+
+def test_port_in_use_is_refused_before_starting(tmp_path, echo_backend):
+    repo = make_repo(tmp_path / "repo", "echo")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        server = TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME,
+                              http_port=busy.getsockname()[1])
+        with pytest.raises(TritonServerError, match=r"HTTP port \d+ on 127.0.0.1 is in use"):
+            server.start()
+    assert server.process is None
+
+
+def test_a_caller_blocking_sigterm_still_gets_a_stoppable_server(tmp_path, echo_backend):
+    # A launcher that waits for Ctrl-C with sigwait() blocks SIGINT/SIGTERM; children must not inherit that.
+    repo = make_repo(tmp_path / "repo", "echo")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        with TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME,
+                          backend_source=echo_backend) as server:
+            server.wait_ready(120)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    assert server.escalated_to is None, server.log_tail()

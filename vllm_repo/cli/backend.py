@@ -1,0 +1,33 @@
+"""`vllm-repo backend ...`: the bundled Triton backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from vllm_repo.backend import bundled_backend_path, install_backend
+
+backend_app = typer.Typer(
+    help="The bundled Triton backend (model.py driving vLLM's AsyncLLM).", no_args_is_help=True
+)
+
+
+@backend_app.command("install")
+def install(
+    directory: Path = typer.Argument(
+        ...,
+        help="Triton backend directory (e.g. /opt/tritonserver/backends); the backend goes into DIRECTORY/NAME/model.py",
+    ),
+    name: str = typer.Option("vllm", "--name", help="Backend name: config.pbtxt's `backend:` value."),
+    force: bool = typer.Option(False, "--force", help="Replace a different model.py already there."),
+) -> None:
+    """Write the bundled backend into a Triton backend directory."""
+    target, changed = install_backend(directory, name=name, force=force)
+    typer.echo(f"{'installed' if changed else 'already up to date:'} {target}")
+
+
+@backend_app.command("path")
+def path() -> None:
+    """Print where the bundled backend's model.py is."""
+    typer.echo(str(bundled_backend_path()))

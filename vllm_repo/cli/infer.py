@@ -1,0 +1,48 @@
+"""`vllm-repo infer`: options in, infer.infer out; text is printed as it arrives."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import List
+
+import typer
+
+from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.infer import DEFAULT_MAX_TOKENS
+from vllm_repo.serve.ports import DEFAULT_URL
+
+
+def infer(
+    model: str = typer.Argument(..., help="Model name (its directory in the repository)."),
+    prompt: str = typer.Argument(..., help="The prompt."),
+    url: str = typer.Option(DEFAULT_URL, "--url", help="Triton's HTTP address."),
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens to generate."),
+    no_stream: bool = typer.Option(False, "--no-stream", help="Wait for the whole completion (generate)."),
+    params: List[str] = typer.Option([], "--param", help="Sampling parameter KEY=VALUE, e.g. temperature=0.7."),
+    show_outputs: bool = typer.Option(False, "--show-outputs", help="Print finish reason and token counts after."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (text and outputs) at the end."),
+) -> None:
+    """Send PROMPT to MODEL and print the completion as it streams in."""
+    from vllm_repo.serve import infer as client
+
+    def write(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    sampling = dict(client.parse_param(p) for p in params)
+    try:
+        completion = client.infer(model, prompt, url=url, max_tokens=max_tokens, stream=not no_stream, params=sampling,
+                           on_text=None if json_output else write)
+    except InferError:
+        if not json_output:
+            sys.stdout.write("\n")  # end the text streamed so far before the error
+        raise
+    if json_output:
+        typer.echo(json.dumps({"text": completion.text, **completion.outputs()}))
+        return
+    sys.stdout.write("\n")
+    if show_outputs:
+        o = completion.outputs()
+        typer.echo(f"[finish_reason={o['finish_reason']} input_tokens={o['num_input_tokens']} "
+                   f"output_tokens={o['num_output_tokens']} responses={o['responses']}]", err=True)

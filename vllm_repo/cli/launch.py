@@ -1,0 +1,64 @@
+"""`vllm-repo launch`: options in, launch.prepare_launch + run_server (or docker) out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vllm_repo.cli.output import print_diagnostics, print_notes
+from vllm_repo.errors import UsageError
+from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+
+
+def launch(
+    repo: Path = typer.Argument(..., help="Model repository to serve."),
+    http_port: int = typer.Option(DEFAULT_HTTP_PORT, "--http-port", help="HTTP port."),
+    grpc_port: int = typer.Option(DEFAULT_GRPC_PORT, "--grpc-port", help="gRPC port."),
+    metrics_port: int = typer.Option(DEFAULT_METRICS_PORT, "--metrics-port", help="Prometheus metrics port."),
+    host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to bind (0.0.0.0 exposes the server)."),
+    tritonserver: Optional[Path] = typer.Option(None, "--tritonserver", help="A tritonserver binary to use."),
+    python: Optional[Path] = typer.Option(
+        None, "--python", help="Python with vLLM and numpy<2 for the backend (default: $VLLM_REPO_SERVING_PYTHON, "
+                               "else this Python)."),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to validate against."),
+    docker: bool = typer.Option(False, "--docker", help="Run the matching NGC tritonserver vLLM container instead."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="With --docker: print the docker command, run nothing."),
+    ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds to wait for the models to load."),
+) -> None:
+    """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
+    if dry_run and not docker:
+        raise UsageError("--dry-run goes with --docker")
+    if docker:
+        _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run)
+        return
+    from vllm_repo.serve.launch import prepare_launch, run_server
+
+    def progress(message: str) -> None:
+        typer.echo(message, err=True)
+
+    plan = prepare_launch(repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+                          tritonserver=tritonserver, python=python, vllm_version=vllm_version, progress=progress)
+    print_diagnostics(plan.diagnostics)
+    print_notes(plan.notes)
+    typer.echo(f"backend Python: {plan.python.executable} (vLLM {plan.python.vllm_version}, "
+               f"numpy {plan.python.numpy_version})", err=True)
+    raise typer.Exit(run_server(plan, out=sys.stderr, ready_timeout=ready_timeout))
+
+
+def _docker(repo: Path, http_port: int, grpc_port: int, metrics_port: int, host: str, vllm_version: Optional[str],
+            dry_run: bool) -> None:
+    from vllm_repo.serve.docker import docker_plan, run_docker
+    from vllm_repo.serve.launch import validate_repository
+
+    plan = docker_plan(repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, host=host,
+                       vllm_version=vllm_version)
+    # Checked against the vLLM inside the chosen container.
+    print_diagnostics(validate_repository(repo, plan.match.release.vllm))
+    print_notes(plan.notes)
+    if dry_run:
+        typer.echo(plan.shell_command())
+        return
+    raise typer.Exit(run_docker(plan))

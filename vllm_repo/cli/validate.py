@@ -1,0 +1,63 @@
+"""`vllm-repo validate` and `vllm-repo rules`."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+class RulesFormat(str, Enum):
+    text = "text"
+    markdown = "markdown"
+
+
+def validate(
+    paths: List[Path] = typer.Argument(..., help="Repository roots, model directories or single files."),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to check model.json "
+                                               "against (default: the installed vLLM, else the newest bundled schema)."),
+    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text, json or github."),
+    strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the models run on (e.g. 'H100 80GB'), for the memory "
+                                      "check."),
+    select: Optional[List[str]] = typer.Option(None, "--select", help="Only run rules whose code starts with this."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip rules whose code starts with this."),
+) -> None:
+    """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""
+    from vllm_repo.validate import validate_paths
+    from vllm_repo.validate.reporters import REPORTERS
+
+    # Findings quote what the files contain, which may be lone surrogate escapes ("\ud800") or file names that
+    # are not UTF-8: print those escaped rather than die with UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+    result = validate_paths(paths, vllm_version=vllm_version, strict=strict, gpu=gpu, select=select, ignore=ignore)
+    REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
+    raise typer.Exit(1 if result.has_errors else 0)
+
+
+def rules(
+    code: Optional[str] = typer.Argument(None, help="A rule code, e.g. VR304: explain that rule."),
+    output_format: RulesFormat = typer.Option(RulesFormat.text, "--format", help="text, or markdown (the README's "
+                                              "rule table)."),
+) -> None:
+    """List validate's rules (code, default severity, name, what each checks), or explain one."""
+    from vllm_repo.validate.rules.docs import explain, rules_table, rules_text
+
+    if code is not None:
+        typer.echo(explain(code))
+    elif output_format is RulesFormat.markdown:
+        typer.echo(rules_table(), nl=False)
+    else:
+        typer.echo(rules_text(), nl=False)

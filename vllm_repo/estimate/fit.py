@@ -1,0 +1,112 @@
+"""Size a model for a GPU at init time: tensor_parallel_size, gpu_memory_utilization and max_model_len from the
+memory estimator (vllm_repo.estimate).
+
+Starts from what the user fixed (--tp, --max-model-len, --set) and vLLM's defaults for the rest, then follows the
+estimator's own recommendations (a larger tensor_parallel_size, a higher gpu_memory_utilization, a shorter
+max_model_len) until the model fits, never changing a value the user gave. What could not be worked out (model config
+unreachable offline, no fit at all) is said in the notes; init still writes the files.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Settings the estimate reads from model.json besides the three init sizes.
+_PASSED_THROUGH = ("pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens", "dtype", "quantization",
+                   "kv_cache_dtype", "enforce_eager", "block_size", "enable_chunked_prefill", "enable_expert_parallel",
+                   "kv_cache_memory_bytes")
+_MAX_ROUNDS = 4
+_SIZES = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
+# Below this a single GPU is not worth it when more GPUs would hold the model's context.
+USEFUL_CONTEXT = 8192
+
+
+def parse_gpu(text: str) -> tuple[str, int | None]:
+    """"H100" -> ("H100", None); "2xL4", "2 x L4", "L4x2" -> ("L4", 2)."""
+    text = text.strip()
+    match = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", text, flags=re.I) or None
+    if match:
+        return match.group(2).strip(), int(match.group(1))
+    match = re.fullmatch(r"(.+?)\s*[x*]\s*(\d+)", text, flags=re.I)
+    if match and not re.search(r"\d\s*[x*]\s*\d+$", match.group(1)):
+        return match.group(1).strip(), int(match.group(2))
+    return text, None
+
+
+def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | None = None,
+                        max_model_len: int | None = None,
+                        user_settings: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(settings for model.json, notes). Raises UnknownGpuError for a GPU name the catalog doesn't know."""
+    from vllm_repo.estimate import (EstimateError, ModelFactsError, UnknownGpuError, estimate_model,
+                                    load_model_facts)
+
+    user = dict(user_settings or {})
+    name, count = parse_gpu(gpu)
+    fixed: dict[str, Any] = {}
+    if tensor_parallel_size is not None:
+        fixed["tensor_parallel_size"] = tensor_parallel_size
+    if max_model_len is not None:
+        fixed["max_model_len"] = max_model_len
+    for key in ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len"):
+        if key in user:
+            fixed[key] = user[key]
+    base = {k: user[k] for k in _PASSED_THROUGH if k in user}
+    try:
+        facts = load_model_facts(model)
+    except ModelFactsError as exc:
+        return {}, [f"could not size the engine for {gpu}: {exc}; tensor_parallel_size, gpu_memory_utilization and "
+                    "max_model_len are left to vLLM's defaults"]
+
+    def fit(num_gpus: int | None):
+        """Follow the estimator's recommendations from the user's settings; returns (estimate, what changed)."""
+        changes: dict[str, Any] = {}
+        est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, **base, **fixed)
+        for _ in range(_MAX_ROUNDS):
+            if est.fits and not est.recommendations:
+                break
+            usable = [r for r in est.recommendations if r.setting in _SIZES and r.setting not in fixed
+                      and r.setting not in changes]
+            if not usable:
+                break
+            changes[usable[0].setting] = usable[0].value
+            est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, **base, **fixed, **changes)
+        return est, changes
+
+    try:
+        if count is not None or "tensor_parallel_size" in fixed:
+            est, changes = fit(count or fixed.get("tensor_parallel_size"))
+        else:
+            # "--gpu L4" is one L4 unless one GPU can't hold a useful context; then say how many it takes.
+            est, changes = fit(1)
+            useful = min(USEFUL_CONTEXT, facts.arch.max_position_embeddings or USEFUL_CONTEXT)
+            if not est.fits or est.max_model_len < useful:
+                more, more_changes = fit(None)
+                if more.fits and (not est.fits or more.max_model_len > est.max_model_len):
+                    est, changes = more, more_changes
+    except UnknownGpuError as exc:
+        raise UnknownGpuError(exc.message, hint="name a GPU from `vllm-repo gpus` (--gpu H100, --gpu 2xL4), or give "
+                              "its memory in GiB, e.g. --gpu 24") from None
+    except EstimateError as exc:
+        return {}, [f"could not size the engine for {gpu}: {exc}"]
+
+    settings = {"tensor_parallel_size": est.tensor_parallel_size,
+                "gpu_memory_utilization": est.gpu_memory_utilization,
+                "max_model_len": est.max_model_len}
+    where = f"{est.tensor_parallel_size} x {est.gpu}" if est.tensor_parallel_size > 1 else est.gpu
+    if est.fits:
+        notes = [f"sized for {where}: weights {est.weights_gib:.2f} GiB and KV cache {est.kv_cache_gib:.2f} GiB "
+                 f"per GPU "
+                 f"({est.kv_cache_tokens:,} tokens, {est.max_concurrency:.1f} requests of {est.max_model_len:,} tokens "
+                 f"at once)"]
+        if changes:
+            notes.append("changed to fit: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+    else:
+        # Nothing that fits: leave the sizes unset rather than write values known not to start.
+        settings = {}
+        why = est.error or "the estimate says vLLM would not start"
+        available = f"{count} x {est.gpu}" if count else where
+        notes = [f"could not fit {model} on {available}: {why}; tensor_parallel_size, gpu_memory_utilization and "
+                 "max_model_len are left unset",
+                 *(f"try {r.setting}={r.value}: {r.reason}" for r in est.recommendations)]
+    return settings, notes

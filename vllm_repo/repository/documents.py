@@ -1,0 +1,227 @@
+"""Loading the files of a model repository into documents that know where each thing is written.
+
+JsonDocument: model.json / multi_lora.json, with the line and column of every top-level key.
+PbtxtDocument: config.pbtxt parsed with Triton's own ModelConfig protobuf (vllm_repo.repository.model_config),
+with a locator for field lines.
+Loading never raises for bad content: the syntax error is kept on the document for a rule to report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int  # 1-based
+    column: int  # 1-based
+
+
+@dataclass
+class SyntaxProblem:
+    message: str
+    position: Position | None
+
+
+def read_text(path: Path) -> tuple[str | None, SyntaxProblem | None]:
+    """File text, or why it can't be read (binary, not UTF-8, unreadable)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, SyntaxProblem(f"cannot read the file: {exc.strerror or exc}", None)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return None, SyntaxProblem(f"the file is not UTF-8 text (byte 0x{raw[exc.start]:02x})", Position(line, 1))
+    return text, None
+
+
+def offset_to_position(text: str, offset: int) -> Position:
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return Position(line, column)
+
+
+# ---------------------------------------------------------------------------------------------------------- JSON
+
+
+@dataclass
+class JsonDocument:
+    path: Path
+    text: str | None = None
+    data: Any = None
+    problem: SyntaxProblem | None = None
+    key_positions: dict[str, Position] = field(default_factory=dict)
+    duplicate_keys: list[tuple[str, Position]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def position_of(self, key: str) -> Position | None:
+        return self.key_positions.get(key)
+
+    @classmethod
+    def load(cls, path: Path) -> "JsonDocument":
+        doc = cls(path)
+        doc.text, doc.problem = read_text(path)
+        if doc.text is None:
+            return doc
+        try:
+            doc.data = json.loads(doc.text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            doc.problem = SyntaxProblem(f"invalid JSON: {exc.msg}", Position(exc.lineno, exc.colno))
+            return doc
+        except ValueError as exc:  # NaN / Infinity, which JSON does not allow
+            doc.problem = SyntaxProblem(f"invalid JSON: {exc}", None)
+            return doc
+        except RecursionError:
+            doc.problem = SyntaxProblem("invalid JSON: nested too deeply", None)
+            return doc
+        if isinstance(doc.data, dict):
+            doc.key_positions, doc.duplicate_keys = _top_level_keys(doc.text)
+        return doc
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _top_level_keys(text: str) -> tuple[dict[str, Position], list[tuple[str, Position]]]:
+    """Positions of the keys of the top-level object of valid JSON text (first occurrence), and repeated keys.
+
+    A small scanner rather than a second parser: the text is already known to be valid JSON, so it only has to
+    track nesting depth and strings."""
+    positions: dict[str, Position] = {}
+    duplicates: list[tuple[str, Position]] = []
+    depth = 0
+    i, n = 0, len(text)
+    expect_key = False
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            end = _string_end(text, i)
+            if depth == 1 and expect_key:
+                key = json.loads(text[i : end + 1])
+                pos = offset_to_position(text, i)
+                if key in positions:
+                    duplicates.append((key, pos))
+                else:
+                    positions[key] = pos
+                expect_key = False
+            i = end + 1
+            continue
+        if ch in "{[":
+            depth += 1
+            expect_key = depth == 1 and ch == "{"
+        elif ch in "}]":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            expect_key = True
+        i += 1
+    return positions, duplicates
+
+
+def _string_end(text: str, start: int) -> int:
+    i = start + 1
+    while True:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == '"':
+            return i
+        i += 1
+
+
+# ---------------------------------------------------------------------------------------------------- config.pbtxt
+
+
+_PBTXT_ERROR = re.compile(r"^(\d+):(\d+) : (.*)$", re.S)
+
+
+@dataclass
+class PbtxtDocument:
+    path: Path
+    text: str | None = None
+    config: Any = None  # inference.ModelConfig
+    problem: SyntaxProblem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    @classmethod
+    def load(cls, path: Path) -> "PbtxtDocument":
+        from google.protobuf import text_format
+
+        doc = cls(path)
+        doc.text, doc.problem = read_text(path)
+        if doc.text is None:
+            return doc
+        from vllm_repo.repository.model_config import model_config_pb2
+
+        config = model_config_pb2().ModelConfig()
+        try:
+            text_format.Parse(doc.text, config)
+        except text_format.ParseError as exc:
+            doc.problem = _parse_error(str(exc))
+            return doc
+        except (RecursionError, ValueError, UnicodeError) as exc:
+            doc.problem = SyntaxProblem(f"cannot parse the model configuration: {exc}", None)
+            return doc
+        doc.config = config
+        return doc
+
+    def has_field(self, name: str) -> bool:
+        return self.config is not None and self.config.HasField(name)
+
+    def find(self, pattern: str, start_line: int = 1) -> Position | None:
+        """Where a field is written: the first line at or after start_line matching `pattern` (a regex applied
+        to the line with its comment removed)."""
+        if self.text is None:
+            return None
+        regex = re.compile(pattern)
+        for number, line in enumerate(self.text.splitlines(), start=1):
+            if number < start_line:
+                continue
+            code = _strip_comment(line)
+            match = regex.search(code)
+            if match:
+                return Position(number, match.start() + 1)
+        return None
+
+    def field_position(self, name: str, value: str | None = None, start_line: int = 1) -> Position | None:
+        if value is None:
+            return self.find(rf"\b{re.escape(name)}\s*:?\s*[\[{{\"'\w-]", start_line)
+        return self.find(rf"\b{re.escape(name)}\s*:\s*[\"']?{re.escape(value)}\b", start_line)
+
+
+def _strip_comment(line: str) -> str:
+    # '#' starts a comment unless it is inside a quoted string.
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == "\\":
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return line[:i]
+    return line
+
+
+def _parse_error(text: str) -> SyntaxProblem:
+    match = _PBTXT_ERROR.match(text.strip())
+    if not match:
+        return SyntaxProblem(text.strip(), None)
+    line, column, message = int(match.group(1)), int(match.group(2)), match.group(3).strip()
+    # protobuf columns are 0-based in some messages and 1-based in others; never report column 0.
+    return SyntaxProblem(message, Position(line, max(column, 1)))

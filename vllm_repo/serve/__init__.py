@@ -1,0 +1,11 @@
+"""Serving a repository: `vllm-repo launch` and `vllm-repo infer`.
+
+- launch.py: validate the tree, plan the run (server, serving Python, ports, CPU settings) and run it until a signal;
+- server.py: one tritonserver process group (TritonServer), stopped as a group, its shared memory removed;
+- server_files.py: where the server comes from (embedded nvidia-pytriton wheel, PATH, --tritonserver) and the
+  backend directory laid out for it; python_env.py: the serving Python, probed by running it;
+- ports.py: the default ports and checks; processes.py: the group's processes and segments in /proc and /dev/shm;
+- shm_watch.py and guardian.py: shared memory the group leaves, and a watchdog that stops it if launch is killed;
+- docker.py and ngc.py: the same repository in the NGC container whose vLLM matches;
+- infer.py: a streaming client of Triton's generate endpoint.
+"""

@@ -1,0 +1,130 @@
+"""launch --docker: serve a repository with the NGC ``tritonserver:<yy.mm>-vllm-python-py3`` container whose vLLM
+matches the repository's vLLM release.
+
+The repository is mounted read-only at /models; local model, tokenizer and LoRA directories named in model.json /
+multi_lora.json are mounted read-only at their own paths (so the files need no editing), and the host's Hugging Face
+cache is shared so hub models are downloaded once. Ports are published on ``host`` only (127.0.0.1 by default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from vllm_repo.errors import UsageError
+from vllm_repo.repository import open_repository
+from vllm_repo.schema.loader import installed_vllm_version
+from vllm_repo.serve.errors import DockerError
+from vllm_repo.serve.ngc import Match, container_for_vllm
+from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+
+CONTAINER_REPOSITORY = "/models"
+# vLLM's multiprocessing executor puts segments of 160 and 240 MiB in /dev/shm; Docker's default is 64 MiB.
+SHM_SIZE = "2g"
+
+
+@dataclasses.dataclass
+class DockerPlan:
+    options: list[str]  # docker run's own options, "-x value" pairs kept together
+    image: str
+    server_args: list[str]  # tritonserver and its flags
+    match: Match
+    container_name: str
+    notes: list[str]
+
+    @property
+    def argv(self) -> list[str]:
+        return ["docker", "run", *self.options, self.image, *self.server_args]
+
+    def shell_command(self) -> str:
+        """The command as a copy-pasteable shell line: one docker option per line, then the image, then the server
+        command."""
+        lines, opts = ["docker run"], self.options[:]
+        while opts:
+            arg = opts.pop(0)
+            if arg in ("-p", "-v", "-e", "--name", "--gpus") and opts:
+                arg = f"{arg} {shlex.quote(opts.pop(0))}"
+            else:
+                arg = shlex.quote(arg)
+            lines.append(f"  {arg}")
+        lines.append(f"  {self.image}")
+        lines.append("  " + " ".join(shlex.quote(a) for a in self.server_args))
+        return " \\\n".join(lines)
+
+
+def _local_paths(repository: Path) -> list[Path]:
+    """Absolute local directories the models refer to: model, tokenizer, LoRA adapters."""
+    values = []
+    for model in open_repository(repository).models:
+        for version in model.versions:
+            for doc, keys in ((version.engine_args, ("model", "tokenizer")), (version.multi_lora, None)):
+                if doc is None or not doc.ok or not isinstance(doc.data, dict):
+                    continue
+                values += [doc.data.get(k) for k in keys] if keys else list(doc.data.values())
+    return sorted({Path(v) for v in values if isinstance(v, str) and os.path.isabs(v) and Path(v).exists()})
+
+
+def docker_plan(
+    repository: str | os.PathLike,
+    *,
+    http_port: int = DEFAULT_HTTP_PORT,
+    grpc_port: int = DEFAULT_GRPC_PORT,
+    metrics_port: int = DEFAULT_METRICS_PORT,
+    host: str = DEFAULT_HOST,
+    vllm_version: str | None = None,
+    hf_cache: Path | None = None,
+) -> DockerPlan:
+    repo = Path(repository).resolve()
+    if not repo.is_dir():
+        raise UsageError(f"{repository}: no such directory")
+    wanted = vllm_version or installed_vllm_version()
+    match = container_for_vllm(wanted)
+    origin = "" if vllm_version else (f" (vLLM {wanted} is installed here)" if wanted else
+                                      "; pass --vllm-version X to pick the container for your vLLM")
+    notes = [f"container {match.release.image}: {match.reason}{origin}"]
+    name = "vllm-repo-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", repo.name).strip("-.") or "server")
+    options = ["--rm", "--init", "--name", name, "--gpus", "all", f"--shm-size={SHM_SIZE}",
+               "-p", f"{host}:{http_port}:{http_port}", "-p", f"{host}:{grpc_port}:{grpc_port}",
+               "-p", f"{host}:{metrics_port}:{metrics_port}",
+               "-v", f"{repo}:{CONTAINER_REPOSITORY}:ro"]
+    for path in _local_paths(repo):
+        options += ["-v", f"{path}:{path}:ro"]
+    hf_cache = hf_cache or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    options += ["-v", f"{hf_cache}:/root/.cache/huggingface"]
+    if os.environ.get("HF_TOKEN"):
+        options += ["-e", "HF_TOKEN"]  # passed by name: the token never appears on the command line
+    server_args = ["tritonserver", f"--model-repository={CONTAINER_REPOSITORY}", f"--http-port={http_port}",
+                   f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
+    return DockerPlan(options=options, image=match.release.image, server_args=server_args, match=match,
+                      container_name=name, notes=notes)
+
+
+def run_docker(plan: DockerPlan) -> int:
+    """Run the container in the foreground; Ctrl-C / SIGTERM stop it with `docker stop`."""
+    if shutil.which("docker") is None:
+        raise DockerError("docker is not installed or not on PATH",
+                          hint="use --dry-run to print the command, or run `vllm-repo launch` without --docker")
+    probe = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        reason = (probe.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise DockerError(f"the Docker daemon is not reachable: {reason}",
+                          hint="start Docker (and the NVIDIA Container Toolkit for --gpus), or use --dry-run")
+    proc = subprocess.Popen(plan.argv, start_new_session=True)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        subprocess.run(["docker", "stop", "-t", "10", plan.container_name], capture_output=True)
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

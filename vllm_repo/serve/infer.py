@@ -1,0 +1,163 @@
+"""infer: send one prompt to a model served by Triton's vLLM backend and stream the completion as it arrives.
+
+Uses Triton's HTTP generate extension: ``POST /v2/models/<model>/generate_stream`` answers with server-sent events, one
+``data: {...}`` line per response, each carrying only the new text. ``max_tokens`` is always sent: vLLM's own default
+is 16 tokens, which silently cuts completions short.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import socket
+import urllib.parse
+from typing import Any, Callable, Iterator
+
+from vllm_repo.errors import UsageError
+from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.ports import DEFAULT_URL
+
+DEFAULT_MAX_TOKENS = 256
+
+
+@dataclasses.dataclass
+class Completion:
+    text: str = ""
+    finish_reason: str | None = None
+    num_input_tokens: int | None = None
+    num_output_tokens: int | None = None
+    responses: int = 0  # how many responses (SSE events) carried it
+
+    def outputs(self) -> dict[str, Any]:
+        return {"finish_reason": self.finish_reason, "num_input_tokens": self.num_input_tokens,
+                "num_output_tokens": self.num_output_tokens, "responses": self.responses}
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """--param KEY=VALUE: the value as JSON when it parses (0.7, 40, true, ["\\n"]), else as a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"--param '{text}' is not KEY=VALUE", hint="e.g. --param temperature=0.7")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.strip(), value
+
+
+def request_body(prompt: str, *, stream: bool, max_tokens: int, params: dict[str, Any] | None = None,
+                 outputs: bool = True) -> dict[str, Any]:
+    sampling = {"max_tokens": max_tokens, **(params or {})}
+    body: dict[str, Any] = {
+        "text_input": prompt,
+        "stream": stream,
+        # The prompt is the caller's own text; only the completion comes back.
+        "exclude_input_in_output": True,
+        # The backend takes sampling parameters as one JSON string.
+        "sampling_parameters": json.dumps(sampling),
+    }
+    if outputs:
+        body.update(return_finish_reason=True, return_num_input_tokens=True, return_num_output_tokens=True)
+    return body
+
+
+def _first(value: Any) -> Any:
+    while isinstance(value, list):
+        if not value:
+            return None
+        value = value[0]
+    return value
+
+
+def _merge(completion: Completion, event: dict[str, Any]) -> str:
+    """Fold one response into the completion; returns its new text."""
+    piece = _first(event.get("text_output")) or ""
+    completion.text += piece
+    completion.responses += 1
+    reason = _first(event.get("finish_reason"))
+    if reason not in (None, "None", ""):
+        completion.finish_reason = str(reason)
+    if event.get("num_input_tokens") is not None:
+        completion.num_input_tokens = int(_first(event["num_input_tokens"]))
+    if event.get("num_output_tokens") is not None:
+        # Each response counts only its own new tokens.
+        completion.num_output_tokens = (completion.num_output_tokens or 0) + int(_first(event["num_output_tokens"]))
+    return piece
+
+
+def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise InferError(f"--url {url} is not an http(s) URL", hint=f"e.g. --url {DEFAULT_URL}")
+    cls = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+    return cls(parsed.hostname, parsed.port, timeout=timeout), parsed.path.rstrip("/")
+
+
+def _error_text(raw: bytes) -> str:
+    try:
+        data = json.loads(raw)
+        return str(data.get("error", data))
+    except ValueError:
+        return raw.decode("utf-8", "replace").strip()
+
+
+def stream_events(url: str, model: str, body: dict[str, Any], *, stream: bool,
+                  timeout: float = 600.0) -> Iterator[dict[str, Any]]:
+    """POST the request and yield each response's JSON (one for generate, one per SSE event for generate_stream)."""
+    conn, prefix = _connect(url, timeout)
+    endpoint = "generate_stream" if stream else "generate"
+    path = f"{prefix}/v2/models/{urllib.parse.quote(model, safe='')}/{endpoint}"
+    try:
+        try:
+            conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+        except (ConnectionRefusedError, socket.gaierror, socket.timeout, OSError) as exc:
+            raise InferError(f"no Triton server answers at {url} ({exc.strerror or exc})",
+                             hint="start one with `vllm-repo launch REPO`, or pass --url") from exc
+        if resp.status != 200:
+            message = _error_text(resp.read())
+            if resp.status in (400, 404) and ("unknown model" in message or "not found" in message):
+                raise InferError(f"the server at {url} has no model '{model}': {message}",
+                                 hint=f"the model names are the directories of the repository; see {url}/v2/models/"
+                                      f"{model}/ready")
+            raise InferError(f"{endpoint} failed with HTTP {resp.status}: {message}")
+        if not stream:
+            yield json.loads(resp.read())
+            return
+        for raw in resp:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[5:].strip())
+            if "error" in event:
+                raise InferError(f"the server reported an error mid-stream: {event['error']}")
+            yield event
+    finally:
+        conn.close()
+
+
+def infer(
+    model: str,
+    prompt: str,
+    *,
+    url: str = DEFAULT_URL,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    stream: bool = True,
+    params: dict[str, Any] | None = None,
+    on_text: Callable[[str], None] | None = None,
+    timeout: float = 600.0,
+) -> Completion:
+    """Run one completion; ``on_text`` receives each piece of text as it arrives. Returns the whole completion with
+    its finish reason and token counts."""
+    if max_tokens < 1:
+        raise InferError(f"--max-tokens must be at least 1, not {max_tokens}")
+    if params and "max_tokens" in params:
+        raise InferError("give max_tokens with --max-tokens, not --param")
+    body = request_body(prompt, stream=stream, max_tokens=max_tokens, params=params)
+    completion = Completion()
+    for event in stream_events(url, model, body, stream=stream, timeout=timeout):
+        piece = _merge(completion, event)
+        if piece and on_text:
+            on_text(piece)
+    return completion

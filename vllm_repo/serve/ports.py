@@ -1,0 +1,47 @@
+"""Triton's ports: the defaults every serving command uses, and whether a port can be listened on now."""
+
+from __future__ import annotations
+
+import socket
+
+from vllm_repo.serve.errors import LaunchError
+
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_GRPC_PORT = 8001
+DEFAULT_METRICS_PORT = 8002
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``port`` now. SO_REUSEADDR as servers set it: a port whose last connection
+    is in TIME_WAIT is free for a new listener."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def check_ports(host: str, ports: dict[str, int]) -> None:
+    seen: dict[int, str] = {}
+    for label, port in ports.items():
+        if not 0 < port < 65536:
+            raise LaunchError(f"{label} port {port} is not a TCP port number (1-65535)")
+        if port in seen:
+            raise LaunchError(f"{label} port {port} is also the {seen[port]} port",
+                              hint="give each of --http-port, --grpc-port, --metrics-port its own port")
+        seen[port] = label
+        if not port_is_free(port, host):
+            option = {"HTTP": "--http-port", "gRPC": "--grpc-port", "metrics": "--metrics-port"}[label]
+            raise LaunchError(f"{label} port {port} on {host} is already in use (another Triton server?)",
+                              hint=f"stop whatever listens there, or choose another port with {option} N")

@@ -1,0 +1,50 @@
+"""The server's process group and shared memory, read from /proc and /dev/shm: what is still running under a
+group id, and which segments a server left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+DEV_SHM = Path("/dev/shm")
+
+
+def process_table() -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the stat fields after the name) for every process, read from /proc/PID/stat."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name is in parentheses and may contain spaces: split after the last ')'.
+        yield int(entry.name), stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :].split()
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``, read from /proc.
+
+    ``os.killpg(pgid, 0)`` is not enough: it succeeds while an unreaped zombie is left in the group.
+    """
+    # fields: state, ppid, pgrp, ...
+    return [pid for pid, _, fields in process_table() if int(fields[2]) == pgid and fields[0] not in ("Z", "X")]
+
+
+def shm_segments(prefix: str) -> list[Path]:
+    if not DEV_SHM.is_dir():
+        return []
+    return sorted(p for p in DEV_SHM.iterdir() if p.name.startswith(prefix))
+
+
+def unique_shm_prefix() -> str:
+    # Distinct per server on a machine: two Python backends sharing a prefix corrupt each other's regions.
+    return f"vllm_repo_{os.getpid()}_{secrets.token_hex(4)}_"
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

@@ -1,0 +1,306 @@
+"""Run a real Triton Inference Server with the bundled vLLM backend, without Docker.
+
+The server files come from the ``nvidia-pytriton`` wheel (Triton 2.51): ``pytriton/tritonserver/bin/tritonserver``,
+the Python backend and one stub per Python version. The backend runs in a "serving" Python (a venv with vLLM and
+numpy<2) that need not be the Python running this module, so everything about that interpreter is probed by running
+it, never by importing anything here.
+
+The server runs in its own process group: the Python stub, vLLM's EngineCore and multiprocessing's resource tracker are
+all descendants, and stopping only ``tritonserver`` leaves them running. ``stop()`` ends the whole group and removes
+any shared-memory segment left under this server's unique prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from vllm_repo.serve.errors import TritonServerError
+from vllm_repo.serve.ports import free_port, port_is_free
+from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group, unique_shm_prefix
+from vllm_repo.serve.python_env import PythonInfo, probe_python
+from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
+
+
+def serving_env(
+    python: PythonInfo,
+    triton_home: TritonHome,
+    base: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment tritonserver runs in.
+
+    - The serving venv's bin first on PATH: the stub's sys.executable (and vLLM's spawned children) is the first
+      ``python3`` on PATH.
+    - LD_LIBRARY_PATH: the serving Python's libpython directory (else the stub links the system's libpython) and the
+      wheel's bundled shared libraries.
+    """
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = os.pathsep.join([str(python.bin_dir), env.get("PATH", "/usr/bin:/bin")])
+    ld = [str(python.libdir), str(triton_home.libs)]
+    if env.get("LD_LIBRARY_PATH"):
+        ld.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(ld)
+    # A virtualenv's own variables would point other Pythons at the wrong site-packages.
+    env.pop("VIRTUAL_ENV", None)
+    env.pop("PYTHONHOME", None)
+    env.update(overrides or {})
+    return env
+
+
+class TritonServer:
+    """One tritonserver process (and everything it starts) serving ``model_repository``.
+
+    >>> with TritonServer("model_repository", serving_python=py, triton_home=home) as server:
+    ...     server.wait_ready()
+    ...     print(server.http_url)
+
+    Ports default to free ones on ``host``; ``host`` defaults to 127.0.0.1 so nothing is exposed by accident.
+    ``env`` entries are added to the server's environment (e.g. VLLM_CPU_KVCACHE_SPACE).
+    """
+
+    def __init__(
+        self,
+        model_repository: str | os.PathLike,
+        *,
+        serving_python: str | os.PathLike | PythonInfo,
+        triton_home: str | os.PathLike | TritonHome,
+        host: str = "127.0.0.1",
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        backend_directory: str | os.PathLike | None = None,
+        backend_source: str | os.PathLike | None = None,
+        env: Mapping[str, str] | None = None,
+        extra_args: Iterable[str] = (),
+        log_path: str | os.PathLike | None = None,
+        exit_timeout_s: int = 5,
+    ) -> None:
+        self.model_repository = Path(model_repository).resolve()
+        self.python = serving_python if isinstance(serving_python, PythonInfo) else probe_python(serving_python)
+        self.triton_home = triton_home if isinstance(triton_home, TritonHome) else TritonHome(Path(triton_home))
+        self.host = host
+        self.http_port = http_port or free_port(host)
+        self.grpc_port = grpc_port or free_port(host)
+        self.metrics_port = metrics_port or free_port(host)
+        self.shm_prefix = unique_shm_prefix()
+        self._own_workdir: Path | None = None
+        self._backend_directory = Path(backend_directory) if backend_directory else None
+        self._backend_source = backend_source
+        self._env_overrides = dict(env or {})
+        self._extra_args = list(extra_args)
+        self._log_path = Path(log_path) if log_path else None
+        self._exit_timeout_s = exit_timeout_s
+        self._log_file = None
+        self._final_log: str | None = None
+        self.process: subprocess.Popen | None = None
+        # Set by stop() when the server's own shutdown was not enough and its process group had to be signalled.
+        self.escalated_to: str | None = None
+
+    # -- addresses ----------------------------------------------------------------------------------------------------
+    @property
+    def http_url(self) -> str:
+        return f"http://{_url_host(self.host)}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{_url_host(self.host)}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{_url_host(self.host)}:{self.metrics_port}/metrics"
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._log_path
+
+    @property
+    def pgid(self) -> int | None:
+        # start_new_session makes the server the leader of a new group whose id is its pid.
+        return self.process.pid if self.process else None
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        assert self._backend_directory is not None
+        return [
+            str(self.triton_home.tritonserver),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={self._backend_directory}",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.metrics_port}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            # Open keep-alive client connections otherwise hold shutdown for 30 s.
+            f"--exit-timeout-secs={self._exit_timeout_s}",
+            *self._extra_args,
+        ]
+
+    def start(self) -> "TritonServer":
+        if self.process is not None:
+            raise TritonServerError("this server was already started")
+        if not self.model_repository.is_dir():
+            raise TritonServerError(f"model repository {self.model_repository} is not a directory")
+        for name, port in (("HTTP", self.http_port), ("gRPC", self.grpc_port), ("metrics", self.metrics_port)):
+            if not port_is_free(port, self.host):
+                raise TritonServerError(f"{name} port {port} on {self.host} is in use; choose another port")
+        if self._backend_directory is None or self._log_path is None:
+            self._own_workdir = Path(tempfile.mkdtemp(prefix="vllm-repo-triton-"))
+        if self._backend_directory is None:
+            self._backend_directory = layout_backend_directory(
+                self._own_workdir / "backends",
+                self.triton_home,
+                self.python.version,
+                backend_source=self._backend_source,
+            )
+        if self._log_path is None:
+            self._log_path = self._own_workdir / "tritonserver.log"
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self._log_path, "ab")
+        env = serving_env(self.python, self.triton_home, overrides=self._env_overrides)
+        self.process = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(self._own_workdir or self.model_repository),
+            start_new_session=True,
+            preexec_fn=_reset_signals if _signals_need_reset() else None,
+        )
+        return self
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout: float = 300.0, poll_s: float = 0.5) -> "TritonServer":
+        """Block until /v2/health/ready answers 200. Raises TritonServerError (with the end of the server log) when
+        the server exits first or ``timeout`` passes."""
+        if self.process is None:
+            raise TritonServerError("start() the server before waiting for it")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise TritonServerError(
+                    f"tritonserver exited with status {self.process.returncode} before it was ready; "
+                    f"log {self._log_path}:\n{self.log_tail()}"
+                )
+            if self.is_ready():
+                return self
+            time.sleep(poll_s)
+        raise TritonServerError(
+            f"tritonserver was not ready after {timeout:.0f} s; log {self._log_path}:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Stop the server and everything it started; returns the server's exit status (None if never started).
+        Safe to call twice.
+
+        tritonserver alone gets SIGTERM first: it unloads its models, so the backend's finalize() shuts vLLM down
+        in order. Whatever outlives it in the process group (a stuck stub, an orphaned EngineCore) gets SIGTERM,
+        then SIGKILL. Shared-memory segments left under this server's prefix are removed.
+        """
+        if self.process is None:
+            self._cleanup_workdir()
+            return None
+        pgid = self.pgid
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGTERM)
+        while self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Children normally follow the server out within moments.
+        self._wait_group_empty(pgid, min(deadline, time.monotonic() + 5))
+        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+            if not process_group_members(pgid):
+                break
+            self.escalated_to = signal.Signals(sig).name
+            signal_group(pgid, sig)
+            self._wait_group_empty(pgid, time.monotonic() + grace)
+        try:
+            status = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - only if the kernel refuses SIGKILL
+            status = None
+        for segment in shm_segments(self.shm_prefix):
+            with contextlib.suppress(OSError):
+                segment.unlink()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self._cleanup_workdir()
+        return status
+
+    def _wait_group_empty(self, pgid: int, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self.process.poll()  # reap the leader so it does not linger as a zombie
+            if not process_group_members(pgid):
+                return
+            time.sleep(0.1)
+
+    def _cleanup_workdir(self) -> None:
+        # A log inside our own work directory is kept in memory, so log_text() still answers after stop().
+        if self._own_workdir is not None:
+            if self._log_path is not None and self._own_workdir in self._log_path.parents:
+                self._final_log = self.log_text()
+            shutil.rmtree(self._own_workdir, ignore_errors=True)
+            self._own_workdir = None
+
+    def log_text(self) -> str:
+        if self._final_log is not None:
+            return self._final_log
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        return self._log_path.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def __enter__(self) -> "TritonServer":
+        if self.process is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _signals_need_reset() -> bool:
+    # Blocked signals and ignored dispositions survive exec: a caller that blocks SIGTERM to wait for it (sigwait)
+    # would otherwise start a server that cannot be stopped gracefully.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    ignored = any(signal.getsignal(sig) is signal.SIG_IGN for sig in (signal.SIGTERM, signal.SIGINT))
+    return bool(blocked) or ignored
+
+
+def _reset_signals() -> None:  # runs in the child between fork and exec
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host

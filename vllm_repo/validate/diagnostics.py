@@ -1,0 +1,75 @@
+"""The one result type every check produces and every reporter consumes.
+
+A plain frozen dataclass rather than a pydantic model: validate runs in pre-commit on every commit, and importing
+pydantic would be about a third of its start-up."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from pathlib import Path
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 2, "warning": 1, "info": 0}[self.value]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Diagnostic:
+    """One finding: a stable rule code, where it is (1-based line/column, None where there is no single place),
+    what is wrong and what to do about it."""
+
+    code: str
+    severity: Severity
+    file: str | None
+    line: int | None = None
+    column: int | None = None
+    message: str
+    hint: str | None = None
+
+    def sort_key(self) -> tuple:
+        return (self.file or "", self.line or 0, self.column or 0, self.code, self.message)
+
+    def escalated(self) -> Diagnostic:
+        """The same finding as an error (``--strict`` turns warnings into errors)."""
+        if self.severity is Severity.WARNING:
+            return dataclasses.replace(self, severity=Severity.ERROR)
+        return self
+
+    def location(self) -> str:
+        """``file:line:column`` as compilers and editors write it (``<repository>`` for a repository-wide finding)."""
+        parts = [self.file or "<repository>"]
+        if self.line is not None:
+            parts.append(str(self.line))
+            if self.column is not None:
+                parts.append(str(self.column))
+        return ":".join(parts)
+
+    def text(self) -> str:
+        """The finding as validate's text report prints it: location, severity, code and message, then the hint."""
+        line = f"{self.location()}: {self.severity.value}[{self.code}] {self.message}"
+        return line + (f"\n    hint: {self.hint}" if self.hint else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (validate --format json)."""
+        return {**dataclasses.asdict(self), "severity": self.severity.value}
+
+
+def display_path(path: Path | str | None, base: Path | None = None) -> str | None:
+    """Paths in diagnostics are relative to the working directory when they can be, as editors and CI expect.
+    Symlinks are not followed: a finding names the path the user gave, not where a link points."""
+    if path is None:
+        return None
+    p = Path(os.path.abspath(path))
+    try:
+        return str(p.relative_to(os.path.abspath(base or Path.cwd())))
+    except (ValueError, OSError):  # outside base, or the working directory is gone
+        return str(p)

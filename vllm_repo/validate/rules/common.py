@@ -1,0 +1,62 @@
+"""What several rule families share: the model.json documents the vLLM checks read, and message helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from vllm_repo.repository import ModelDirectory, VersionDirectory
+from vllm_repo.repository.documents import JsonDocument
+
+
+def vllm_engine_args(model: ModelDirectory) -> Iterator[tuple[VersionDirectory, JsonDocument]]:
+    """Every model.json the vLLM checks apply to (none for a model of another backend), readable or not."""
+    if model.uses_vllm_backend:
+        yield from model.engine_args_documents()
+
+
+def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
+    """The model.json files of :func:`vllm_engine_args` that hold a JSON object (the others are VR301's)."""
+    for _, doc in vllm_engine_args(model):
+        if doc.ok and isinstance(doc.data, dict):
+            yield doc
+
+
+def served_engine_args(model: ModelDirectory) -> JsonDocument | None:
+    """The model.json of the version Triton serves (else a misplaced one) when it is a JSON object of a
+    vLLM-backend model: what the checks across files and models compare."""
+    doc = model.primary_engine_args()
+    if not model.uses_vllm_backend or doc is None or not doc.ok or not isinstance(doc.data, dict):
+        return None
+    return doc
+
+
+def positive_int(value: Any, default: int = 1) -> int:
+    """An engine argument that must be a positive integer, or ``default`` where the file has something else (a
+    wrong value is VR303/VR305's finding, not a reason for the other checks to stop)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def parallel_size(engine_args: dict) -> int:
+    """The GPUs one engine uses: tensor_parallel_size x pipeline_parallel_size."""
+    return positive_int(engine_args.get("tensor_parallel_size")) * positive_int(engine_args.get("pipeline_parallel_size"))
+
+
+def did_you_mean(word: str, candidates: Iterable[Any], cutoff: float = 0.75) -> str | None:
+    import difflib
+
+    names = [str(c) for c in candidates]
+    lowered = {n.lower(): n for n in names}
+    if word.lower() in lowered:
+        return lowered[word.lower()]
+    match = difflib.get_close_matches(word, names, n=1, cutoff=cutoff)
+    if not match:
+        match = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=cutoff)
+        match = [lowered[m] for m in match]
+    return match[0] if match else None
+
+
+def count_text(n: int) -> str:
+    """An integer for a message. Products of values from the files (tensor x pipeline parallel size) can outgrow
+    what str() converts (4300 digits); those are only ever shown as a power of ten."""
+    return str(n) if n.bit_length() < 1000 else f"about 10^{int(n.bit_length() * 0.30103)}"

@@ -1,0 +1,117 @@
+"""VR1xx: the model repository's layout as Triton and the vLLM backend read it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from vllm_repo.validate.diagnostics import Severity
+from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, ModelDirectory, is_version_name
+from vllm_repo.validate.rules import CheckContext, Finding, rule
+from vllm_repo.validate.rules.common import did_you_mean
+
+# Files people commit into model directories that Triton ignores and nobody meant to ship.
+JUNK_FILES = {".DS_Store", "Thumbs.db", "desktop.ini"}
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@rule("VR101", "missing-config", Severity.ERROR)
+def missing_config(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """The model directory has no config.pbtxt."""
+    if model.config_path.is_file():
+        return
+    look_alikes = [p.name for p in model.entries if p.is_file() and (p.suffix in (".pbtxt", ".pbxt") or
+                                                                     p.name.startswith("config"))]
+    hint = (f"rename {look_alikes[0]} to {CONFIG_FILE}" if look_alikes
+            else f"add {CONFIG_FILE} with at least `backend: \"vllm\"` (vllm-repo init writes a complete one)")
+    yield Finding(model.path, f"model directory '{model.name}' has no {CONFIG_FILE}; Triton will not load it", hint=hint)
+
+
+@rule("VR102", "no-version-directory", Severity.ERROR)
+def no_version_directory(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A vLLM model has no numeric version directory."""
+    if model.versions or not model.uses_vllm_backend:
+        return
+    odd = [p.name for p in model.entries if p.is_dir() and (p / ENGINE_ARGS_FILE).is_file()]
+    if odd:
+        yield Finding(model.path / odd[0], f"version directory '{odd[0]}' is not a number; Triton ignores it and "
+                      f"finds no version of '{model.name}' to load", hint=f"rename it to 1 (versions are 1, 2, ...)")
+    elif model.config is not None:
+        yield Finding(model.path, f"'{model.name}' has no version directory; Triton needs <model>/1/",
+                      hint=f"create {model.name}/1/{ENGINE_ARGS_FILE}")
+
+
+@rule("VR103", "engine-args-misplaced", Severity.ERROR)
+def engine_args_misplaced(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """model.json or multi_lora.json beside config.pbtxt instead of in the version directory."""
+    for name in (ENGINE_ARGS_FILE, LORA_FILE):
+        path = model.path / name
+        if path.is_file() and model.uses_vllm_backend:
+            target = model.versions[-1].path.name if model.versions else "1"
+            yield Finding(path, f"{name} sits beside {CONFIG_FILE}; the vLLM backend reads "
+                          f"<model>/<version>/{name} and will not see this one",
+                          hint=f"move it to {model.name}/{target}/{name}")
+
+
+@rule("VR104", "missing-engine-args", Severity.ERROR)
+def missing_engine_args(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A version directory of a vLLM model has no model.json."""
+    if not model.uses_vllm_backend:
+        return
+    for version in model.versions:
+        if (version.path / ENGINE_ARGS_FILE).is_file():
+            continue
+        jsons = [p.name for p in sorted(version.path.glob("*.json")) if p.name != LORA_FILE]
+        near = did_you_mean(ENGINE_ARGS_FILE, jsons, cutoff=0.6) or (jsons[0] if len(jsons) == 1 else None)
+        hint = f"rename {near} to {ENGINE_ARGS_FILE}" if near else \
+            f"add {ENGINE_ARGS_FILE} with the vLLM engine arguments, at least {{\"model\": \"<HF id or path>\"}}"
+        yield Finding(version.path, f"version directory {model.name}/{version.path.name} has no {ENGINE_ARGS_FILE}; "
+                      f"the vLLM backend fails to initialize", hint=hint)
+
+
+@rule("VR105", "stray-file", Severity.WARNING)
+def stray_files(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """Files in a model directory that nobody meant to ship (.DS_Store, compiled Python, editor leftovers)."""
+    places = [model.path] + [v.path for v in model.versions]
+    for place in places:
+        try:
+            children = sorted(place.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if child.name in JUNK_FILES or child.suffix in (".pyc", ".swp") or child.name.endswith("~") or \
+                    child.name == "__pycache__":
+                yield Finding(child, f"'{child.name}' does not belong in a model repository",
+                              hint="delete it and add it to .gitignore")
+
+
+@rule("VR106", "backend-model-py", Severity.WARNING)
+def backend_model_py(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A model.py inside a model that uses the vllm backend (the backend's own model.py is used instead)."""
+    if model.backend != "vllm":
+        return
+    for version in model.versions:
+        path = version.path / "model.py"
+        if path.is_file():
+            yield Finding(path, "a model.py in the version directory of a `backend: \"vllm\"` model is ignored: "
+                          "Triton runs the backend's model.py", hint="delete it, or set backend: \"python\" if it is "
+                          "your own backend")
+
+
+@rule("VR107", "unsafe-model-name", Severity.WARNING)
+def unsafe_model_name(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A model directory name that breaks URLs and shell commands (spaces, special characters)."""
+    if not SAFE_NAME.match(model.name):
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model.name).strip("_") or "model"
+        yield Finding(model.path, f"model name '{model.name}' is not URL- and shell-safe; clients address it as "
+                      f"/v2/models/{model.name}/...", hint=f"rename the directory, e.g. to '{safe}'")
+
+
+@rule("VR108", "non-numeric-directory", Severity.INFO)
+def non_numeric_directory(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A subdirectory of a model that is not a version (Triton skips it)."""
+    for child in model.entries:
+        reported_by_vr102 = not model.versions and (child / ENGINE_ARGS_FILE).is_file()
+        if child.is_dir() and not is_version_name(child.name) and child.name != "__pycache__" \
+                and not reported_by_vr102:
+            yield Finding(child, f"'{child.name}' is not a version directory; Triton ignores it")

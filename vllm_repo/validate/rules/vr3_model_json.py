@@ -1,0 +1,213 @@
+"""VR3xx: model.json, every key checked against vLLM's EngineArgs of the chosen release."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from vllm_repo.validate.diagnostics import Severity
+from vllm_repo.schema.loader import accepts, json_type
+from vllm_repo.schema.history import explain_missing_key
+from vllm_repo.repository import ModelDirectory
+from vllm_repo.validate.rules import CheckContext, Finding, rule
+from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, vllm_engine_args
+
+# Keys people put in model.json that are per-request sampling settings, not engine arguments.
+SAMPLING_KEYS = {
+    "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_new_tokens", "min_tokens", "repetition_penalty",
+    "presence_penalty", "frequency_penalty", "do_sample", "no_repeat_ngram_size", "stop", "n", "best_of",
+    "ignore_eos", "logprobs", "length_penalty", "num_beams",
+}
+# Spellings that difflib can't connect to the real choice.
+CHOICE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "f16": "float16", "f32": "float32",
+                  "float8": "fp8", "int8": "fp8"}
+# (lower, lower_inclusive, upper, upper_inclusive, special values allowed)
+RANGES: dict[str, tuple[float | None, bool, float | None, bool, tuple]] = {
+    "gpu_memory_utilization": (0.0, False, 1.0, True, ()),
+    "tensor_parallel_size": (1, True, None, False, ()),
+    "pipeline_parallel_size": (1, True, None, False, ()),
+    "data_parallel_size": (1, True, None, False, ()),
+    "max_model_len": (1, True, None, False, (-1,)),  # -1: fit the longest length the KV cache allows
+    "max_num_seqs": (1, True, None, False, ()),
+    "max_num_batched_tokens": (1, True, None, False, ()),
+    "block_size": (1, True, None, False, ()),
+    "swap_space": (0, True, None, False, ()),
+    "cpu_offload_gb": (0, True, None, False, ()),
+    "kv_cache_memory_bytes": (1, True, None, False, ()),
+    "num_gpu_blocks_override": (1, True, None, False, ()),
+    "max_loras": (1, True, None, False, ()),
+    "max_lora_rank": (1, True, None, False, ()),
+    "max_cpu_loras": (1, True, None, False, ()),
+    "max_logprobs": (-1, True, None, False, ()),
+}
+_SIZE_SUFFIX = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG])\s*$")
+
+
+@rule("VR301", "engine-args-syntax", Severity.ERROR)
+def engine_args_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """model.json is not valid JSON, or not a JSON object."""
+    for _, doc in vllm_engine_args(model):
+        if not doc.ok:
+            yield Finding(doc.path, doc.problem.message, doc.problem.position,
+                          hint="model.json must be one JSON object of vLLM engine arguments")
+        elif not isinstance(doc.data, dict):
+            yield Finding(doc.path, f"model.json holds a JSON {json_type(doc.data)}, not an object", None,
+                          hint='write {"model": "<HF id or path>", ...}')
+
+
+@rule("VR302", "unknown-engine-arg", Severity.ERROR)
+def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A model.json key that the chosen vLLM release's EngineArgs does not have (vLLM raises a TypeError at load)."""
+    schema = ctx.schema
+    for doc in engine_args_objects(model):
+        for key in doc.data:
+            if schema.get(key) is not None:
+                continue
+            history = explain_missing_key(key, schema.vllm_version)
+            near = did_you_mean(key, schema.fields, cutoff=0.8)
+            if key in SAMPLING_KEYS:
+                hint = (f"'{key}' is a sampling setting: send it per request in sampling_parameters (or set the "
+                        "backend's DEFAULT_MAX_TOKENS parameter for max_tokens)")
+            elif near:
+                hint = f"did you mean '{near}'?"
+            else:
+                hint = "remove it; `vllm-repo schema show` lists the release's engine arguments"
+            message = f"'{key}' is not an engine argument of vLLM {schema.vllm_version}"
+            if history:
+                message += f": {history}"
+            yield Finding(doc.path, message, doc.position_of(key), hint)
+
+
+def _coercion_hint(value: Any, types: list[str]) -> str | None:
+    if isinstance(value, str):
+        text = value.strip()
+        if "boolean" in types and text.lower() in ("true", "false"):
+            return f"write {text.lower()} without quotes"
+        if "integer" in types or "number" in types:
+            size = _SIZE_SUFFIX.match(text)
+            if size:
+                factor = {"k": 1024, "m": 1024**2, "g": 1024**3}[size.group(2).lower()]
+                number = float(size.group(1)) * factor
+                return f"write the number itself, e.g. {int(number)}" if math.isfinite(number) else None
+            try:
+                number = json.loads(text)
+            except (ValueError, RecursionError):
+                return None
+            if isinstance(number, (int, float)) and not isinstance(number, bool):
+                return f"write {text} without quotes"
+        if "object" in types or "array" in types:
+            try:
+                parsed = json.loads(text)
+            except (ValueError, RecursionError):
+                return None
+            if isinstance(parsed, (dict, list)):
+                return "write the JSON value itself, not a string holding it"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and "boolean" in types and value in (0, 1):
+        return f"write {'true' if value else 'false'}"
+    if isinstance(value, float) and value.is_integer() and "integer" in types:
+        return f"write {int(value)}"
+    return None
+
+
+@rule("VR303", "engine-arg-type", Severity.ERROR)
+def engine_arg_type(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A model.json value of the wrong JSON type ("true" for a boolean, "8k" for an integer)."""
+    for doc in engine_args_objects(model):
+        for key, value in doc.data.items():
+            field = ctx.schema.get(key)
+            if field is None or accepts(field.types, value):
+                continue
+            expected = " or ".join(t for t in field.types if t != "null") or "null"
+            if "null" in field.types:
+                expected += " (or null)"
+            yield Finding(doc.path, f"'{key}' must be {expected}, not {json_type(value)} {json.dumps(value)}",
+                          doc.position_of(key), _coercion_hint(value, field.types))
+
+
+@rule("VR304", "engine-arg-choice", Severity.ERROR)
+def engine_arg_choice(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A model.json value outside the argument's choices (dtype "bf16")."""
+    for doc in engine_args_objects(model):
+        for key, value in doc.data.items():
+            field = ctx.schema.get(key)
+            if field is None or not field.choices or value is None or not accepts(field.types, value):
+                continue
+            if value in field.choices or isinstance(value, (dict, list)):
+                continue
+            alias = CHOICE_ALIASES.get(str(value).lower())
+            near = alias if alias in field.choices else did_you_mean(str(value), field.choices, cutoff=0.6)
+            choices = ", ".join(json.dumps(c) for c in field.choices)
+            yield Finding(doc.path, f"'{key}' is {json.dumps(value)}; vLLM {ctx.schema.vllm_version} accepts {choices}",
+                          doc.position_of(key), f"did you mean {json.dumps(near)}?" if near else None)
+
+
+@rule("VR305", "engine-arg-range", Severity.ERROR)
+def engine_arg_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A numeric model.json value outside the range vLLM accepts (gpu_memory_utilization in (0, 1])."""
+    for doc in engine_args_objects(model):
+        for key, (low, low_incl, high, high_incl, special) in RANGES.items():
+            value = doc.data.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value in special:
+                continue
+            too_low = low is not None and (value < low or (value == low and not low_incl))
+            too_high = high is not None and (value > high or (value == high and not high_incl))
+            if not (too_low or too_high):
+                continue
+            lo = "" if low is None else f"{'[' if low_incl else '('}{low:g}"
+            hi = "" if high is None else f"{high:g}{']' if high_incl else ')'}"
+            bounds = f"in {lo}, {hi}" if lo and hi else (f">= {low:g}" if low_incl else f"> {low:g}") if lo \
+                else f"<= {high:g}"
+            shown = f"{value:g}" if isinstance(value, float) else str(value)  # :g overflows on huge ints
+            yield Finding(doc.path, f"'{key}' is {shown}; it must be {bounds}", doc.position_of(key),
+                          hint="a fraction of GPU memory, e.g. 0.9" if key == "gpu_memory_utilization" else None)
+
+
+@rule("VR306", "model-missing", Severity.ERROR)
+def model_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """model.json has no `model`: vLLM silently downloads its default model instead."""
+    for doc in engine_args_objects(model):
+        value = doc.data.get("model")
+        if value is None or (isinstance(value, str) and not value.strip()):
+            default = ctx.schema.get("model").default if ctx.schema.get("model") else None
+            suffix = f" ({default})" if default else ""
+            yield Finding(doc.path, f"no \"model\": vLLM would download its default model{suffix} instead of yours",
+                          doc.position_of("model"), hint='add "model": "<Hugging Face id or local path>"')
+
+
+@rule("VR307", "trust-remote-code", Severity.WARNING)
+def trust_remote_code(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """trust_remote_code runs Python code from the model's repository inside the server."""
+    for doc in engine_args_objects(model):
+        if doc.data.get("trust_remote_code") is True:
+            yield Finding(doc.path, "trust_remote_code is true: code from the model repository runs in the server",
+                          doc.position_of("trust_remote_code"),
+                          hint="pin the model with \"revision\" (a commit hash) and review its code")
+
+
+@rule("VR308", "duplicate-key", Severity.WARNING)
+def duplicate_key(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A key written twice in model.json (only the last one counts)."""
+    for _, doc in vllm_engine_args(model):
+        for key, position in doc.duplicate_keys:
+            yield Finding(doc.path, f"'{key}' appears more than once; only the last value is used", position,
+                          hint="keep one")
+
+
+@rule("VR309", "deprecated-engine-arg", Severity.WARNING)
+def deprecated_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """An engine argument the chosen release marks deprecated."""
+    for doc in engine_args_objects(model):
+        for key in doc.data:
+            field = ctx.schema.get(key)
+            if field is not None and field.deprecated:
+                yield Finding(doc.path, f"'{key}' is deprecated in vLLM {ctx.schema.vllm_version}",
+                              doc.position_of(key), hint=_first_sentence(field.help))
+
+
+def _first_sentence(text: str | None) -> str | None:
+    if not text:
+        return None
+    return text.strip().split(". ")[0].rstrip(".") + "."

@@ -1,0 +1,189 @@
+"""VR5xx: checks across a model's files (model.json with config.pbtxt and multi_lora.json) and across models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from vllm_repo.backend import contract
+from vllm_repo.hf import is_repo_id
+from vllm_repo.validate.diagnostics import Severity
+from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository
+from vllm_repo.validate.rules import CheckContext, Finding, rule
+from vllm_repo.validate.rules.common import count_text
+from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.validate.rules.common import parallel_size, served_engine_args, vllm_engine_args
+
+
+def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict] | None:
+    doc = served_engine_args(model)
+    return None if doc is None else (doc, doc.data)
+
+
+def _engine_args_and_config(model: ModelDirectory):
+    """(model.json document, its data, the parsed config.pbtxt document), or None when either is unusable."""
+    found = _engine_args(model)
+    cfg = model.config
+    if found is None or cfg is None or cfg.config is None:
+        return None
+    return (*found, cfg)
+
+
+@rule("VR501", "lora-file", Severity.ERROR)
+def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """enable_lora needs <version>/multi_lora.json: a JSON object of adapter name -> adapter path."""
+    for version, doc in vllm_engine_args(model):
+        if not doc.ok or not isinstance(doc.data, dict):
+            continue
+        enabled = doc.data.get("enable_lora") is True
+        lora = version.multi_lora
+        if enabled and lora is None:
+            yield Finding(doc.path, f"enable_lora is true but {model.name}/{version.path.name}/{LORA_FILE} is "
+                          "missing; requests can't name an adapter", doc.position_of("enable_lora"),
+                          hint=f'add {LORA_FILE}: {{"<adapter name>": "<adapter path>"}}')
+        if lora is None:
+            continue
+        if not lora.ok:
+            yield Finding(lora.path, lora.problem.message, lora.problem.position,
+                          hint=f'{LORA_FILE} must be {{"<adapter name>": "<adapter path>", ...}}')
+            continue
+        if not isinstance(lora.data, dict):
+            yield Finding(lora.path, f"{LORA_FILE} must be a JSON object of adapter name -> path", None)
+            continue
+        for name, path in lora.data.items():
+            if not isinstance(path, str) or not path.strip():
+                yield Finding(lora.path, f"adapter '{name}' must map to a path string", lora.position_of(name))
+        if not enabled:
+            yield Finding(lora.path, f"{LORA_FILE} is ignored: model.json does not set enable_lora", None,
+                          severity=Severity.INFO, hint='add "enable_lora": true to use the adapters')
+
+
+@rule("VR502", "lora-adapter-missing", Severity.WARNING)
+def lora_adapter_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """An adapter path in multi_lora.json that does not exist on this machine (fine if it exists in the container)."""
+    for version, doc in vllm_engine_args(model):
+        lora = version.multi_lora
+        if lora is None or not lora.ok or not isinstance(lora.data, dict) or not isinstance(doc.data, dict):
+            continue
+        if doc.data.get("enable_lora") is not True:
+            continue
+        for name, path in lora.data.items():
+            if not isinstance(path, str) or not path.strip():
+                continue
+            if is_repo_id(path) or _exists_here(path):
+                continue
+            yield Finding(lora.path, f"adapter '{name}' points at {path}, which does not exist here",
+                          lora.position_of(name),
+                          hint="fine if the path exists inside the serving container; otherwise fix the path")
+
+
+def _exists_here(path: str) -> bool:
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # ~unknown_user, a name longer than the OS allows, a NUL byte
+        return False
+
+
+@rule("VR503", "kind-gpu-parallel", Severity.ERROR)
+def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """KIND_GPU with tensor/pipeline parallelism: each instance is pinned to one GPU, so vLLM can't use more."""
+    both = _engine_args_and_config(model)
+    if both is None:
+        return
+    doc, data, doc_cfg = both
+    size = parallel_size(data)
+    kinds = [g.kind for g in doc_cfg.config.instance_group]
+    from vllm_repo.repository.model_config import model_config_pb2
+
+    if size > 1 and model_config_pb2().ModelInstanceGroup.KIND_GPU in kinds:
+        yield Finding(doc_cfg.path, f"instance_group is KIND_GPU but model.json asks for {count_text(size)} GPUs "
+                      "(tensor_parallel_size x pipeline_parallel_size); a KIND_GPU instance sees one GPU",
+                      doc_cfg.field_position("KIND_GPU") or doc_cfg.field_position("kind"),
+                      hint="use kind: KIND_MODEL so vLLM places the model across GPUs")
+
+
+MAX_GPU_IDS = 1024
+
+
+def _devices(model: ModelDirectory) -> frozenset[int] | None:
+    """The GPU ids an engine of this model allocates on; None means every visible GPU."""
+    found = _engine_args(model)
+    if found is None:
+        return frozenset()
+    _, data = found
+    size = parallel_size(data)
+    cfg = model.config.config if model.config is not None else None
+    groups = list(cfg.instance_group) if cfg is not None else []
+    from vllm_repo.repository.model_config import model_config_pb2
+
+    kinds = model_config_pb2().ModelInstanceGroup
+    gpus: set[int] = set()
+    for group in groups:
+        if group.kind == kinds.KIND_GPU:
+            if not group.gpus:
+                return None  # one instance on every GPU
+            gpus.update(group.gpus)
+        elif group.kind in (kinds.KIND_MODEL, kinds.KIND_AUTO):
+            # vLLM takes the first visible GPUs (capped: an absurd tensor_parallel_size must not build a huge set)
+            gpus.update(range(min(size, MAX_GPU_IDS)))
+    if not groups:
+        return None  # Triton's default: one instance per GPU
+    return frozenset(gpus)
+
+
+def _utilization(data: dict, ctx: CheckContext) -> float:
+    value = data.get("gpu_memory_utilization")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(max(min(value, 1e300), -1e300))  # ints beyond float range: just "far too much/little"
+    field = ctx.schema.get("gpu_memory_utilization")
+    default = field.default if field is not None else None
+    return float(default) if isinstance(default, (int, float)) else 0.9
+
+
+@rule("VR504", "gpu-oversubscribed", Severity.ERROR, scope="repository")
+def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Finding]:
+    """Models sharing a GPU whose gpu_memory_utilization adds up to more than 1.0."""
+    engines = []
+    for model in repo.models:
+        found = _engine_args(model)
+        if found is None:
+            continue
+        engines.append((model, found[0], _utilization(found[1], ctx), _devices(model)))
+    if len(engines) < 2:
+        return
+    gpu_ids = set().union(*(d for *_, d in engines if d)) or {0}
+    reported: set[frozenset[str]] = set()
+    for gpu in sorted(gpu_ids):
+        sharing = [(m, doc, u) for m, doc, u, d in engines if d is None or gpu in d]
+        total = sum(u for *_, u in sharing)
+        names = frozenset(m.name for m, *_ in sharing)
+        if len(sharing) < 2 or total <= 1.0 + 1e-9 or names in reported:
+            continue
+        if not any(repo.is_selected(m) for m, *_ in sharing):
+            continue
+        reported.add(names)
+        parts = " + ".join(f"{m.name} {u:g}" for m, _, u in sharing)
+        for model, doc, _ in sharing:
+            if repo.is_selected(model):
+                yield Finding(doc.path, f"GPU {gpu} is shared by {len(sharing)} models whose gpu_memory_utilization "
+                              f"adds up to {total:.2f} ({parts}); the later ones fail with \"No available memory "
+                              "for the cache blocks\"", doc.position_of("gpu_memory_utilization"),
+                              hint="lower the fractions so they sum to at most 1.0 (leave room for CUDA contexts), "
+                              "or pin models to different GPUs with KIND_GPU gpus: [...]")
+
+
+@rule("VR505", "metrics-without-stats", Severity.WARNING)
+def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """REPORT_CUSTOM_METRICS on while model.json sets disable_log_stats: the metrics stay empty."""
+    both = _engine_args_and_config(model)
+    if both is None:
+        return
+    doc, data, cfg = both
+    param = cfg.config.parameters.get("REPORT_CUSTOM_METRICS")
+    if param is None or param.string_value.strip().lower() not in contract.TRUE_STRINGS:
+        return
+    if data.get("disable_log_stats") is True:
+        yield Finding(doc.path, "REPORT_CUSTOM_METRICS is on in config.pbtxt but disable_log_stats is true: vLLM "
+                      "collects no stats, so Triton's stock vLLM backend reports metrics that never move (the "
+                      "vllm-repo backend collects them regardless)", doc.position_of("disable_log_stats"),
+                      hint="set disable_log_stats to false, or turn REPORT_CUSTOM_METRICS off")

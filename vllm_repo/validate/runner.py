@@ -1,0 +1,97 @@
+"""The runner: the project's settings, the release's EngineArgs, every enabled rule over every selected model,
+and the findings stamped into Diagnostics, deduplicated and in order."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from vllm_repo.repository import ModelRepository, discover
+from vllm_repo.schema.loader import VersionChoice, choose_schema_version, load_schema
+from vllm_repo.settings import load_settings
+from vllm_repo.validate.diagnostics import Diagnostic, Severity, display_path
+from vllm_repo.validate.rules import CheckContext, Finding, Rule, all_rules
+
+
+@dataclasses.dataclass
+class ValidationResult:
+    diagnostics: list[Diagnostic]
+    vllm_version: VersionChoice
+    models: list[str]
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.severity is Severity.ERROR for d in self.diagnostics)
+
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in Severity}
+        for d in self.diagnostics:
+            counts[d.severity.value] += 1
+        return counts
+
+    def summary(self) -> dict:
+        return {**self.counts(), "models": len(self.models), "vllm_version": self.vllm_version.schema_version,
+                "vllm_version_reason": self.vllm_version.reason}
+
+
+def validate_paths(paths: Sequence[str | Path], *, vllm_version: str | None = None, strict: bool = False,
+                   gpu: str | None = None, num_gpus: int | None = None,
+                   select: Sequence[str] | None = None, ignore: Sequence[str] | None = None) -> ValidationResult:
+    """Check model repositories, model directories or single files.
+
+    gpu, num_gpus and vllm_version default to the project's [tool.vllm-repo] settings (pyproject.toml or
+    .vllm-repo.toml above the first path). Raises UsageError (PathError, SettingsError, UnknownGpuError) for paths
+    that name nothing to check, an unknown release or GPU, and unusable settings."""
+    settings = load_settings(Path(paths[0]) if paths else None)
+    vllm_version = vllm_version or settings.vllm_version
+    gpu = gpu if gpu is not None else settings.gpu_spec
+    num_gpus = num_gpus if num_gpus is not None else settings.num_gpus
+    if gpu is not None:
+        from vllm_repo.estimate import resolve_gpu
+
+        gpu = resolve_gpu(gpu)  # an unknown GPU name is a usage error, raised before any check runs
+    choice = choose_schema_version(vllm_version)
+    context = CheckContext(schema=load_schema(choice.schema_version), gpu=gpu, num_gpus=num_gpus)
+    repositories = discover([Path(p) for p in paths])
+    rules = [r for r in all_rules() if _enabled(r.code, select, ignore)]
+    diagnostics: list[Diagnostic] = []
+    models: list[str] = []
+    for repo in repositories:
+        models.extend(display_path(m.path) for m in repo.selected)
+        diagnostics.extend(_run(repo, rules, context))
+    if strict:
+        diagnostics = [d.escalated() for d in diagnostics]
+    unique = {(d.code, d.file, d.line, d.column, d.message): d for d in diagnostics}
+    ordered = sorted(unique.values(), key=Diagnostic.sort_key)
+    return ValidationResult(diagnostics=ordered, vllm_version=choice, models=models)
+
+
+def _enabled(code: str, select: Sequence[str] | None, ignore: Sequence[str] | None) -> bool:
+    if select and not any(code.startswith(s) for s in select):
+        return False
+    return not (ignore and any(code.startswith(i) for i in ignore))
+
+
+def _run(repo: ModelRepository, rules: list[Rule], context: CheckContext) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for rule in rules:
+        if rule.scope == "repository":
+            out.extend(_stamp(rule, f) for f in rule.check(repo, context))
+        else:
+            for model in repo.selected:
+                out.extend(_stamp(rule, f) for f in rule.check(model, context))
+    return out
+
+
+def _stamp(rule: Rule, finding: Finding) -> Diagnostic:
+    position = finding.position
+    return Diagnostic(
+        code=rule.code,
+        severity=finding.severity or rule.severity,
+        file=display_path(finding.file),
+        line=position.line if position else None,
+        column=position.column if position else None,
+        message=finding.message,
+        hint=finding.hint,
+    )
