@@ -12,6 +12,8 @@ import os
 import sys
 from collections.abc import Iterable
 
+from typing import Annotated
+
 import typer
 
 from vllm_repo.cli.handler import DEBUG_ENV, HandledGroup
@@ -32,7 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _root(debug: bool = typer.Option(False, "--debug", help="Print the traceback of an internal error.")) -> None:
+def _root(
+    debug: Annotated[bool, typer.Option('--debug', help='Print the traceback of an internal error.')] = False,
+) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"
 

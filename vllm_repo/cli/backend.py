@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -15,12 +16,9 @@ backend_app = typer.Typer(
 
 @backend_app.command("install")
 def install(
-    directory: Path = typer.Argument(
-        ...,
-        help="Triton backend directory (e.g. /opt/tritonserver/backends); the backend goes into DIRECTORY/NAME/model.py",
-    ),
-    name: str = typer.Option("vllm", "--name", help="Backend name: config.pbtxt's `backend:` value."),
-    force: bool = typer.Option(False, "--force", help="Replace a different model.py already there."),
+    directory: Annotated[Path, typer.Argument(help='Triton backend directory (e.g. /opt/tritonserver/backends); the backend goes into DIRECTORY/NAME/model.py')],
+    name: Annotated[str, typer.Option('--name', help="Backend name: config.pbtxt's `backend:` value.")] = 'vllm',
+    force: Annotated[bool, typer.Option('--force', help='Replace a different model.py already there.')] = False,
 ) -> None:
     """Write the bundled backend into a Triton backend directory."""
     target, changed = install_backend(directory, name=name, force=force)

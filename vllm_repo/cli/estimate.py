@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -11,34 +12,26 @@ from vllm_repo.errors import UsageError
 
 
 def estimate(
-    model: str = typer.Argument(..., help="Hugging Face repo id, local model directory, or a Triton model "
-                                "directory (its <version>/model.json supplies the settings)."),
-    gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 "
-                            "(default: gpu in \\[tool.vllm-repo] of pyproject.toml or .vllm-repo.toml)."),
-    gpu_memory_gib: float = typer.Option(None, "--gpu-memory-gib", help="GPU memory in GiB, instead of --gpu."),
-    num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available: bounds tensor_parallel_size x "
-                                 "pipeline_parallel_size and the TP recommendation."),
-    tp: int = typer.Option(None, "--tp", "--tensor-parallel-size", help="tensor_parallel_size."),
-    pp: int = typer.Option(None, "--pp", "--pipeline-parallel-size", help="pipeline_parallel_size."),
-    gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization",
-                                                 help="Default: the release's (0.9, or 0.92 since 0.21)."),
-    max_model_len: int = typer.Option(None, "--max-model-len", help="Default: the model's context length."),
-    max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens"),
-    dtype: str = typer.Option(None, "--dtype", help="auto, bfloat16, float16 or float32."),
-    quantization: str = typer.Option(None, "--quantization", help="e.g. fp8 for online FP8 weights."),
-    kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_e5m2, ..."),
-    enforce_eager: bool = typer.Option(None, "--enforce-eager/--no-enforce-eager", help="No CUDA graphs."),
-    vllm_version: str = typer.Option(None, "--vllm-version", help="vLLM release to model (default: the "
-                                     "installed vLLM, else the newest known)."),
-    usage_context: str = typer.Option(None, "--usage-context", help="engine (Triton's vLLM backend, the "
-                                      "default), server (vllm serve) or llm (the LLM class): batch defaults differ."),
-    target_concurrency: float = typer.Option(None, "--concurrency", help="Requests at max_model_len the KV cache "
-                                             "should hold; recommendations aim for it."),
-    offline: bool = typer.Option(None, "--offline/--online", help="Never touch the network (default: "
-                                 "HF_HUB_OFFLINE)."),
-    revision: str = typer.Option(None, "--revision", help="Model revision on the Hub."),
-    as_json: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
+    model: Annotated[str, typer.Argument(help='Hugging Face repo id, local model directory, or a Triton model directory (its <version>/model.json supplies the settings).')],
+    gpu: Annotated[str | None, typer.Option('--gpu', help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 (default: gpu in \\[tool.vllm-repo] of pyproject.toml or .vllm-repo.toml).")] = None,
+    gpu_memory_gib: Annotated[float | None, typer.Option('--gpu-memory-gib', help='GPU memory in GiB, instead of --gpu.')] = None,
+    num_gpus: Annotated[int | None, typer.Option('--num-gpus', help='GPUs available: bounds tensor_parallel_size x pipeline_parallel_size and the TP recommendation.')] = None,
+    tp: Annotated[int | None, typer.Option('--tp', '--tensor-parallel-size', help='tensor_parallel_size.')] = None,
+    pp: Annotated[int | None, typer.Option('--pp', '--pipeline-parallel-size', help='pipeline_parallel_size.')] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option('--gpu-memory-utilization', help="Default: the release's (0.9, or 0.92 since 0.21).")] = None,
+    max_model_len: Annotated[int | None, typer.Option('--max-model-len', help="Default: the model's context length.")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option('--max-num-seqs')] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option('--max-num-batched-tokens')] = None,
+    dtype: Annotated[str | None, typer.Option('--dtype', help='auto, bfloat16, float16 or float32.')] = None,
+    quantization: Annotated[str | None, typer.Option('--quantization', help='e.g. fp8 for online FP8 weights.')] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option('--kv-cache-dtype', help='auto, fp8, fp8_e4m3, fp8_e5m2, ...')] = None,
+    enforce_eager: Annotated[bool | None, typer.Option('--enforce-eager/--no-enforce-eager', help='No CUDA graphs.')] = None,
+    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to model (default: the installed vLLM, else the newest known).')] = None,
+    usage_context: Annotated[str | None, typer.Option('--usage-context', help="engine (Triton's vLLM backend, the default), server (vllm serve) or llm (the LLM class): batch defaults differ.")] = None,
+    target_concurrency: Annotated[float | None, typer.Option('--concurrency', help='Requests at max_model_len the KV cache should hold; recommendations aim for it.')] = None,
+    offline: Annotated[bool | None, typer.Option('--offline/--online', help='Never touch the network (default: HF_HUB_OFFLINE).')] = None,
+    revision: Annotated[str | None, typer.Option('--revision', help='Model revision on the Hub.')] = None,
+    as_json: Annotated[bool, typer.Option('--json', help='Print the estimate as JSON.')] = False,
 ) -> None:
     """Predict vLLM's GPU memory split and whether the model starts, before loading it.
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List
+
+from typing import Annotated
 
 import typer
 
@@ -14,14 +15,14 @@ from vllm_repo.serve.ports import DEFAULT_URL
 
 
 def infer(
-    model: str = typer.Argument(..., help="Model name (its directory in the repository)."),
-    prompt: str = typer.Argument(..., help="The prompt."),
-    url: str = typer.Option(DEFAULT_URL, "--url", help="Triton's HTTP address."),
-    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens to generate."),
-    no_stream: bool = typer.Option(False, "--no-stream", help="Wait for the whole completion (generate)."),
-    params: List[str] = typer.Option([], "--param", help="Sampling parameter KEY=VALUE, e.g. temperature=0.7."),
-    show_outputs: bool = typer.Option(False, "--show-outputs", help="Print finish reason and token counts after."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (text and outputs) at the end."),
+    model: Annotated[str, typer.Argument(help='Model name (its directory in the repository).')],
+    prompt: Annotated[str, typer.Argument(help='The prompt.')],
+    url: Annotated[str, typer.Option('--url', help="Triton's HTTP address.")] = DEFAULT_URL,
+    max_tokens: Annotated[int, typer.Option('--max-tokens', help='Most tokens to generate.')] = DEFAULT_MAX_TOKENS,
+    no_stream: Annotated[bool, typer.Option('--no-stream', help='Wait for the whole completion (generate).')] = False,
+    params: Annotated[list[str], typer.Option('--param', help='Sampling parameter KEY=VALUE, e.g. temperature=0.7.')] = [],
+    show_outputs: Annotated[bool, typer.Option('--show-outputs', help='Print finish reason and token counts after.')] = False,
+    json_output: Annotated[bool, typer.Option('--json', help='Print one JSON object (text and outputs) at the end.')] = False,
 ) -> None:
     """Send PROMPT to MODEL and print the completion as it streams in."""
     from vllm_repo.serve import infer as client

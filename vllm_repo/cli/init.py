@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,18 +11,16 @@ from vllm_repo.cli.output import print_diagnostics, print_notes
 
 
 def init(
-    repo: Path = typer.Argument(..., help="Model repository directory (created if missing)."),
-    model: str = typer.Option(..., "--model", "-m", help="Hugging Face repo id or local model directory."),
-    name: Optional[str] = typer.Option(None, "--name", help="Model name (its directory); defaults from --model."),
-    gpu: Optional[str] = typer.Option(
-        None, "--gpu", help="Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24)."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="tensor_parallel_size."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest prompt + completion in tokens."),
-    settings: List[str] = typer.Option(
-        [], "--set", help="Extra engine argument KEY=VALUE for model.json (repeatable)."),
-    loras: List[str] = typer.Option([], "--lora", help="LoRA adapter NAME=PATH for multi_lora.json (repeatable)."),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to check settings against."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing model of that name."),
+    repo: Annotated[Path, typer.Argument(help='Model repository directory (created if missing).')],
+    model: Annotated[str, typer.Option('--model', '-m', help='Hugging Face repo id or local model directory.')],
+    name: Annotated[str | None, typer.Option('--name', help='Model name (its directory); defaults from --model.')] = None,
+    gpu: Annotated[str | None, typer.Option('--gpu', help='Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24).')] = None,
+    tp: Annotated[int | None, typer.Option('--tp', help='tensor_parallel_size.')] = None,
+    max_model_len: Annotated[int | None, typer.Option('--max-model-len', help='Longest prompt + completion in tokens.')] = None,
+    settings: Annotated[list[str], typer.Option('--set', help='Extra engine argument KEY=VALUE for model.json (repeatable).')] = [],
+    loras: Annotated[list[str], typer.Option('--lora', help='LoRA adapter NAME=PATH for multi_lora.json (repeatable).')] = [],
+    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to check settings against.')] = None,
+    force: Annotated[bool, typer.Option('--force', help='Replace an existing model of that name.')] = False,
 ) -> None:
     """Scaffold REPO/NAME/config.pbtxt and REPO/NAME/1/model.json for a model."""
     from vllm_repo.scaffold import init_model, parse_loras, parse_settings

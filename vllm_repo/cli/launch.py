@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated
 
 import typer
 
@@ -14,19 +14,17 @@ from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_
 
 
 def launch(
-    repo: Path = typer.Argument(..., help="Model repository to serve."),
-    http_port: int = typer.Option(DEFAULT_HTTP_PORT, "--http-port", help="HTTP port."),
-    grpc_port: int = typer.Option(DEFAULT_GRPC_PORT, "--grpc-port", help="gRPC port."),
-    metrics_port: int = typer.Option(DEFAULT_METRICS_PORT, "--metrics-port", help="Prometheus metrics port."),
-    host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to bind (0.0.0.0 exposes the server)."),
-    tritonserver: Optional[Path] = typer.Option(None, "--tritonserver", help="A tritonserver binary to use."),
-    python: Optional[Path] = typer.Option(
-        None, "--python", help="Python with vLLM and numpy<2 for the backend (default: $VLLM_REPO_SERVING_PYTHON, "
-                               "else this Python)."),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to validate against."),
-    docker: bool = typer.Option(False, "--docker", help="Run the matching NGC tritonserver vLLM container instead."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="With --docker: print the docker command, run nothing."),
-    ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds to wait for the models to load."),
+    repo: Annotated[Path, typer.Argument(help='Model repository to serve.')],
+    http_port: Annotated[int, typer.Option('--http-port', help='HTTP port.')] = DEFAULT_HTTP_PORT,
+    grpc_port: Annotated[int, typer.Option('--grpc-port', help='gRPC port.')] = DEFAULT_GRPC_PORT,
+    metrics_port: Annotated[int, typer.Option('--metrics-port', help='Prometheus metrics port.')] = DEFAULT_METRICS_PORT,
+    host: Annotated[str, typer.Option('--host', help='Address to bind (0.0.0.0 exposes the server).')] = DEFAULT_HOST,
+    tritonserver: Annotated[Path | None, typer.Option('--tritonserver', help='A tritonserver binary to use.')] = None,
+    python: Annotated[Path | None, typer.Option('--python', help='Python with vLLM and numpy<2 for the backend (default: $VLLM_REPO_SERVING_PYTHON, else this Python).')] = None,
+    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to validate against.')] = None,
+    docker: Annotated[bool, typer.Option('--docker', help='Run the matching NGC tritonserver vLLM container instead.')] = False,
+    dry_run: Annotated[bool, typer.Option('--dry-run', help='With --docker: print the docker command, run nothing.')] = False,
+    ready_timeout: Annotated[float, typer.Option('--ready-timeout', help='Seconds to wait for the models to load.')] = 900.0,
 ) -> None:
     """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
     if dry_run and not docker:
@@ -48,7 +46,7 @@ def launch(
     raise typer.Exit(run_server(plan, out=sys.stderr, ready_timeout=ready_timeout))
 
 
-def _docker(repo: Path, http_port: int, grpc_port: int, metrics_port: int, host: str, vllm_version: Optional[str],
+def _docker(repo: Path, http_port: int, grpc_port: int, metrics_port: int, host: str, vllm_version: str | None,
             dry_run: bool) -> None:
     from vllm_repo.serve.docker import docker_plan, run_docker
     from vllm_repo.serve.launch import validate_repository

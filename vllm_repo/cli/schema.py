@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -23,14 +24,10 @@ def _write(path: Path, text: str, force: bool) -> None:
 
 @schema_app.command("generate")
 def generate(
-    output: Path = typer.Option(None, "--output", "-o",
-                                help="File to write (default: ./vllm-<version>.json; '-' for stdout)."),
-    python: str = typer.Option(None, "--python",
-                               help="Interpreter whose installed vLLM to read (default: this one)."),
-    from_wheel: str = typer.Option(None, "--from-wheel", metavar="VERSION",
-                                   help="Read vLLM VERSION from its PyPI wheel instead (needs --python: an "
-                                        "interpreter with a recent vLLM's dependencies)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    output: Annotated[Path | None, typer.Option('--output', '-o', help="File to write (default: ./vllm-<version>.json; '-' for stdout).")] = None,
+    python: Annotated[str | None, typer.Option('--python', help='Interpreter whose installed vLLM to read (default: this one).')] = None,
+    from_wheel: Annotated[str | None, typer.Option('--from-wheel', metavar='VERSION', help="Read vLLM VERSION from its PyPI wheel instead (needs --python: an interpreter with a recent vLLM's dependencies).")] = None,
+    force: Annotated[bool, typer.Option('--force', help='Replace an existing output file.')] = False,
 ) -> None:
     """Write the EngineArgs schema of an installed vLLM (the only command that imports vLLM)."""
     from vllm_repo.schema import generate as schema_gen, wheel as schema_wheel
@@ -57,7 +54,7 @@ def generate(
 
 @schema_app.command("list")
 def list_releases(
-    long: bool = typer.Option(False, "--long", "-l", help="Also print each release's key count and source."),
+    long: Annotated[bool, typer.Option('--long', '-l', help="Also print each release's key count and source.")] = False,
 ) -> None:
     """Print the bundled releases, one per line."""
     from vllm_repo.schema.info import release_lines
@@ -68,9 +65,8 @@ def list_releases(
 
 @schema_app.command("show")
 def show(
-    key: str = typer.Argument(..., help="Engine argument, e.g. max_model_len (dashes work too)."),
-    vllm_version: str = typer.Option(None, "--vllm-version",
-                                     help="Release to read (default: installed vLLM, else newest bundled)."),
+    key: Annotated[str, typer.Argument(help='Engine argument, e.g. max_model_len (dashes work too).')],
+    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='Release to read (default: installed vLLM, else newest bundled).')] = None,
 ) -> None:
     """Print an engine argument's type, default, choices, help and the releases that have it."""
     from vllm_repo.schema.info import describe_key, format_key_report
@@ -83,10 +79,9 @@ def show(
 
 @schema_app.command("json-schema")
 def json_schema(
-    vllm_version: str = typer.Option(None, "--vllm-version",
-                                     help="Release (default: installed vLLM, else newest bundled)."),
-    output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='Release (default: installed vLLM, else newest bundled).')] = None,
+    output: Annotated[Path | None, typer.Option('--output', '-o', help='File to write (default: stdout).')] = None,
+    force: Annotated[bool, typer.Option('--force', help='Replace an existing output file.')] = False,
 ) -> None:
     """Write a JSON Schema (draft 2020-12) for model.json, for editors' validation and completion."""
     from vllm_repo.schema.loader import choose_schema_version, load_schema

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,15 +22,13 @@ class RulesFormat(str, Enum):
 
 
 def validate(
-    paths: List[Path] = typer.Argument(..., help="Repository roots, model directories or single files."),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to check model.json "
-                                               "against (default: the installed vLLM, else the newest bundled schema)."),
-    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text, json or github."),
-    strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the models run on (e.g. 'H100 80GB'), for the memory "
-                                      "check."),
-    select: Optional[List[str]] = typer.Option(None, "--select", help="Only run rules whose code starts with this."),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip rules whose code starts with this."),
+    paths: Annotated[list[Path], typer.Argument(help='Repository roots, model directories or single files.')],
+    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to check model.json against (default: the installed vLLM, else the newest bundled schema).')] = None,
+    output_format: Annotated[OutputFormat, typer.Option('--format', help='text, json or github.')] = OutputFormat.text,
+    strict: Annotated[bool, typer.Option('--strict', help='Treat warnings as errors.')] = False,
+    gpu: Annotated[str | None, typer.Option('--gpu', help="GPU the models run on (e.g. 'H100 80GB'), for the memory check.")] = None,
+    select: Annotated[list[str] | None, typer.Option('--select', help='Only run rules whose code starts with this.')] = None,
+    ignore: Annotated[list[str] | None, typer.Option('--ignore', help='Skip rules whose code starts with this.')] = None,
 ) -> None:
     """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""
     from vllm_repo.validate import validate_paths
@@ -48,9 +46,8 @@ def validate(
 
 
 def rules(
-    code: Optional[str] = typer.Argument(None, help="A rule code, e.g. VR304: explain that rule."),
-    output_format: RulesFormat = typer.Option(RulesFormat.text, "--format", help="text, or markdown (the README's "
-                                              "rule table)."),
+    code: Annotated[str | None, typer.Argument(help='A rule code, e.g. VR304: explain that rule.')] = None,
+    output_format: Annotated[RulesFormat, typer.Option('--format', help="text, or markdown (the README's rule table).")] = RulesFormat.text,
 ) -> None:
     """List validate's rules (code, default severity, name, what each checks), or explain one."""
     from vllm_repo.validate.rules.docs import explain, rules_table, rules_text
