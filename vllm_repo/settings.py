@@ -17,11 +17,6 @@ from typing import Any
 
 from vllm_repo.errors import UsageError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 FILE_NAMES = (".vllm-repo.toml", "pyproject.toml")
 
 
@@ -58,6 +53,12 @@ _KEYS: dict[str, tuple[str, str, Any]] = {
 
 
 def _table(path: Path) -> dict[str, Any] | None:
+    # Imported here: most runs find no settings file and never parse TOML.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

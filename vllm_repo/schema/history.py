@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
-from vllm_repo.schema.loader import _schema_dir, bundled_versions
+from vllm_repo.schema.loader import _schema_dir, bundled_versions, release_key
 
 INDEX_FORMAT = 1
 INDEX_NAME = "index.json"
@@ -98,7 +96,7 @@ def _hinted_replacement(text: str | None, candidates: set[str], own: str) -> str
 def build_index(schema_dir: Path | None = None) -> dict[str, Any]:
     """The history of every key over the bundled releases, as written to ``index.json``."""
     schema_dir = schema_dir or _schema_dir()
-    versions = sorted((p.stem.removeprefix("vllm-") for p in schema_dir.glob("vllm-*.json")), key=Version)
+    versions = sorted((p.stem.removeprefix("vllm-") for p in schema_dir.glob("vllm-*.json")), key=release_key)
     raw = {v: _load_raw(v, schema_dir) for v in versions}
     names = sorted({name for doc in raw.values() for name in doc["fields"]})
     present = {name: "".join("1" if name in raw[v]["fields"] else "0" for v in versions) for name in names}
@@ -203,9 +201,9 @@ def explain_missing_key(name: str, schema_version: str) -> str | None:
     found = releases_with(name)
     if schema_version in found:
         return None
-    chosen = Version(schema_version)
-    older = [v for v in found if Version(v) < chosen]
-    newer = [v for v in found if Version(v) > chosen]
+    chosen = release_key(schema_version)
+    older = [v for v in found if release_key(v) < chosen]
+    newer = [v for v in found if release_key(v) > chosen]
     replacement = replacement_for(name)
     here = _fields_of(schema_version)
     use = ""
@@ -214,7 +212,7 @@ def explain_missing_key(name: str, schema_version: str) -> str | None:
 
     if older:
         last = older[-1]
-        after = [v for v in versions if Version(v) > Version(last)]
+        after = [v for v in versions if release_key(v) > release_key(last)]
         removed = after[0] if after else schema_version
         text = f"`{name}` was removed in vLLM {removed} (last in {last}){use}"
         if newer:
@@ -237,7 +235,7 @@ def explain_deprecated_key(name: str, schema_version: str) -> str | None:
     if field is None or not field.deprecated:
         return None
     found = releases_with(name)
-    gone = [v for v in index()["versions"] if Version(v) > Version(schema_version) and v not in found]
+    gone = [v for v in index()["versions"] if release_key(v) > release_key(schema_version) and v not in found]
     replacement = replacement_for(name)
     text = f"`{name}` is deprecated in vLLM {schema_version}"
     if gone:

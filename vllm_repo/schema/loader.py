@@ -34,14 +34,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from importlib import resources
+import importlib.util
 from pathlib import Path
-from typing import Any
-
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING, Any
 
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.schema.json_types import JSON_TYPES, accepts, json_type
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 __all__ = ["JSON_TYPES", "EngineArgField", "EngineArgsSchema", "VersionChoice", "accepts", "bundled_versions",
            "choose_schema_version", "installed_vllm_version", "json_type", "load_schema"]
@@ -70,26 +71,36 @@ class EngineArgsSchema:
 
     @property
     def version(self) -> Version:
+        from packaging.version import Version
+
         return Version(self.vllm_version)
 
     def get(self, name: str) -> EngineArgField | None:
         return self.fields.get(name)
 
 
+@functools.cache
 def _schema_dir() -> Path:
-    return Path(str(resources.files("vllm_repo._schemas"))) / "engine_args"
+    # find_spec rather than importlib.resources: same answer for a wheel and an editable install (where the top-level
+    # schemas/ folder is mapped in), without importing the resources machinery on every validate run.
+    spec = importlib.util.find_spec("vllm_repo._schemas")
+    if spec is None or not spec.submodule_search_locations:
+        raise VllmRepoError("the bundled EngineArgs schemas (vllm_repo._schemas) are missing",
+                            hint="the installation is incomplete: reinstall vllm-repo")
+    return Path(next(iter(spec.submodule_search_locations))) / "engine_args"
+
+
+def release_key(version: str) -> tuple[int, ...] | None:
+    """Bundled file names are plain releases ("0.10.1.1"): sorted numerically without importing packaging."""
+    parts = version.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
 @functools.cache
 def bundled_versions() -> tuple[str, ...]:
     """The releases with a bundled schema, oldest first."""
-    found = []
-    for path in _schema_dir().glob("vllm-*.json"):
-        try:
-            found.append(Version(path.stem.removeprefix("vllm-")))
-        except InvalidVersion:
-            continue
-    return tuple(str(v) for v in sorted(found))
+    names = [path.stem.removeprefix("vllm-") for path in _schema_dir().glob("vllm-*.json")]
+    return tuple(sorted((n for n in names if release_key(n) is not None), key=release_key))
 
 
 @functools.cache
@@ -141,6 +152,10 @@ def choose_schema_version(requested: str | None) -> VersionChoice:
     if wanted is None:
         return VersionChoice(requested=None, schema_version=available[-1],
                              reason=f"no vLLM installed and no --vllm-version: newest bundled schema {available[-1]}")
+    if wanted in available:  # the usual case, decided without importing packaging
+        return VersionChoice(requested=wanted, schema_version=wanted, reason=f"{origin} {wanted}")
+    from packaging.version import InvalidVersion, Version
+
     try:
         # Local version labels (0.32.0+cpu) and post releases map to their base release.
         want = Version(Version(wanted).base_version)

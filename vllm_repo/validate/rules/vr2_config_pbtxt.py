@@ -27,7 +27,20 @@ def _vllm_config(model: ModelDirectory) -> PbtxtDocument | None:
 
 @rule("VR201", "config-syntax", Severity.ERROR)
 def config_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """config.pbtxt is not valid protobuf text for Triton's ModelConfig (syntax errors, unknown fields)."""
+    """config.pbtxt is not valid protobuf text for Triton's ModelConfig (syntax errors, unknown fields).
+
+    Triton parses config.pbtxt as the protobuf text format of its ModelConfig message and does not load a model whose
+    file fails to parse. A misspelled field name is an unknown field, which is a parse error too; the hint names the
+    closest real field.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        instance_groups [ { count: 1 kind: KIND_MODEL } ]
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = model.config
     if doc is None or doc.problem is None:
         return
@@ -51,7 +64,19 @@ def _pb2():
 
 @rule("VR202", "name-mismatch", Severity.ERROR)
 def name_mismatch(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """`name` in config.pbtxt differs from the model directory."""
+    """`name` in config.pbtxt differs from the model directory.
+
+    `name` may be left out: it defaults to the model directory's name. When it is set to anything else, Triton
+    refuses to load the model.
+
+    Example::
+
+        # llm/config.pbtxt
+        name: "qwen2.5-0.5b-instruct"
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = _parsed(model)
     if doc is None or not doc.config.name or doc.config.name == model.name:
         return
@@ -62,7 +87,20 @@ def name_mismatch(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
 
 @rule("VR203", "backend", Severity.ERROR)
 def backend(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """The backend is missing, or is not the vLLM backend although the model has vLLM engine arguments."""
+    """The backend is missing, or is not the vLLM backend although the model has vLLM engine arguments.
+
+    Triton takes the backend that runs a model from `backend` (or `platform`). A config.pbtxt with neither gives it
+    nothing to run a model whose version directory holds only model.json. Any other backend is only reported as
+    information (backend: "python" only when the model has a model.json).
+
+    Example::
+
+        # llm/config.pbtxt
+        max_batch_size: 0
+        instance_group [ { count: 1 kind: KIND_MODEL } ]
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = _parsed(model)
     if doc is None:
         return
@@ -81,7 +119,20 @@ def backend(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("VR204", "decoupled-false", Severity.ERROR)
 def decoupled_false(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """`decoupled: false` set explicitly: the vLLM backend streams and needs the decoupled transaction policy."""
+    """`decoupled: false` set explicitly: the vLLM backend streams and needs the decoupled transaction policy.
+
+    The backend sends each request's output as a stream of responses, which Triton allows only under the decoupled
+    transaction policy, so it fails to load a model configured with decoupled: false. Leaving
+    model_transaction_policy out is fine: the backend's auto-complete sets decoupled: true.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        model_transaction_policy { decoupled: false }
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = _vllm_config(model)
     if doc is None or not doc.has_field("model_transaction_policy"):
         return
@@ -93,7 +144,19 @@ def decoupled_false(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findin
 
 @rule("VR205", "max-batch-size", Severity.ERROR)
 def max_batch_size(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """A nonzero max_batch_size: vLLM batches itself and the backend's tensors have no batch dimension."""
+    """A nonzero max_batch_size: vLLM batches itself and the backend's tensors have no batch dimension.
+
+    With max_batch_size above 0, Triton adds a leading batch dimension to every input and output, so the tensors no
+    longer have the shapes of the backend's contract (text_input is [1]). vLLM batches concurrent requests itself.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        max_batch_size: 8
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = _vllm_config(model)
     if doc is None or doc.config.max_batch_size == 0:
         return
@@ -112,7 +175,24 @@ def _dtype_name(value: int) -> str:
 
 @rule("VR206", "io-contract", Severity.ERROR)
 def io_contract(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """Inputs and outputs listed in config.pbtxt must be ones the vLLM backend knows, with its types."""
+    """Inputs and outputs listed in config.pbtxt must be ones the vLLM backend knows, with its types.
+
+    The backend reads its inputs (text_input, stream, sampling_parameters, ...) and writes its outputs (text_output,
+    ...) by name, each with a fixed data_type and shape. A tensor it doesn't know is never read or written, and a
+    known one declared with another data_type makes the backend's auto-complete reject the configuration at load.
+    Inputs the contract makes optional must say optional: true (a warning otherwise).
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        input [
+          { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+          { name: "stream" data_type: TYPE_STRING dims: [ 1 ] optional: true }
+        ]
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = _vllm_config(model)
     if doc is None:
         return
@@ -145,7 +225,20 @@ def io_contract(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("VR207", "instance-group", Severity.WARNING)
 def instance_group(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """instance_group settings that load the engine more than once or on the wrong device."""
+    """instance_group settings that load the engine more than once or on the wrong device.
+
+    Every instance of a vLLM model starts a complete engine with its own copy of the weights and its own KV cache,
+    while one engine already batches concurrent requests. Also reported: KIND_CPU (vLLM still uses the GPUs), gpus
+    listed with KIND_MODEL (Triton ignores them), and duplicate or negative GPU ids or counts (errors).
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        instance_group [ { count: 2 kind: KIND_MODEL } ]
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = _vllm_config(model)
     if doc is None:
         return
@@ -175,7 +268,20 @@ def instance_group(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding
 
 @rule("VR208", "backend-parameters", Severity.WARNING)
 def backend_parameters(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """config.pbtxt `parameters`: the backend's known keys with valid values; engine arguments don't belong here."""
+    """config.pbtxt `parameters`: the backend's known keys with valid values; engine arguments don't belong here.
+
+    The backend reads only REPORT_CUSTOM_METRICS and ENABLE_VLLM_HEALTH_CHECK ("true" or "false"), DEFAULT_MAX_TOKENS
+    (a positive integer) and GPU_DEVICE_IDS from config.pbtxt's parameters and ignores every other key. vLLM engine
+    arguments take effect only in <version>/model.json.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        parameters { key: "max_model_len" value: { string_value: "8192" } }
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    """
     doc = _vllm_config(model)
     if doc is None:
         return

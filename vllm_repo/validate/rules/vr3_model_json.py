@@ -48,7 +48,21 @@ _SIZE_SUFFIX = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG])\s*$")
 
 @rule("VR301", "engine-args-syntax", Severity.ERROR)
 def engine_args_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """model.json is not valid JSON, or not a JSON object."""
+    """model.json is not valid JSON, or not a JSON object.
+
+    The backend parses model.json with Python's json module and fails to load the model when the file is not valid
+    JSON (no comments, no trailing commas) or holds something other than a JSON object.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {
+          "model": "Qwen/Qwen2.5-0.5B-Instruct",
+          "gpu_memory_utilization": 0.5,
+        }
+    """
     for _, doc in vllm_engine_args(model):
         if not doc.ok:
             yield Finding(doc.path, doc.problem.message, doc.problem.position,
@@ -60,7 +74,19 @@ def engine_args_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
 
 @rule("VR302", "unknown-engine-arg", Severity.ERROR)
 def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """A model.json key that the chosen vLLM release's EngineArgs does not have (vLLM raises a TypeError at load)."""
+    """A model.json key that the chosen vLLM release's EngineArgs does not have (vLLM raises a TypeError at load).
+
+    The backend passes every key of model.json to vLLM's AsyncEngineArgs, so a single key the release does not have
+    stops the model from loading. Sampling settings such as temperature are not engine arguments: clients send them
+    with each request, in sampling_parameters. The known keys depend on the release (--vllm-version).
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "temperature": 0.7}
+    """
     schema = ctx.schema
     for doc in engine_args_objects(model):
         for key in doc.data:
@@ -114,7 +140,18 @@ def _coercion_hint(value: Any, types: list[str]) -> str | None:
 
 @rule("VR303", "engine-arg-type", Severity.ERROR)
 def engine_arg_type(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """A model.json value of the wrong JSON type ("true" for a boolean, "8k" for an integer)."""
+    """A model.json value of the wrong JSON type ("true" for a boolean, "8k" for an integer).
+
+    model.json values reach vLLM as the JSON types they are written in: "8k" or "8192" is a string, not the integer
+    max_model_len takes, and "true" in quotes is a string, not a boolean. The hint shows the value to write instead.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_model_len": "8k"}
+    """
     for doc in engine_args_objects(model):
         for key, value in doc.data.items():
             field = ctx.schema.get(key)
@@ -129,7 +166,18 @@ def engine_arg_type(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findin
 
 @rule("VR304", "engine-arg-choice", Severity.ERROR)
 def engine_arg_choice(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """A model.json value outside the argument's choices (dtype "bf16")."""
+    """A model.json value outside the argument's choices (dtype "bf16").
+
+    Arguments such as dtype and kv_cache_dtype take one of the names the release lists, and vLLM refuses to start
+    with any other spelling. The hint maps common abbreviations (bf16, fp16) to the accepted name.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dtype": "bf16"}
+    """
     for doc in engine_args_objects(model):
         for key, value in doc.data.items():
             field = ctx.schema.get(key)
@@ -146,7 +194,18 @@ def engine_arg_choice(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
 
 @rule("VR305", "engine-arg-range", Severity.ERROR)
 def engine_arg_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """A numeric model.json value outside the range vLLM accepts (gpu_memory_utilization in (0, 1])."""
+    """A numeric model.json value outside the range vLLM accepts (gpu_memory_utilization in (0, 1]).
+
+    gpu_memory_utilization is the fraction of each GPU's memory vLLM may use, so a percentage such as 90 is out of
+    range. Sizes and counts such as tensor_parallel_size, max_num_seqs or block_size must be at least 1.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu_memory_utilization": 90}
+    """
     for doc in engine_args_objects(model):
         for key, (low, low_incl, high, high_incl, special) in RANGES.items():
             value = doc.data.get(key)
@@ -167,7 +226,18 @@ def engine_arg_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
 
 @rule("VR306", "model-missing", Severity.ERROR)
 def model_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """model.json has no `model`: vLLM silently downloads its default model instead."""
+    """model.json has no `model`: vLLM silently downloads its default model instead.
+
+    vLLM's EngineArgs has a default model, so an engine started without "model" does not fail: it loads that default
+    (from the Hugging Face Hub unless it is cached) in place of the model you meant. The message names the default.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"gpu_memory_utilization": 0.5, "max_model_len": 8192}
+    """
     for doc in engine_args_objects(model):
         value = doc.data.get("model")
         if value is None or (isinstance(value, str) and not value.strip()):
@@ -179,7 +249,19 @@ def model_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
 
 @rule("VR307", "trust-remote-code", Severity.WARNING)
 def trust_remote_code(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """trust_remote_code runs Python code from the model's repository inside the server."""
+    """trust_remote_code runs Python code from the model's repository inside the server.
+
+    With trust_remote_code, Transformers imports the Python files in the model's Hugging Face repository (custom model
+    or tokenizer code) and runs them in the server process. Only models that ship their own code need it; pin the
+    code you reviewed with "revision".
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "THUDM/chatglm3-6b", "trust_remote_code": true}
+    """
     for doc in engine_args_objects(model):
         if doc.data.get("trust_remote_code") is True:
             yield Finding(doc.path, "trust_remote_code is true: code from the model repository runs in the server",
@@ -189,7 +271,23 @@ def trust_remote_code(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
 
 @rule("VR308", "duplicate-key", Severity.WARNING)
 def duplicate_key(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """A key written twice in model.json (only the last one counts)."""
+    """A key written twice in model.json (only the last one counts).
+
+    JSON parsers, Python's included, keep the last value of a repeated key without a warning, so the earlier line
+    looks like a setting but has no effect.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {
+          "model": "Qwen/Qwen2.5-0.5B-Instruct",
+          "max_model_len": 32768,
+          "gpu_memory_utilization": 0.5,
+          "max_model_len": 8192
+        }
+    """
     for _, doc in vllm_engine_args(model):
         for key, position in doc.duplicate_keys:
             yield Finding(doc.path, f"'{key}' appears more than once; only the last value is used", position,
@@ -198,7 +296,19 @@ def duplicate_key(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
 
 @rule("VR309", "deprecated-engine-arg", Severity.WARNING)
 def deprecated_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """An engine argument the chosen release marks deprecated."""
+    """An engine argument the chosen release marks deprecated.
+
+    Deprecated arguments are still accepted, but vLLM announces their removal and some already have no effect; the
+    hint quotes vLLM's help text. Which ones are deprecated depends on the release: the example's argument is
+    deprecated in vLLM 0.32.0 (--vllm-version 0.32.0).
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "disable_cascade_attn": true}
+    """
     for doc in engine_args_objects(model):
         for key in doc.data:
             field = ctx.schema.get(key)

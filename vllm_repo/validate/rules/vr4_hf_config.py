@@ -26,7 +26,31 @@ def _with_config(model, ctx):
 
 @rule("VR401", "max-model-len-too-long", Severity.ERROR)
 def max_model_len_too_long(model, ctx: CheckContext) -> Iterator[Finding]:
-    """max_model_len above the model's own maximum context (vLLM refuses to start)."""
+    """max_model_len above the model's own maximum context (vLLM refuses to start).
+
+    vLLM derives the longest context a model supports from its config.json (max_position_embeddings and similar keys,
+    with RoPE scaling) and refuses a larger max_model_len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set.
+    The check needs the model's config.json offline: "model" is a local directory (a relative path is resolved
+    against the working directory) or a model in the local Hugging Face cache. Run the example from its root:
+    `vllm-repo validate model_repository`.
+
+    Example::
+
+        # model_repository/llm/config.pbtxt
+        backend: "vllm"
+        # model_repository/llm/1/model.json
+        {"model": "models/Qwen2.5-0.5B-Instruct", "max_model_len": 65536}
+        # models/Qwen2.5-0.5B-Instruct/config.json
+        {
+          "architectures": ["Qwen2ForCausalLM"],
+          "model_type": "qwen2",
+          "hidden_size": 896,
+          "num_attention_heads": 14,
+          "num_key_value_heads": 2,
+          "num_hidden_layers": 24,
+          "max_position_embeddings": 32768
+        }
+    """
     for doc, config_path, config in _with_config(model, ctx):
         wanted = doc.data.get("max_model_len")
         limit = hf.derived_max_model_len(config)
@@ -39,7 +63,31 @@ def max_model_len_too_long(model, ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("VR402", "tensor-parallel-heads", Severity.ERROR)
 def tensor_parallel_heads(model, ctx: CheckContext) -> Iterator[Finding]:
-    """tensor_parallel_size must divide the model's attention heads."""
+    """tensor_parallel_size must divide the model's attention heads.
+
+    vLLM splits the attention heads evenly across the tensor-parallel GPUs and refuses a tensor_parallel_size that does
+    not divide num_attention_heads; the hint lists sizes that do.
+    The check needs the model's config.json offline: "model" is a local directory (a relative path is resolved
+    against the working directory) or a model in the local Hugging Face cache. Run the example from its root:
+    `vllm-repo validate model_repository`.
+
+    Example::
+
+        # model_repository/llm/config.pbtxt
+        backend: "vllm"
+        # model_repository/llm/1/model.json
+        {"model": "models/Qwen2.5-0.5B-Instruct", "tensor_parallel_size": 4}
+        # models/Qwen2.5-0.5B-Instruct/config.json
+        {
+          "architectures": ["Qwen2ForCausalLM"],
+          "model_type": "qwen2",
+          "hidden_size": 896,
+          "num_attention_heads": 14,
+          "num_key_value_heads": 2,
+          "num_hidden_layers": 24,
+          "max_position_embeddings": 32768
+        }
+    """
     for doc, config_path, config in _with_config(model, ctx):
         tp = doc.data.get("tensor_parallel_size")
         heads = hf.attention_heads(config)

@@ -31,7 +31,19 @@ def _engine_args_and_config(model: ModelDirectory):
 
 @rule("VR501", "lora-file", Severity.ERROR)
 def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """enable_lora needs <version>/multi_lora.json: a JSON object of adapter name -> adapter path."""
+    """enable_lora needs <version>/multi_lora.json: a JSON object of adapter name -> adapter path.
+
+    With enable_lora the backend reads the adapters from <version>/multi_lora.json, a JSON object of adapter name ->
+    path, and fails to load the model without it; requests pick an adapter by name (lora_name). A multi_lora.json
+    without enable_lora is reported as information: nothing reads it.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "enable_lora": true, "max_lora_rank": 16}
+    """
     for version, doc in vllm_engine_args(model):
         if not doc.ok or not isinstance(doc.data, dict):
             continue
@@ -60,7 +72,21 @@ def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("VR502", "lora-adapter-missing", Severity.WARNING)
 def lora_adapter_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """An adapter path in multi_lora.json that does not exist on this machine (fine if it exists in the container)."""
+    """An adapter path in multi_lora.json that does not exist on this machine (fine if it exists in the container).
+
+    vLLM loads an adapter from its path when a request first names it, so a wrong path shows up only then, as failed
+    requests. Paths are checked on the machine validate runs on; names written as Hugging Face repo ids (owner/name)
+    are not checked.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "enable_lora": true}
+        # llm/1/multi_lora.json
+        {"sql": "/opt/adapters/qwen2.5-0.5b-sql-lora"}
+    """
     for version, doc in vllm_engine_args(model):
         lora = version.multi_lora
         if lora is None or not lora.ok or not isinstance(lora.data, dict) or not isinstance(doc.data, dict):
@@ -86,7 +112,20 @@ def _exists_here(path: str) -> bool:
 
 @rule("VR503", "kind-gpu-parallel", Severity.ERROR)
 def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """KIND_GPU with tensor/pipeline parallelism: each instance is pinned to one GPU, so vLLM can't use more."""
+    """KIND_GPU with tensor/pipeline parallelism: each instance is pinned to one GPU, so vLLM can't use more.
+
+    Triton gives each KIND_GPU instance one GPU, so an engine that needs tensor_parallel_size x
+    pipeline_parallel_size GPUs can't be placed, and vllm-repo's backend refuses to load it. With KIND_MODEL, vLLM
+    places the model across the GPUs itself.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        instance_group [ { count: 1 kind: KIND_GPU } ]
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-7B-Instruct", "tensor_parallel_size": 2}
+    """
     both = _engine_args_and_config(model)
     if both is None:
         return
@@ -142,7 +181,23 @@ def _utilization(data: dict, ctx: CheckContext) -> float:
 
 @rule("VR504", "gpu-oversubscribed", Severity.ERROR, scope="repository")
 def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Finding]:
-    """Models sharing a GPU whose gpu_memory_utilization adds up to more than 1.0."""
+    """Models sharing a GPU whose gpu_memory_utilization adds up to more than 1.0.
+
+    gpu_memory_utilization is the share of a GPU's total memory one engine may use, and at startup vLLM requires that
+    much memory to be free; engines on the same GPU whose shares add up to more than 1.0 can't all start. Models
+    without instance_group get an instance on every GPU, so the two models below share GPU 0.
+
+    Example::
+
+        # chat/config.pbtxt
+        backend: "vllm"
+        # chat/1/model.json
+        {"model": "Qwen/Qwen2.5-1.5B-Instruct", "gpu_memory_utilization": 0.6}
+        # coder/config.pbtxt
+        backend: "vllm"
+        # coder/1/model.json
+        {"model": "Qwen/Qwen2.5-Coder-1.5B-Instruct", "gpu_memory_utilization": 0.6}
+    """
     engines = []
     for model in repo.models:
         found = _engine_args(model)
@@ -174,7 +229,19 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
 
 @rule("VR505", "metrics-without-stats", Severity.WARNING)
 def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """REPORT_CUSTOM_METRICS on while model.json sets disable_log_stats: the metrics stay empty."""
+    """REPORT_CUSTOM_METRICS on while model.json sets disable_log_stats: the metrics stay empty.
+
+    vLLM collects the statistics behind its metrics only while log stats are on, so with disable_log_stats true
+    Triton's stock vLLM backend publishes metrics that never change. vllm-repo's backend collects them either way.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "disable_log_stats": true}
+    """
     both = _engine_args_and_config(model)
     if both is None:
         return

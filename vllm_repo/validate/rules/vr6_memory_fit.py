@@ -13,7 +13,34 @@ from vllm_repo.validate.rules.common import count_text, parallel_size, vllm_engi
 
 @rule("VR601", "does-not-fit", Severity.ERROR)
 def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """The model can't start on the configured GPU: weights, activations and CUDA graphs leave too little KV cache."""
+    """The model can't start on the configured GPU: weights, activations and CUDA graphs leave too little KV cache.
+
+    With a GPU named (--gpu, or gpu in [tool.vllm-repo]) and the model's config.json readable offline (as for VR4xx),
+    validate estimates what vLLM needs at startup: the weights, the activations of its profiling run, CUDA graphs and
+    KV cache for at least one max_model_len sequence. With num-gpus set, it also reports engines that need more GPUs.
+    Run the example from its root with --gpu L4: the 14B model's bfloat16 weights alone exceed the L4's 24 GB.
+
+    Example::
+
+        # model_repository/llm/config.pbtxt
+        backend: "vllm"
+        # model_repository/llm/1/model.json
+        {"model": "models/Qwen2.5-14B-Instruct"}
+        # models/Qwen2.5-14B-Instruct/config.json
+        {
+          "architectures": ["Qwen2ForCausalLM"],
+          "model_type": "qwen2",
+          "hidden_size": 5120,
+          "intermediate_size": 13824,
+          "num_attention_heads": 40,
+          "num_key_value_heads": 8,
+          "num_hidden_layers": 48,
+          "vocab_size": 152064,
+          "max_position_embeddings": 32768,
+          "tie_word_embeddings": false,
+          "torch_dtype": "bfloat16"
+        }
+    """
     if ctx.gpu is None:
         return
     # The estimator is imported only here: validate without a GPU never pays for it.
