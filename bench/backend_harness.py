@@ -93,24 +93,33 @@ class ResponseSender:
 
     # -- views for callers --
     def texts(self) -> list[str]:
-        return [r.tensors["text_output"][0].decode("utf-8", "replace") for _, r, _ in self.responses
-                if "text_output" in r.tensors]
+        return [
+            r.tensors["text_output"][0].decode("utf-8", "replace")
+            for _, r, _ in self.responses
+            if "text_output" in r.tensors
+        ]
 
     def error(self) -> str | None:
         errors = [r.error.message() for _, r, _ in self.responses if r.error is not None]
         return errors[0] if errors else None
 
     def num_output_tokens(self) -> int:
-        return int(sum(int(r.tensors["num_output_tokens"].sum()) for _, r, _ in self.responses
-                       if "num_output_tokens" in r.tensors))
+        return int(
+            sum(
+                int(r.tensors["num_output_tokens"].sum())
+                for _, r, _ in self.responses
+                if "num_output_tokens" in r.tensors
+            )
+        )
 
     def ttft(self) -> float | None:
         return self.responses[0][0] - self.created if self.responses else None
 
 
 class Request:
-    def __init__(self, prompt: str, sampling: dict | None = None, parameters: dict | None = None, on_final=None,
-                 **flags: Any):
+    def __init__(
+        self, prompt: str, sampling: dict | None = None, parameters: dict | None = None, on_final=None, **flags: Any
+    ):
         self.inputs = {"text_input": np.array([prompt.encode()], dtype=np.object_)}
         if sampling is not None:
             self.inputs["sampling_parameters"] = np.array([json.dumps(sampling).encode()], dtype=np.object_)
@@ -159,8 +168,9 @@ def load_backend(path: Path = BACKEND_FILE) -> types.ModuleType:
     return module
 
 
-def start_model(model_dir: Path, engine_args: dict, parameters: dict[str, str] | None = None, name: str = "m",
-                kind: str = "CPU"):
+def start_model(
+    model_dir: Path, engine_args: dict, parameters: dict[str, str] | None = None, name: str = "m", kind: str = "CPU"
+):
     """A TritonPythonModel initialized as Triton would: ``model_dir/1/model.json`` is written from engine_args."""
     backend = load_backend()
     version_dir = model_dir / "1"
@@ -168,9 +178,15 @@ def start_model(model_dir: Path, engine_args: dict, parameters: dict[str, str] |
     (version_dir / "model.json").write_text(json.dumps(engine_args))
     config = {"name": name, "parameters": {k: {"string_value": v} for k, v in (parameters or {}).items()}}
     model = backend.TritonPythonModel()
-    model.initialize({
-        "model_name": name, "model_version": "1", "model_repository": str(model_dir),
-        "model_config": json.dumps(config), "model_instance_kind": kind, "model_instance_device_id": "0",
-        "model_instance_name": f"{name}_0",
-    })
+    model.initialize(
+        {
+            "model_name": name,
+            "model_version": "1",
+            "model_repository": str(model_dir),
+            "model_config": json.dumps(config),
+            "model_instance_kind": kind,
+            "model_instance_device_id": "0",
+            "model_instance_name": f"{name}_0",
+        }
+    )
     return model

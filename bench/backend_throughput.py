@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from http_stream import GenerateStreamConnection  # noqa: E402
+from http_stream import GenerateStreamConnection
 
 # vLLM on a CPU: no thread pinning (the default pins to core 0), no extra worker process. Set before vLLM loads.
 CPU_ENV = {
@@ -102,8 +102,12 @@ class HttpPath:
     def __init__(self, host: str, port: int, tokens: int, model: str = MODEL_NAME) -> None:
         self.host, self.port, self.tokens, self.model = host, port, tokens, model
         self._idle: collections.deque[GenerateStreamConnection] = collections.deque()
-        self.body = {"text_input": PROMPT, "stream": True, "return_num_output_tokens": True,
-                     "sampling_parameters": sampling_json(tokens)}
+        self.body = {
+            "text_input": PROMPT,
+            "stream": True,
+            "return_num_output_tokens": True,
+            "sampling_parameters": sampling_json(tokens),
+        }
 
     async def __call__(self) -> tuple[float, int]:
         conn = self._idle.popleft() if self._idle else GenerateStreamConnection(self.host, self.port)
@@ -216,8 +220,11 @@ async def check_cancellation(server, max_tokens: int) -> dict:
         if time.perf_counter() - closed > 10:
             return {"aborted": False, "responses_before_close": len(seen)}
         await asyncio.sleep(0.01)
-    return {"aborted": True, "responses_before_close": len(seen),
-            "abort_logged_after_ms": round((time.perf_counter() - closed) * 1000, 1)}
+    return {
+        "aborted": True,
+        "responses_before_close": len(seen),
+        "abort_logged_after_ms": round((time.perf_counter() - closed) * 1000, 1),
+    }
 
 
 async def measure(one_request, concurrency: int, per_worker: int) -> dict:
@@ -231,24 +238,31 @@ async def measure(one_request, concurrency: int, per_worker: int) -> dict:
     if short:
         raise RuntimeError(f"requests got different token counts: {stats[0][1]} and {short[:5]}")
     tokens = sum(s[1] for s in stats)
-    return {"tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 1),
-            "ttft_median_ms": round(statistics.median(s[0] for s in stats) * 1000, 2)}
+    return {
+        "tokens": tokens,
+        "wall_s": round(wall, 3),
+        "tokens_per_s": round(tokens / wall, 1),
+        "ttft_median_ms": round(statistics.median(s[0] for s in stats) * 1000, 2),
+    }
 
 
 # -- main ------------------------------------------------------------------------------------------------------------
 
 
 def build_tiny_model(dest: Path) -> Path:
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_model.py"), str(dest)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_tiny_model.py"), str(dest)], check=True, capture_output=True
+    )
     return dest
 
 
-def write_model(repo: Path, settings: dict, kind: str, name: str = MODEL_NAME,
-                parameters: dict[str, str] | None = None) -> None:
+def write_model(
+    repo: Path, settings: dict, kind: str, name: str = MODEL_NAME, parameters: dict[str, str] | None = None
+) -> None:
     (repo / name / "1").mkdir(parents=True)
-    params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
-                     for k, v in (parameters or {}).items())
+    params = "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in (parameters or {}).items()
+    )
     (repo / name / "config.pbtxt").write_text(
         f'backend: "vllm"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n{params}'
     )
@@ -258,8 +272,12 @@ def write_model(repo: Path, settings: dict, kind: str, name: str = MODEL_NAME,
 def gpu_memory_used() -> list[str]:
     """nvidia-smi's per-GPU memory in use (which GPUs Triton's engine landed on)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [f"nvidia-smi: {exc}"]
     return [line.strip() for line in out.splitlines() if line.strip()]
@@ -268,9 +286,13 @@ def gpu_memory_used() -> list[str]:
 def summarize(rounds: dict) -> dict:
     summary = {}
     for key, by_path in rounds.items():
-        med = {name: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-                      "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs)}
-               for name, runs in by_path.items()}
+        med = {
+            name: {
+                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
+                "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs),
+            }
+            for name, runs in by_path.items()
+        }
         for name in by_path:
             if name != "raw":
                 med[f"{name}_over_raw_throughput"] = round(med[name]["tokens_per_s"] / med["raw"]["tokens_per_s"], 3)
@@ -282,9 +304,12 @@ def summarize(rounds: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--instance-kind", choices=("KIND_CPU", "KIND_GPU", "KIND_MODEL"),
-                        help="instance_group kind (default: KIND_CPU on the CPU, KIND_GPU on a GPU); KIND_MODEL with "
-                             "tensor_parallel_size > 1 in --engine-args spreads one instance over several GPUs")
+    parser.add_argument(
+        "--instance-kind",
+        choices=("KIND_CPU", "KIND_GPU", "KIND_MODEL"),
+        help="instance_group kind (default: KIND_CPU on the CPU, KIND_GPU on a GPU); KIND_MODEL with "
+        "tensor_parallel_size > 1 in --engine-args spreads one instance over several GPUs",
+    )
     parser.add_argument("--model", help="model directory (default on the CPU: a tiny model built offline)")
     parser.add_argument("--engine-args", default="{}", help="JSON merged over the default engine arguments")
     parser.add_argument("--clients", default="http,grpc", help="Triton clients to drive: http, grpc or both")
@@ -293,11 +318,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c1-requests", type=int, default=10)
     parser.add_argument("--c32-requests-per-stream", type=int, default=3)
     parser.add_argument("--parameters", default="{}", help="config.pbtxt parameters of the model, as JSON")
-    parser.add_argument("--variants", default="{}",
-                        help='more models in the same server, e.g. {"inline": {"RESPONSE_SENDER_THREADS": "0"}}: '
-                             "each is driven over HTTP as triton_http_NAME (an A/B of backend settings)")
-    parser.add_argument("--check-cancel", action="store_true",
-                        help="also close a stream mid-way over HTTP and wait for the backend to abort it")
+    parser.add_argument(
+        "--variants",
+        default="{}",
+        help='more models in the same server, e.g. {"inline": {"RESPONSE_SENDER_THREADS": "0"}}: '
+        "each is driven over HTTP as triton_http_NAME (an A/B of backend settings)",
+    )
+    parser.add_argument(
+        "--check-cancel",
+        action="store_true",
+        help="also close a stream mid-way over HTTP and wait for the backend to abort it",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
     env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
@@ -325,21 +356,32 @@ def main(argv: list[str] | None = None) -> int:
             print("tritonclient is not installed: the gRPC client is left out", flush=True)
             clients.remove("grpc")
 
-    server = TritonServer(repo, serving_python=sys.executable, triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-                          env=env, log_path=work / "tritonserver.log",
-                          # One model at a time: engines profiling GPU memory side by side disturb each other.
-                          extra_args=["--model-load-thread-count=1"])
+    server = TritonServer(
+        repo,
+        serving_python=sys.executable,
+        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
+        env=env,
+        log_path=work / "tritonserver.log",
+        # One model at a time: engines profiling GPU memory side by side disturb each other.
+        extra_args=["--model-load-thread-count=1"],
+    )
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    results: dict = {"device": args.device, "instance_kind": kind, "engine_args": settings,
-                     "host": platform.node(), "cpus": os.cpu_count(),
-                     "tokens_per_request": args.tokens, "clients": clients}
+    results: dict = {
+        "device": args.device,
+        "instance_kind": kind,
+        "engine_args": settings,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "tokens_per_request": args.tokens,
+        "clients": clients,
+    }
     server.start()
     engine = None
     try:
+        import vllm
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
-        import vllm
 
         results["vllm_version"] = vllm.__version__
 
@@ -354,8 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         if "http" in clients:
             paths["triton_http"] = HttpPath(server.host, server.http_port, args.tokens)
             for name in variants:
-                paths[f"triton_http_{name}"] = HttpPath(server.host, server.http_port, args.tokens,
-                                                        f"{MODEL_NAME}_{name}")
+                paths[f"triton_http_{name}"] = HttpPath(
+                    server.host, server.http_port, args.tokens, f"{MODEL_NAME}_{name}"
+                )
         if "grpc" in clients:
             paths["triton_grpc"] = GrpcPath(server.grpc_url, args.tokens)
         labels = {os.getpid(): "bench process (client, raw engine frontend)"}
@@ -369,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         names = list(paths)
         rounds = {f"c{c}": {name: [] for name in names} for c, _, _ in plan}
         for i in range(args.rounds):
-            order = names[i % len(names):] + names[: i % len(names)]
+            order = names[i % len(names) :] + names[: i % len(names)]
             for c, concurrency, per in plan:
                 for name in order:
                     before = cpu_seconds_by_process()
@@ -381,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in paths.values():
             loop.run_until_complete(path.close())
         if args.check_cancel:
-            results["cancel_http"] = loop.run_until_complete(
-                check_cancellation(server, settings["max_model_len"] - 64))
+            results["cancel_http"] = loop.run_until_complete(check_cancellation(server, settings["max_model_len"] - 64))
             print("cancellation:", results["cancel_http"], flush=True)
         results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
         print(json.dumps(results["summary"], indent=1))

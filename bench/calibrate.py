@@ -88,19 +88,28 @@ def main() -> int:
     print(f"sampler (Model Runner V1): {fit_sampler(doc):.1f} bytes per logit")
     print(f"CUDA graphs: {fit_cudagraph(doc):.3f} MiB per graph per layer")
     from vllm_repo.estimate import estimate_model
-    from vllm_repo.estimate.model_facts import ModelFacts
     from vllm_repo.estimate.architecture import from_config
+    from vllm_repo.estimate.model_facts import ModelFacts
 
     print(f"\n{'run':<24} {'act GiB':>8} {'pred':>6} {'KV GiB':>8} {'pred':>8} {'tokens':>9} {'pred':>9}")
     for run in doc["runs"]:
         cfg = doc["model_configs"][run["preset"]]
         facts = ModelFacts(run["preset"], cfg, "calibration", None, from_config(cfg))
         kw = dict(run["engine_kwargs"])
-        est = estimate_model(run["preset"], "H200", vllm_version=doc["vllm_version"], facts=facts,
-                             usage_context=run["usage_context"], model_runner_v2=run["model_runner"] == "v2", **kw)
-        print(f"{run['name']:<24} {run['activation_gib']:>8.2f} {est.activation_gib:>6.2f} "
-              f"{run['available_kv_gib']:>8.2f} {est.kv_cache_gib:>8.2f} {run['kv_cache_tokens']:>9} "
-              f"{est.kv_cache_tokens:>9}")
+        est = estimate_model(
+            run["preset"],
+            "H200",
+            vllm_version=doc["vllm_version"],
+            facts=facts,
+            usage_context=run["usage_context"],
+            model_runner_v2=run["model_runner"] == "v2",
+            **kw,
+        )
+        print(
+            f"{run['name']:<24} {run['activation_gib']:>8.2f} {est.activation_gib:>6.2f} "
+            f"{run['available_kv_gib']:>8.2f} {est.kv_cache_gib:>8.2f} {run['kv_cache_tokens']:>9} "
+            f"{est.kv_cache_tokens:>9}"
+        )
     return 0
 
 

@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backend_harness import Request, start_model  # noqa: E402
+from backend_harness import Request, start_model
 
 PROMPT = "The history of the printing press begins with"
 
@@ -45,22 +45,35 @@ def check(condition: bool, what: str, results: dict) -> None:
 
 def functional_checks(model, results: dict, skip_structured: bool = False) -> None:
     # Streaming: deltas add up to max_tokens, FINAL rides on the last data response.
-    r = Request(PROMPT, {"max_tokens": 64, "ignore_eos": True}, stream=True, return_num_output_tokens=True,
-                return_finish_reason=True)
+    r = Request(
+        PROMPT,
+        {"max_tokens": 64, "ignore_eos": True},
+        stream=True,
+        return_num_output_tokens=True,
+        return_finish_reason=True,
+    )
     model.execute([r])
     wait_all([r])
     flags = [f for _, _, f in r.sender.responses]
     check(r.sender.error() is None and r.sender.num_output_tokens() == 64, "stream: 64 tokens in deltas", results)
-    check(flags[-1] == 1 and all(f == 0 for f in flags[:-1]) and "text_output" in r.sender.responses[-1][1].tensors,
-          "stream: final flag on the last data response", results)
+    check(
+        flags[-1] == 1 and all(f == 0 for f in flags[:-1]) and "text_output" in r.sender.responses[-1][1].tensors,
+        "stream: final flag on the last data response",
+        results,
+    )
     check(r.sender.responses[-1][1].tensors["finish_reason"][0] == b"length", "stream: finish_reason length", results)
     results["stream_responses_for_64_tokens"] = len(r.sender.responses)
 
     one = Request(PROMPT, {"max_tokens": 16, "ignore_eos": True}, return_num_output_tokens=True)
     model.execute([one])
     wait_all([one])
-    check(len(one.sender.responses) == 1 and one.sender.num_output_tokens() == 16
-          and one.sender.texts()[0].startswith(PROMPT), "non-streamed: one response with the prompt", results)
+    check(
+        len(one.sender.responses) == 1
+        and one.sender.num_output_tokens() == 16
+        and one.sender.texts()[0].startswith(PROMPT),
+        "non-streamed: one response with the prompt",
+        results,
+    )
 
     bad = Request(PROMPT, {"temprature": 0.1})
     model.execute([bad])
@@ -70,12 +83,16 @@ def functional_checks(model, results: dict, skip_structured: bool = False) -> No
     if skip_structured:
         results["checks_skipped"] = ["structured output (the structured-output packages vLLM imports are absent)"]
         return _cancellation_checks(model, results)
-    choice = Request("Answer:", {"max_tokens": 8, "structured_outputs": {"choice": ["yes", "no"]}},
-                     exclude_input_in_output=True)
+    choice = Request(
+        "Answer:", {"max_tokens": 8, "structured_outputs": {"choice": ["yes", "no"]}}, exclude_input_in_output=True
+    )
     model.execute([choice])
     wait_all([choice])
-    check(choice.sender.error() is None and choice.sender.texts() in (["yes"], ["no"]), "structured output choice",
-          results)
+    check(
+        choice.sender.error() is None and choice.sender.texts() in (["yes"], ["no"]),
+        "structured output choice",
+        results,
+    )
 
     _cancellation_checks(model, results)
 
@@ -93,10 +110,16 @@ def _cancellation_checks(model, results: dict) -> None:
     tokens_at_cancel = c.sender.num_output_tokens()
     time.sleep(0.5)
     engine = model.engine
-    unfinished = (engine.get_num_unfinished_requests() if hasattr(engine, "get_num_unfinished_requests")
-                  else engine.output_processor.get_num_unfinished_requests())
-    check("cancelled" in (c.sender.error() or "") and unfinished == 0,
-          "cancellation: error response, nothing left running in the engine", results)
+    unfinished = (
+        engine.get_num_unfinished_requests()
+        if hasattr(engine, "get_num_unfinished_requests")
+        else engine.output_processor.get_num_unfinished_requests()
+    )
+    check(
+        "cancelled" in (c.sender.error() or "") and unfinished == 0,
+        "cancellation: error response, nothing left running in the engine",
+        results,
+    )
     results["cancel_to_final_response_ms"] = round((final_at - cancelled_at) * 1000, 1)
     results["tokens_streamed_before_cancel"] = tokens_at_cancel
 
@@ -143,8 +166,13 @@ def run_backend(model, concurrency: int, per_worker: int, tokens: int) -> dict:
     senders = []
 
     def submit() -> None:
-        r = Request(PROMPT, {"max_tokens": tokens, "ignore_eos": True}, stream=True, return_num_output_tokens=True,
-                    on_final=finished.put)
+        r = Request(
+            PROMPT,
+            {"max_tokens": tokens, "ignore_eos": True},
+            stream=True,
+            return_num_output_tokens=True,
+            on_final=finished.put,
+        )
         senders.append(r.sender)
         model.execute([r])
 
@@ -164,8 +192,12 @@ def run_backend(model, concurrency: int, per_worker: int, tokens: int) -> dict:
 
 
 def summarize(wall: float, ttfts: list[float], tokens: int) -> dict:
-    return {"tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 1),
-            "ttft_median_ms": round(statistics.median(ttfts) * 1000, 2)}
+    return {
+        "tokens": tokens,
+        "wall_s": round(wall, 3),
+        "tokens_per_s": round(tokens / wall, 1),
+        "ttft_median_ms": round(statistics.median(ttfts) * 1000, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,17 +210,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-worker-c1", type=int, default=8)
     parser.add_argument("--per-worker-c32", type=int, default=2)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--skip-structured", action="store_true",
-                        help="leave out the structured-output check (vLLM 0.26 imports every structured-output "
-                        "package to validate a request)")
+    parser.add_argument(
+        "--skip-structured",
+        action="store_true",
+        help="leave out the structured-output check (vLLM 0.26 imports every structured-output "
+        "package to validate a request)",
+    )
     args = parser.parse_args(argv)
 
-    engine_args = {"model": args.model, **({"tokenizer": args.tokenizer} if args.tokenizer else {}),
-                   **json.loads(args.engine_args)}
+    engine_args = {
+        "model": args.model,
+        **({"tokenizer": args.tokenizer} if args.tokenizer else {}),
+        **json.loads(args.engine_args),
+    }
     results: dict = {"engine_args": engine_args, "host": platform.node()}
     started = time.perf_counter()
-    model = start_model(Path(tempfile.mkdtemp(prefix="engine-path-")), engine_args,
-                        parameters={"DEFAULT_MAX_TOKENS": "256"})
+    model = start_model(
+        Path(tempfile.mkdtemp(prefix="engine-path-")), engine_args, parameters={"DEFAULT_MAX_TOKENS": "256"}
+    )
     results["initialize_s"] = round(time.perf_counter() - started, 1)
     results["vllm_version"] = model.vllm_version
     try:
@@ -213,9 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         results["rounds"] = rounds
         summary = {}
         for key, paths in rounds.items():
-            med = {name: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-                          "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs)}
-                   for name, runs in paths.items()}
+            med = {
+                name: {
+                    "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
+                    "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs),
+                }
+                for name, runs in paths.items()
+            }
             med["backend_over_raw_throughput"] = round(med["backend"]["tokens_per_s"] / med["raw"]["tokens_per_s"], 3)
             med["added_ttft_ms"] = round(med["backend"]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
             summary[key] = med
@@ -240,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 def _ppid(proc: Path) -> int:
     try:
         stat = (proc / "stat").read_text()
-        return int(stat[stat.rfind(")") + 2:].split()[1])
+        return int(stat[stat.rfind(")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
         return -1
 

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 sys.path.insert(0, str(HERE.parent))
 
-from vllm_repo.estimate import estimate_model  # noqa: E402
+from vllm_repo.estimate import estimate_model
 
 TARGET_MEDIAN_TOKEN_ERROR = 0.05
 
@@ -33,22 +33,41 @@ def load() -> tuple[list[dict], dict[str, dict]]:
 
 def replay(entry: dict, how: dict) -> dict:
     gpu = how.get("gpu") or how["gpu_memory_gib"]
-    settings = {k: how[k] for k in ("enforce_eager", "quantization", "dtype", "enable_expert_parallel",
-                                     "max_num_batched_tokens") if k in how}
+    settings = {
+        k: how[k]
+        for k in ("enforce_eager", "quantization", "dtype", "enable_expert_parallel", "max_num_batched_tokens")
+        if k in how
+    }
     if entry.get("kv_cache_dtype") not in (None, "auto"):
         settings["kv_cache_dtype"] = entry["kv_cache_dtype"]
-    est = estimate_model(str(DATA / "models" / how["model"]), gpu, vllm_version=how["vllm_version"], offline=True,
-                         usage_context=how.get("usage_context", "engine"),
-                         tensor_parallel_size=entry.get("tp") or 1,
-                         gpu_memory_utilization=entry["gpu_memory_utilization"],
-                         max_model_len=entry["max_model_len"], **settings)
-    row = {"index": None, "model": entry.get("hf_repo") or how["model"], "gpu": est.gpu,
-           "vllm": how["vllm_version"], "tp": est.tensor_parallel_size, "util": est.gpu_memory_utilization,
-           "max_model_len": est.max_model_len,
-           "logged_tokens": entry.get("kv_cache_tokens"), "predicted_tokens": est.kv_cache_tokens,
-           "logged_kv_gib": entry.get("available_kv_cache_gib"), "predicted_kv_gib": round(est.kv_cache_gib, 2),
-           "logged_weights_gib": entry.get("model_loading_gib"), "predicted_weights_gib": round(est.weights_gib, 2),
-           "predicted_activation_gib": round(est.activation_gib, 2), "predicted_cudagraph_gib": est.cudagraph_gib}
+    est = estimate_model(
+        str(DATA / "models" / how["model"]),
+        gpu,
+        vllm_version=how["vllm_version"],
+        offline=True,
+        usage_context=how.get("usage_context", "engine"),
+        tensor_parallel_size=entry.get("tp") or 1,
+        gpu_memory_utilization=entry["gpu_memory_utilization"],
+        max_model_len=entry["max_model_len"],
+        **settings,
+    )
+    row = {
+        "index": None,
+        "model": entry.get("hf_repo") or how["model"],
+        "gpu": est.gpu,
+        "vllm": how["vllm_version"],
+        "tp": est.tensor_parallel_size,
+        "util": est.gpu_memory_utilization,
+        "max_model_len": est.max_model_len,
+        "logged_tokens": entry.get("kv_cache_tokens"),
+        "predicted_tokens": est.kv_cache_tokens,
+        "logged_kv_gib": entry.get("available_kv_cache_gib"),
+        "predicted_kv_gib": round(est.kv_cache_gib, 2),
+        "logged_weights_gib": entry.get("model_loading_gib"),
+        "predicted_weights_gib": round(est.weights_gib, 2),
+        "predicted_activation_gib": round(est.activation_gib, 2),
+        "predicted_cudagraph_gib": est.cudagraph_gib,
+    }
     row["token_error"] = _rel(row["predicted_tokens"], row["logged_tokens"])
     row["kv_gib_error"] = _rel(row["predicted_kv_gib"], row["logged_kv_gib"])
     row["complete"] = row["logged_tokens"] is not None and entry.get("max_model_len") is not None
@@ -93,18 +112,26 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
-    print(f"{'#':>3} {'model':<40} {'gpu':<14} {'vllm':<7} {'tp':>2} {'tokens logged':>13} {'predicted':>10} "
-          f"{'err':>7} {'KV GiB':>7} {'pred':>7} {'err':>7}")
+    print(
+        f"{'#':>3} {'model':<40} {'gpu':<14} {'vllm':<7} {'tp':>2} {'tokens logged':>13} {'predicted':>10} "
+        f"{'err':>7} {'KV GiB':>7} {'pred':>7} {'err':>7}"
+    )
     for r in result["rows"]:
-        print(f"{r['index']:>3} {r['model'][:40]:<40} {r['gpu'][:14]:<14} {r['vllm']:<7} {r['tp']:>2} "
-              f"{r['logged_tokens'] if r['logged_tokens'] is not None else '-':>13} {r['predicted_tokens']:>10} "
-              f"{_pct(r['token_error']):>7} {r['logged_kv_gib'] if r['logged_kv_gib'] is not None else '-':>7} "
-              f"{r['predicted_kv_gib']:>7} {_pct(r['kv_gib_error']):>7}")
-    print(f"\nKV tokens, {result['complete_entries']} entries with complete data: median error "
-          f"{100 * result['median_token_error']:.1f}% (target <= {100 * TARGET_MEDIAN_TOKEN_ERROR:.0f}%), worst "
-          f"{100 * result['worst_token_error']:.1f}%")
-    print(f"Available KV memory: median error {100 * result['median_kv_gib_error']:.1f}%, worst "
-          f"{100 * result['worst_kv_gib_error']:.1f}%")
+        print(
+            f"{r['index']:>3} {r['model'][:40]:<40} {r['gpu'][:14]:<14} {r['vllm']:<7} {r['tp']:>2} "
+            f"{r['logged_tokens'] if r['logged_tokens'] is not None else '-':>13} {r['predicted_tokens']:>10} "
+            f"{_pct(r['token_error']):>7} {r['logged_kv_gib'] if r['logged_kv_gib'] is not None else '-':>7} "
+            f"{r['predicted_kv_gib']:>7} {_pct(r['kv_gib_error']):>7}"
+        )
+    print(
+        f"\nKV tokens, {result['complete_entries']} entries with complete data: median error "
+        f"{100 * result['median_token_error']:.1f}% (target <= {100 * TARGET_MEDIAN_TOKEN_ERROR:.0f}%), worst "
+        f"{100 * result['worst_token_error']:.1f}%"
+    )
+    print(
+        f"Available KV memory: median error {100 * result['median_kv_gib_error']:.1f}%, worst "
+        f"{100 * result['worst_kv_gib_error']:.1f}%"
+    )
     return 0 if result["median_token_error"] <= TARGET_MEDIAN_TOKEN_ERROR else 1
 
 

@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vllm_repo.serve.infer import infer  # noqa: E402
-from vllm_repo.scaffold import init_model  # noqa: E402
-from vllm_repo.serve.processes import process_group_members  # noqa: E402
+from vllm_repo.scaffold import init_model
+from vllm_repo.serve.infer import infer
+from vllm_repo.serve.processes import process_group_members
 
 
 def free_port() -> int:
@@ -57,7 +57,7 @@ def server_pid(launch_pid: int) -> int | None:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[1]) == launch_pid and "tritonserver" in stat[: stat.rindex(")")]:
                 return int(entry.name)
     return None
@@ -67,10 +67,28 @@ def cycle(repo: Path, python: str) -> dict:
     ports = [free_port() for _ in range(3)]
     url = f"http://127.0.0.1:{ports[0]}"
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "vllm_repo", "launch", str(repo), "--python", python,
-                             "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port",
-                             str(ports[2])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vllm_repo",
+            "launch",
+            str(repo),
+            "--python",
+            python,
+            "--http-port",
+            str(ports[0]),
+            "--grpc-port",
+            str(ports[1]),
+            "--metrics-port",
+            str(ports[2]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        cwd=ROOT,
+    )
     for line in proc.stdout:
         if line.startswith("Triton is ready"):
             break
@@ -80,8 +98,14 @@ def cycle(repo: Path, python: str) -> dict:
     server = server_pid(proc.pid)
     first: list[float] = []
     sent = time.monotonic()
-    infer("tiny", "Triton Inference Server serves", url=url, max_tokens=64, params={"ignore_eos": True},
-          on_text=lambda piece: first.append(time.monotonic()) if not first else None)
+    infer(
+        "tiny",
+        "Triton Inference Server serves",
+        url=url,
+        max_tokens=64,
+        params={"ignore_eos": True},
+        on_text=lambda piece: first.append(time.monotonic()) if not first else None,
+    )
     ttft_ms = (first[0] - sent) * 1000
     rss = tree_rss_mib(server) if server else None
     stop_began = time.monotonic()
@@ -89,8 +113,14 @@ def cycle(repo: Path, python: str) -> dict:
     code = proc.wait(60)
     stop_s = time.monotonic() - stop_began
     left = process_group_members(server) if server else []
-    return {"ready_s": round(ready_s, 1), "first_token_ms": round(ttft_ms, 1), "tree_rss_mib": rss and round(rss),
-            "stop_s": round(stop_s, 1), "exit_code": code, "processes_left": len(left)}
+    return {
+        "ready_s": round(ready_s, 1),
+        "first_token_ms": round(ttft_ms, 1),
+        "tree_rss_mib": rss and round(rss),
+        "stop_s": round(stop_s, 1),
+        "exit_code": code,
+        "processes_left": len(left),
+    }
 
 
 def main() -> None:
@@ -103,13 +133,16 @@ def main() -> None:
         raise SystemExit("set VLLM_REPO_SERVING_PYTHON (eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\")")
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "tiny-llama"
-        subprocess.run([python, str(ROOT / "scripts" / "make_tiny_model.py"), str(model)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [python, str(ROOT / "scripts" / "make_tiny_model.py"), str(model)], check=True, capture_output=True
+        )
         repo = Path(tmp) / "model_repository"
         init_model(repo, str(model), name="tiny", max_model_len=512, settings={"distributed_executor_backend": "uni"})
         results = [cycle(repo, python) for _ in range(args.cycles)]
-    summary = {key: statistics.median(r[key] for r in results)
-               for key in ("ready_s", "first_token_ms", "tree_rss_mib", "stop_s")}
+    summary = {
+        key: statistics.median(r[key] for r in results)
+        for key in ("ready_s", "first_token_ms", "tree_rss_mib", "stop_s")
+    }
     report = {"host": platform.node(), "cpus": os.cpu_count(), "cycles": results, "median": summary}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"launch_cycle_{time.strftime('%Y%m%dT%H%M%S')}.json"

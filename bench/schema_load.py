@@ -25,13 +25,9 @@ SNIPPETS = {
         "from vllm_repo.schema.history import explain_missing_key\n"
         "explain_missing_key('disable_log_requests', '0.32.0')"
     ),
-    "history from files": (
-        "from vllm_repo.schema import history as key_history\n"
-        "key_history.build_index()"
-    ),
+    "history from files": ("from vllm_repo.schema import history as key_history\nkey_history.build_index()"),
     "one schema": (
-        "from vllm_repo.schema.loader import bundled_versions, load_schema\n"
-        "load_schema(bundled_versions()[-1])"
+        "from vllm_repo.schema.loader import bundled_versions, load_schema\nload_schema(bundled_versions()[-1])"
     ),
     "every schema": (
         "from vllm_repo.schema.loader import bundled_versions, load_schema\n"
@@ -39,19 +35,15 @@ SNIPPETS = {
     ),
 }
 
-TIMER = (
-    "import time\n"
-    "t0 = time.perf_counter()\n"
-    "{body}\n"
-    "print(time.perf_counter() - t0)\n"
-)
+TIMER = "import time\nt0 = time.perf_counter()\n{body}\nprint(time.perf_counter() - t0)\n"
 
 
 def measure(body: str, runs: int) -> float:
     times = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", TIMER.format(body=body)], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", TIMER.format(body=body)], capture_output=True, text=True, check=True
+        )
         times.append(float(out.stdout.strip()))
     return statistics.median(times)
 

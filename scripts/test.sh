@@ -30,4 +30,9 @@ if [ -z "${VLLM_REPO_REALWORLD_REPOS:-}" ] && [ -d "$root/../shared/data/realwor
 fi
 
 export PATH="$dev/bin:$PATH"
+
+# 4. Lint and format, with the settings in pyproject.toml (the same checks as .pre-commit-config.yaml).
+"$dev/bin/ruff" check --no-cache .
+"$dev/bin/ruff" format --no-cache --check .
+
 exec "$dev/bin/python" -m pytest "$@"

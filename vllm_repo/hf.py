@@ -14,8 +14,16 @@ from typing import Any
 
 # Keys vLLM reads the maximum context length from (the smallest one present wins), as in its
 # _get_and_verify_max_len.
-MAX_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                   "max_sequence_length", "max_seq_length", "seq_len")
+MAX_LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 
 
 # The Hub's own rule for repo ids: letters, digits, '-', '_' and '.', no '--' or '..', at most 96 characters, with
@@ -55,9 +63,16 @@ def find_local_config(model: str, revision: str | None = None, base: Path | None
 
 def hub_cache_dir() -> Path:
     """The Hugging Face hub cache, resolved from the environment the way huggingface_hub's constants do."""
-    home = os.path.expandvars(os.path.expanduser(os.getenv(
-        "HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
-                                "huggingface"))))
+    home = os.path.expandvars(
+        os.path.expanduser(
+            os.getenv(
+                "HF_HOME",
+                os.path.join(
+                    os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")), "huggingface"
+                ),
+            )
+        )
+    )
     legacy = os.getenv("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub"))
     return Path(os.path.expandvars(os.path.expanduser(os.getenv("HF_HUB_CACHE", legacy))))
 

@@ -44,9 +44,16 @@ class ProjectSettings:
 # dataclass with five checks starts in a fraction of the time pydantic takes to import.
 _KEYS: dict[str, tuple[str, str, Any]] = {
     "gpu": ("gpu", "a string", lambda v: isinstance(v, str)),
-    "gpu-memory-gib": ("gpu_memory_gib", "a number greater than 0",
-                       lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0),
-    "num-gpus": ("num_gpus", "an integer of at least 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "gpu-memory-gib": (
+        "gpu_memory_gib",
+        "a number greater than 0",
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+    ),
+    "num-gpus": (
+        "num_gpus",
+        "an integer of at least 1",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    ),
     "vllm-version": ("vllm_version", "a string", lambda v: isinstance(v, str)),
     "usage-context": ("usage_context", "a string", lambda v: isinstance(v, str)),
 }

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving_env import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
 from vllm_repo.serve.server import TritonServer
 
 ROOT = Path(__file__).resolve().parents[2]
-from tests.serving_env import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
 
 MODEL_NAME = "tiny"
 DEFAULT_MAX_TOKENS = 24
@@ -83,7 +83,10 @@ def token_counter(tiny_model_dir):
         )
         out = subprocess.run(
             [SERVING_PYTHON, "-c", code, str(tiny_model_dir), json.dumps(prompts)],
-            check=True, capture_output=True, text=True, timeout=120,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
             env={**os.environ, **SERVER_ENV},
         ).stdout
         return json.loads(out.strip().splitlines()[-1])

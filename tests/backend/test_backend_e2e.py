@@ -37,9 +37,7 @@ DEFAULT_MAX_TOKENS = 24  # the DEFAULT_MAX_TOKENS parameter of conftest.py's con
 
 def http(server, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        f"{server.http_url}{path}", data=data, headers={"Content-Type": "application/json"}
-    )
+    req = urllib.request.Request(f"{server.http_url}{path}", data=data, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read().decode()
@@ -55,7 +53,7 @@ def generate(server, body: dict) -> tuple[int, dict]:
 def generate_stream(server, body: dict) -> list[dict]:
     status, text = http(server, f"/v2/models/{MODEL}/generate_stream", body)
     assert status == 200, text
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    events = [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
     assert events, text
     return events
 
@@ -129,8 +127,10 @@ def wait_metrics_flushed() -> None:
 
 
 def test_http_generate_returns_prompt_and_completion(triton):
-    status, body = generate(triton, {"text_input": "The quick brown fox", "sampling_parameters": json.dumps(
-        {"max_tokens": 8, "temperature": 0})})
+    status, body = generate(
+        triton,
+        {"text_input": "The quick brown fox", "sampling_parameters": json.dumps({"max_tokens": 8, "temperature": 0})},
+    )
     assert status == 200, body
     assert body["text_output"].startswith("The quick brown fox")
     assert len(body["text_output"]) > len("The quick brown fox")
@@ -139,19 +139,29 @@ def test_http_generate_returns_prompt_and_completion(triton):
 def test_exclude_input_in_output_and_greedy_determinism(triton):
     sampling = json.dumps({"max_tokens": 8, "temperature": 0})
     _, full = generate(triton, {"text_input": "Hello world", "sampling_parameters": sampling})
-    _, bare = generate(triton, {"text_input": "Hello world", "sampling_parameters": sampling,
-                                "exclude_input_in_output": True})
+    _, bare = generate(
+        triton, {"text_input": "Hello world", "sampling_parameters": sampling, "exclude_input_in_output": True}
+    )
     assert full["text_output"] == "Hello world" + bare["text_output"]
 
 
 def test_http_generate_stream_sends_deltas_that_add_up(triton):
     sampling = {"max_tokens": 16, "temperature": 0, "ignore_eos": True}
-    events = generate_stream(triton, {"text_input": "Hello world", "stream": True,
-                                      "sampling_parameters": json.dumps(sampling), "return_num_output_tokens": True})
+    events = generate_stream(
+        triton,
+        {
+            "text_input": "Hello world",
+            "stream": True,
+            "sampling_parameters": json.dumps(sampling),
+            "return_num_output_tokens": True,
+        },
+    )
     assert len(events) > 1
     assert sum(e["num_output_tokens"] for e in events) == 16
-    _, whole = generate(triton, {"text_input": "Hello world", "sampling_parameters": json.dumps(sampling),
-                                 "exclude_input_in_output": True})
+    _, whole = generate(
+        triton,
+        {"text_input": "Hello world", "sampling_parameters": json.dumps(sampling), "exclude_input_in_output": True},
+    )
     # Streams carry only new text: concatenated, the deltas are the complete (greedy) completion.
     assert "".join(e["text_output"] for e in events) == whole["text_output"]
 
@@ -159,9 +169,15 @@ def test_http_generate_stream_sends_deltas_that_add_up(triton):
 def test_grpc_stream_every_additional_output_and_final_flag_on_last_data_response(triton, token_counter):
     prompt = "Triton serves models"
     results, error = grpc_stream(
-        triton, prompt, {"max_tokens": 12, "ignore_eos": True}, stream=True,
-        return_finish_reason=True, return_cumulative_logprob=True, return_logprobs=True,
-        return_num_input_tokens=True, return_num_output_tokens=True,
+        triton,
+        prompt,
+        {"max_tokens": 12, "ignore_eos": True},
+        stream=True,
+        return_finish_reason=True,
+        return_cumulative_logprob=True,
+        return_logprobs=True,
+        return_num_input_tokens=True,
+        return_num_output_tokens=True,
     )
     assert error is None, error
     # The final flag rides on the last data response: no empty trailing response.
@@ -181,8 +197,9 @@ def test_grpc_stream_every_additional_output_and_final_flag_on_last_data_respons
 
 
 def test_grpc_non_streaming_request_gets_exactly_one_response(triton):
-    results, error = grpc_stream(triton, "Hello", {"max_tokens": 5, "ignore_eos": True}, stream=False,
-                                 return_num_output_tokens=True)
+    results, error = grpc_stream(
+        triton, "Hello", {"max_tokens": 5, "ignore_eos": True}, stream=False, return_num_output_tokens=True
+    )
     assert error is None, error
     assert len(results) == 1 and is_final(results[0])
     assert int(results[0].as_numpy("num_output_tokens")[0]) == 5
@@ -190,33 +207,54 @@ def test_grpc_non_streaming_request_gets_exactly_one_response(triton):
 
 
 def test_default_max_tokens_comes_from_config_not_vllms_16(triton):
-    _, body = generate(triton, {"text_input": "Hi", "return_num_output_tokens": True,
-                                "sampling_parameters": json.dumps({"ignore_eos": True})})
+    _, body = generate(
+        triton,
+        {"text_input": "Hi", "return_num_output_tokens": True, "sampling_parameters": json.dumps({"ignore_eos": True})},
+    )
     assert body["num_output_tokens"] == DEFAULT_MAX_TOKENS
 
 
 def test_request_parameters_are_sampling_parameters(triton):
-    _, body = generate(triton, {"text_input": "Hi", "return_num_output_tokens": True,
-                                "parameters": {"max_tokens": 3, "ignore_eos": True}})
+    _, body = generate(
+        triton,
+        {"text_input": "Hi", "return_num_output_tokens": True, "parameters": {"max_tokens": 3, "ignore_eos": True}},
+    )
     assert body["num_output_tokens"] == 3
 
 
 def test_n_completions(triton):
-    _, body = generate(triton, {"text_input": "Hi", "return_num_output_tokens": True, "exclude_input_in_output": True,
-                                "sampling_parameters": json.dumps({"n": 3, "max_tokens": 4, "ignore_eos": True,
-                                                                   "seed": 1})})
+    _, body = generate(
+        triton,
+        {
+            "text_input": "Hi",
+            "return_num_output_tokens": True,
+            "exclude_input_in_output": True,
+            "sampling_parameters": json.dumps({"n": 3, "max_tokens": 4, "ignore_eos": True, "seed": 1}),
+        },
+    )
     assert body["num_output_tokens"] == [4, 4, 4]
     assert len(body["text_output"]) == 3
 
 
 def test_false_string_is_false(triton):
     # detokenize "false" must turn detokenization off: bool("false") would have left it on.
-    _, off = generate(triton, {"text_input": "Hi", "exclude_input_in_output": True, "return_num_output_tokens": True,
-                               "sampling_parameters": json.dumps({"max_tokens": 4, "ignore_eos": True,
-                                                                  "detokenize": "false"})})
-    _, on = generate(triton, {"text_input": "Hi", "exclude_input_in_output": True,
-                              "sampling_parameters": json.dumps({"max_tokens": 4, "ignore_eos": True,
-                                                                 "detokenize": "true"})})
+    _, off = generate(
+        triton,
+        {
+            "text_input": "Hi",
+            "exclude_input_in_output": True,
+            "return_num_output_tokens": True,
+            "sampling_parameters": json.dumps({"max_tokens": 4, "ignore_eos": True, "detokenize": "false"}),
+        },
+    )
+    _, on = generate(
+        triton,
+        {
+            "text_input": "Hi",
+            "exclude_input_in_output": True,
+            "sampling_parameters": json.dumps({"max_tokens": 4, "ignore_eos": True, "detokenize": "true"}),
+        },
+    )
     assert off["num_output_tokens"] == 4 and off["text_output"] == ""
     assert on["text_output"] != ""
 
@@ -226,16 +264,28 @@ def test_false_string_is_false(triton):
 
 def test_structured_output_choice(triton):
     for seed in range(3):
-        _, body = generate(triton, {"text_input": "Answer:", "exclude_input_in_output": True,
-                                    "sampling_parameters": json.dumps({"max_tokens": 10, "seed": seed,
-                                                                       "structured_outputs": {"choice": ["yes", "no"]}})})
+        _, body = generate(
+            triton,
+            {
+                "text_input": "Answer:",
+                "exclude_input_in_output": True,
+                "sampling_parameters": json.dumps(
+                    {"max_tokens": 10, "seed": seed, "structured_outputs": {"choice": ["yes", "no"]}}
+                ),
+            },
+        )
         assert body["text_output"] in ("yes", "no"), body
 
 
 def test_structured_output_regex_through_the_older_key(triton):
-    _, body = generate(triton, {"text_input": "Number:", "exclude_input_in_output": True,
-                                "sampling_parameters": json.dumps({"max_tokens": 10,
-                                                                   "guided_decoding": {"regex": "[0-9]{3}"}})})
+    _, body = generate(
+        triton,
+        {
+            "text_input": "Number:",
+            "exclude_input_in_output": True,
+            "sampling_parameters": json.dumps({"max_tokens": 10, "guided_decoding": {"regex": "[0-9]{3}"}}),
+        },
+    )
     assert len(body["text_output"]) == 3 and body["text_output"].isdigit(), body
 
 
@@ -243,9 +293,16 @@ def test_structured_output_json_schema(triton):
     # A random-weight model loves whitespace, which JSON allows between tokens; an enum keeps the document short.
     schema = {"type": "string", "enum": ["alpha", "beta"]}
     for seed in range(2):
-        _, body = generate(triton, {"text_input": "JSON:", "exclude_input_in_output": True,
-                                    "sampling_parameters": json.dumps({"max_tokens": 100, "seed": seed,
-                                                                       "structured_outputs": {"json": schema}})})
+        _, body = generate(
+            triton,
+            {
+                "text_input": "JSON:",
+                "exclude_input_in_output": True,
+                "sampling_parameters": json.dumps(
+                    {"max_tokens": 100, "seed": seed, "structured_outputs": {"json": schema}}
+                ),
+            },
+        )
         assert json.loads(body["text_output"]) in ("alpha", "beta"), body
 
 
@@ -254,8 +311,14 @@ def test_structured_output_json_schema(triton):
 
 def test_lora_adapter_from_multi_lora_json_changes_the_output(triton):
     def greedy(**extra):
-        _, body = generate(triton, {"text_input": "Hello world", "exclude_input_in_output": True,
-                                    "sampling_parameters": json.dumps({"max_tokens": 12, "temperature": 0, **extra})})
+        _, body = generate(
+            triton,
+            {
+                "text_input": "Hello world",
+                "exclude_input_in_output": True,
+                "sampling_parameters": json.dumps({"max_tokens": 12, "temperature": 0, **extra}),
+            },
+        )
         return body["text_output"]
 
     base, adapted = greedy(), greedy(lora_name="doll")
@@ -269,8 +332,10 @@ def test_lora_adapter_from_multi_lora_json_changes_the_output(triton):
 @pytest.mark.parametrize(
     "sampling, fragment",
     [
-        (json.dumps({"temprature": 0.5}), 'sampling_parameters.temprature: is not a vLLM sampling parameter (did you '
-                                          'mean "temperature"?)'),
+        (
+            json.dumps({"temprature": 0.5}),
+            'sampling_parameters.temprature: is not a vLLM sampling parameter (did you mean "temperature"?)',
+        ),
         (json.dumps({"max_tokens": "8k"}), "sampling_parameters.max_tokens: must be an integer"),
         (json.dumps({"temperature": -1}), "sampling_parameters.temperature"),
         (json.dumps({"top_p": 7}), "top_p"),
@@ -311,7 +376,7 @@ def test_cancellation_mid_stream_aborts_the_request_in_the_engine(triton):
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
     client.async_stream_infer(MODEL, tensor_inputs("Hello", {"max_tokens": 480, "ignore_eos": True}, stream=True))
     for _ in range(3):
-        result, error = responses.get(timeout=60)
+        _, error = responses.get(timeout=60)
         assert error is None
     client.stop_stream(cancel_requests=True)
     client.close()
@@ -333,11 +398,17 @@ def test_cancellation_mid_stream_aborts_the_request_in_the_engine(triton):
 def test_32_concurrent_streams_each_get_all_their_tokens(triton):
     async def one(client, i):
         async def requests():
-            yield {"model_name": MODEL, "inputs": tensor_inputs(f"Request {i}", {"max_tokens": 48, "ignore_eos": True,
-                                                                                 "seed": i}, stream=True,
-                                                               return_num_output_tokens=True,
-                                                               return_finish_reason=True),
-                   "request_id": str(i)}
+            yield {
+                "model_name": MODEL,
+                "inputs": tensor_inputs(
+                    f"Request {i}",
+                    {"max_tokens": 48, "ignore_eos": True, "seed": i},
+                    stream=True,
+                    return_num_output_tokens=True,
+                    return_finish_reason=True,
+                ),
+                "request_id": str(i),
+            }
 
         tokens, reason = 0, None
         stream = client.stream_infer(requests())
@@ -366,8 +437,14 @@ def test_32_concurrent_streams_each_get_all_their_tokens(triton):
 def test_metrics_are_reported(triton):
     wait_metrics_flushed()
     before = scrape_metrics(triton)
-    _, body = generate(triton, {"text_input": "Count me", "return_num_input_tokens": True,
-                                "sampling_parameters": json.dumps({"max_tokens": 10, "ignore_eos": True})})
+    _, body = generate(
+        triton,
+        {
+            "text_input": "Count me",
+            "return_num_input_tokens": True,
+            "sampling_parameters": json.dumps({"max_tokens": 10, "ignore_eos": True}),
+        },
+    )
     wait_metrics_flushed()
     after = scrape_metrics(triton)
 
@@ -377,8 +454,12 @@ def test_metrics_are_reported(triton):
     assert delta("vllm:generation_tokens_total") == 10
     assert delta("vllm:prompt_tokens_total") == body["num_input_tokens"]
     assert delta("vllm:request_success_total", finished_reason="length") == 1
-    for histogram in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-                      "vllm:time_per_output_token_seconds", "vllm:request_generation_tokens"):
+    for histogram in (
+        "vllm:time_to_first_token_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+        "vllm:request_generation_tokens",
+    ):
         assert delta(f"{histogram}_count") == 1, histogram
     assert delta("vllm:request_generation_tokens_sum") == 10
     assert metric(after, "vllm:num_requests_running") == 0
@@ -392,8 +473,11 @@ def test_gauges_see_running_requests(triton):
 
         async def one(i):
             async def requests():
-                yield {"model_name": MODEL, "inputs": tensor_inputs("x", {"max_tokens": 400, "ignore_eos": True},
-                                                                    stream=True)}
+                yield {
+                    "model_name": MODEL,
+                    "inputs": tensor_inputs("x", {"max_tokens": 400, "ignore_eos": True}, stream=True),
+                }
+
             stream = client.stream_infer(requests())
             try:
                 async for result, error in stream:

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from vllm_repo.errors import UsageError
 from vllm_repo.backend import BackendInstallError, backend_target, bundled_backend_path, install_backend
+from vllm_repo.errors import UsageError
 
 
 def test_installs_into_a_backends_directory(tmp_path):

@@ -8,10 +8,9 @@ import re
 
 import pytest
 
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.server import TritonServer
-
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
@@ -19,8 +18,10 @@ MODELS = {
     # name: (config.pbtxt extra, model.json text)
     "typo": ("", json.dumps({"model": "/nonexistent", "gpu_memory_utilisation": 0.5})),
     "badjson": ("", '{"model": "/nonexistent",\n  "dtype": "float32",,\n}'),
-    "badparam": ('parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "maybe" } }\n',
-                 json.dumps({"model": "/nonexistent"})),
+    "badparam": (
+        'parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "maybe" } }\n',
+        json.dumps({"model": "/nonexistent"}),
+    ),
     "nojson": ("", None),
     "lora": ("", json.dumps({"model": "/nonexistent", "enable_lora": True})),
 }
@@ -41,8 +42,11 @@ def test_load_errors_name_the_file_the_key_and_the_fix(tmp_path):
     finally:
         server.stop()
     log = server.log_text()
-    assert re.search(r'typo/1/model\.json: "gpu_memory_utilisation" is not a vLLM [\d.]+ engine argument '
-                     r'\(did you mean "gpu_memory_utilization"\?\)', log), log[-3000:]
+    assert re.search(
+        r'typo/1/model\.json: "gpu_memory_utilisation" is not a vLLM [\d.]+ engine argument '
+        r'\(did you mean "gpu_memory_utilization"\?\)',
+        log,
+    ), log[-3000:]
     assert re.search(r"badjson/1/model\.json:2:\d+: invalid JSON", log), log[-3000:]
     assert re.search(r'config\.pbtxt parameter REPORT_CUSTOM_METRICS: \\?"maybe\\?" is not a boolean', log), log[-3000:]
     assert re.search(r"nojson/1/model\.json: not found; each model version needs", log), log[-3000:]

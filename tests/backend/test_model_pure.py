@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,10 +15,32 @@ from vllm_repo.backend import model as backend
 
 # A stand-in for vLLM's SamplingParams field list (the real one is read from vLLM at initialize).
 SAMPLING_KEYS = [
-    "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "top_k", "min_p",
-    "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs",
-    "detokenize", "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
-    "output_kind", "structured_outputs", "logit_bias", "allowed_token_ids", "bad_words", "skip_clone",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "max_tokens",
+    "min_tokens",
+    "logprobs",
+    "prompt_logprobs",
+    "detokenize",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "include_stop_str_in_output",
+    "output_kind",
+    "structured_outputs",
+    "logit_bias",
+    "allowed_token_ids",
+    "bad_words",
+    "skip_clone",
 ]
 
 
@@ -35,8 +58,8 @@ def parse(sampling=None, request_params=None, default_max_tokens=None):
 
 def test_model_py_carries_the_same_contract_as_contract_py():
     as_tuples = lambda tensors: tuple((t.name, t.data_type, tuple(t.dims), t.optional) for t in tensors)  # noqa: E731
-    assert backend.INPUTS == as_tuples(contract.INPUTS)
-    assert backend.OUTPUTS == as_tuples(contract.OUTPUTS)
+    assert as_tuples(contract.INPUTS) == backend.INPUTS
+    assert as_tuples(contract.OUTPUTS) == backend.OUTPUTS
     assert set(backend.BOOLEAN_PARAMETERS) == set(contract.BOOLEAN_PARAMETERS)
     assert set(backend.INTEGER_PARAMETERS) == set(contract.INTEGER_PARAMETERS)
     assert set(backend.BOOLEAN_PARAMETERS + backend.INTEGER_PARAMETERS + backend.STRING_PARAMETERS) == set(
@@ -47,7 +70,7 @@ def test_model_py_carries_the_same_contract_as_contract_py():
 
 
 def test_model_py_imports_nothing_from_its_package_and_no_clashing_module_names():
-    source = open(backend.__file__, encoding="utf-8").read()
+    source = Path(backend.__file__).read_text(encoding="utf-8")
     imports = [line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert not [m for m in imports if m.startswith(("vllm_repo", "utils", "."))], imports
 
@@ -67,12 +90,17 @@ def test_parse_bool_false(value):
 
 @pytest.mark.parametrize("value", ["maybe", "", 2, 0.5, None, [True]])
 def test_parse_bool_rejects_other_values_naming_the_field(value):
-    with pytest.raises(backend.RequestError, match="^stream: .*not a boolean"):
+    with pytest.raises(backend.RequestError, match=r"^stream: .*not a boolean"):
         backend.parse_bool(value, "stream")
 
 
 def test_config_parameters_booleans_integers_and_errors():
-    cfg = {"parameters": {"REPORT_CUSTOM_METRICS": {"string_value": "false"}, "DEFAULT_MAX_TOKENS": {"string_value": "256"}}}
+    cfg = {
+        "parameters": {
+            "REPORT_CUSTOM_METRICS": {"string_value": "false"},
+            "DEFAULT_MAX_TOKENS": {"string_value": "256"},
+        }
+    }
     params = backend.config_parameters(cfg)
     assert backend.bool_parameter(params, "REPORT_CUSTOM_METRICS") is False
     assert backend.bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK") is False
@@ -131,8 +159,12 @@ def test_bad_values_name_the_field(params, field, fragment):
 
 @pytest.mark.parametrize(
     "raw, fragment",
-    [("{bad", "not valid JSON"), ("[1, 2]", "must be a JSON object"), ('"x"', "must be a JSON object"),
-     (b"\xff\xfe", "not valid UTF-8")],
+    [
+        ("{bad", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('"x"', "must be a JSON object"),
+        (b"\xff\xfe", "not valid UTF-8"),
+    ],
 )
 def test_malformed_sampling_json(raw, fragment):
     with pytest.raises(backend.RequestError) as err:
@@ -146,7 +178,7 @@ def test_request_parameters_merge_under_sampling_parameters_and_triton_keys_are_
     assert spec.kwargs["temperature"] == 0.2
     assert spec.kwargs["top_p"] == 0.5
     assert "triton_enable_empty_final_response" not in spec.kwargs
-    with pytest.raises(backend.RequestError, match="^parameter tempreature: .*did you mean"):
+    with pytest.raises(backend.RequestError, match=r"^parameter tempreature: .*did you mean"):
         parse(None, {"tempreature": 1})
 
 
@@ -161,8 +193,18 @@ def test_lora_name_and_structured_outputs_are_split_out():
         parse({"guided_decoding": {"regex": "a"}, "structured_outputs": {"regex": "b"}})
 
 
-STRUCTURED_FIELDS = ["json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace",
-                     "disable_additional_properties", "whitespace_pattern", "structural_tag", "_backend"]
+STRUCTURED_FIELDS = [
+    "json",
+    "regex",
+    "choice",
+    "grammar",
+    "json_object",
+    "disable_any_whitespace",
+    "disable_additional_properties",
+    "whitespace_pattern",
+    "structural_tag",
+    "_backend",
+]
 
 
 def test_structured_output_checks():
@@ -252,8 +294,14 @@ def test_version_check():
 
 
 def completion(index=0, text="", token_ids=(), cumulative_logprob=None, logprobs=None, finish_reason=None):
-    return SimpleNamespace(index=index, text=text, token_ids=list(token_ids), cumulative_logprob=cumulative_logprob,
-                           logprobs=logprobs, finish_reason=finish_reason)
+    return SimpleNamespace(
+        index=index,
+        text=text,
+        token_ids=list(token_ids),
+        cumulative_logprob=cumulative_logprob,
+        logprobs=logprobs,
+        finish_reason=finish_reason,
+    )
 
 
 def request_output(*completions, prompt="Hi", prompt_token_ids=(1, 2, 3)):
@@ -261,7 +309,7 @@ def request_output(*completions, prompt="Hi", prompt_token_ids=(1, 2, 3)):
 
 
 def as_dict(tensors):
-    return {name: value for name, value in tensors}
+    return dict(tensors)
 
 
 def test_text_only_by_default_with_prompt_prepended_once():
@@ -277,11 +325,23 @@ def test_text_only_by_default_with_prompt_prepended_once():
 def test_every_additional_output():
     Lp = lambda v: SimpleNamespace(logprob=v, rank=1, decoded_token="x")  # noqa: E731
     options = backend.OutputOptions(
-        stream=True, prepend_prompt=False, return_finish_reason=True, return_cumulative_logprob=True,
-        return_logprobs=True, return_num_input_tokens=True, return_num_output_tokens=True,
+        stream=True,
+        prepend_prompt=False,
+        return_finish_reason=True,
+        return_cumulative_logprob=True,
+        return_logprobs=True,
+        return_num_input_tokens=True,
+        return_num_output_tokens=True,
     )
-    ro = request_output(completion(text="ab", token_ids=(7, 8), cumulative_logprob=-1.5,
-                                   logprobs=[{7: Lp(-1.0)}, {8: Lp(-0.5)}], finish_reason="length"))
+    ro = request_output(
+        completion(
+            text="ab",
+            token_ids=(7, 8),
+            cumulative_logprob=-1.5,
+            logprobs=[{7: Lp(-1.0)}, {8: Lp(-0.5)}],
+            finish_reason="length",
+        )
+    )
     out = as_dict(backend.assemble_outputs(ro, options, first=True))
     assert out["text_output"].tolist() == [b"ab"]
     assert out["finish_reason"].tolist() == [b"length"]
@@ -295,8 +355,13 @@ def test_every_additional_output():
 
 
 def test_unfinished_and_missing_values():
-    options = backend.OutputOptions(stream=True, prepend_prompt=False, return_finish_reason=True,
-                                    return_cumulative_logprob=True, return_logprobs=True)
+    options = backend.OutputOptions(
+        stream=True,
+        prepend_prompt=False,
+        return_finish_reason=True,
+        return_cumulative_logprob=True,
+        return_logprobs=True,
+    )
     out = as_dict(backend.assemble_outputs(request_output(completion(text="a")), options, first=True))
     assert out["finish_reason"].tolist() == [b"None"]  # as the upstream backend reports an unfinished stream
     assert math.isnan(out["cumulative_logprob"][0])
@@ -322,13 +387,32 @@ def test_unicode_text_is_utf8():
 
 def test_metrics_accumulator_sums_until_taken_and_keeps_gauges():
     acc = backend.MetricsAccumulator()
-    finished = SimpleNamespace(finish_reason="length", e2e_latency=0.5, queued_time=0.01, num_prompt_tokens=3,
-                               num_generation_tokens=4, mean_time_per_output_token=0.02)
-    it = SimpleNamespace(num_prompt_tokens=3, num_generation_tokens=4, num_preempted_reqs=0,
-                         time_to_first_tokens_iter=[0.1], finished_requests=[finished])
+    finished = SimpleNamespace(
+        finish_reason="length",
+        e2e_latency=0.5,
+        queued_time=0.01,
+        num_prompt_tokens=3,
+        num_generation_tokens=4,
+        mean_time_per_output_token=0.02,
+    )
+    it = SimpleNamespace(
+        num_prompt_tokens=3,
+        num_generation_tokens=4,
+        num_preempted_reqs=0,
+        time_to_first_tokens_iter=[0.1],
+        finished_requests=[finished],
+    )
     acc.record(SimpleNamespace(num_running_reqs=2, num_waiting_reqs=1, kv_cache_usage=0.25), it)
-    acc.record(None, SimpleNamespace(num_prompt_tokens=0, num_generation_tokens=2, num_preempted_reqs=0,
-                                     time_to_first_tokens_iter=[], finished_requests=[]))
+    acc.record(
+        None,
+        SimpleNamespace(
+            num_prompt_tokens=0,
+            num_generation_tokens=2,
+            num_preempted_reqs=0,
+            time_to_first_tokens_iter=[],
+            finished_requests=[],
+        ),
+    )
     s = acc.take()
     assert (s["prompt_tokens"], s["generation_tokens"]) == (3, 6)
     assert s["finished_by_reason"] == {"length": 1}
@@ -355,11 +439,11 @@ def test_validation_field_names_the_parameter():
             super().__init__(message)
             self.parameter = parameter
 
-    assert backend.validation_field(VLLMValidationError("x", parameter="temperature")) == \
-        "sampling_parameters.temperature"
+    assert (
+        backend.validation_field(VLLMValidationError("x", parameter="temperature")) == "sampling_parameters.temperature"
+    )
     assert backend.validation_field(ValueError("top_p must be in (0, 1], got 7.0.")) == "sampling_parameters.top_p"
     assert backend.validation_field(ValueError("Something odd")) == "sampling_parameters"
-
 
 
 # -- auto-complete ---------------------------------------------------------------------------------------------------
@@ -397,9 +481,11 @@ class FakeAutoCompleteConfig:
 def test_auto_complete_fills_the_contract_into_a_minimal_config():
     cfg = backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig({"name": "m"})).as_dict()
     assert [(t["name"], t["data_type"], t["dims"], t["optional"]) for t in cfg["input"]] == [
-        (name, dtype, list(dims), optional) for name, dtype, dims, optional in backend.INPUTS]
+        (name, dtype, list(dims), optional) for name, dtype, dims, optional in backend.INPUTS
+    ]
     assert [(t["name"], t["data_type"], t["dims"]) for t in cfg["output"]] == [
-        (name, dtype, list(dims)) for name, dtype, dims, _ in backend.OUTPUTS]
+        (name, dtype, list(dims)) for name, dtype, dims, _ in backend.OUTPUTS
+    ]
     assert cfg["model_transaction_policy"] == {"decoupled": True} and cfg["max_batch_size"] == 0
 
 
@@ -412,7 +498,8 @@ def test_auto_complete_keeps_listed_tensors_and_rejects_contradictions():
         backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig(wrong))
     with pytest.raises(ValueError, match="decoupled"):
         backend.TritonPythonModel.auto_complete_config(
-            FakeAutoCompleteConfig({"model_transaction_policy": {"decoupled": False}}))
+            FakeAutoCompleteConfig({"model_transaction_policy": {"decoupled": False}})
+        )
     with pytest.raises(ValueError, match="max_batch_size"):
         backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig({"max_batch_size": 8}))
 
@@ -454,8 +541,15 @@ def test_the_cancellation_watcher_never_asks_a_finished_request():
     model._stop_watching = threading.Event()
     jobs = []
     for i in range(40):
-        job = backend._Job(request=None, sender=_FactorySender(), request_id=str(i), prompt={}, sampling_params=None,
-                           lora_request=None, options=None)
+        job = backend._Job(
+            request=None,
+            sender=_FactorySender(),
+            request_id=str(i),
+            prompt={},
+            sampling_params=None,
+            lora_request=None,
+            options=None,
+        )
         model._live[job.request_id] = job
         jobs.append(job)
     watcher = threading.Thread(target=model._watch)

@@ -18,8 +18,7 @@ runner = CliRunner()
 
 
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_repo", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env)
+    return subprocess.run([sys.executable, "-m", "vllm_repo", *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
 def test_a_usage_error_exits_2_with_its_hint(tmp_path):
@@ -40,8 +39,10 @@ def test_a_refusal_exits_1_with_its_hint(tmp_path):
 
 
 def test_the_same_usage_error_reads_the_same_from_every_command(tmp_path):
-    for args in (("validate", "--vllm-version", "banana", str(tmp_path)), ("schema", "show", "dtype",
-                                                                            "--vllm-version", "banana")):
+    for args in (
+        ("validate", "--vllm-version", "banana", str(tmp_path)),
+        ("schema", "show", "dtype", "--vllm-version", "banana"),
+    ):
         done = cli(*args)
         assert done.returncode == 2, args
         assert "error: 'banana' is not a vLLM version number" in done.stderr, args

@@ -57,8 +57,9 @@ def test_sliding_window_layers_need_fewer_blocks():
     # two groups of 12 layers share each block id
     assert lay.blocks_per_request == full_blocks + sliding_blocks
     assert lay.bytes_per_block == 16 * 2 * 8 * 64 * 2 * 12
-    uniform = kv_cache.layout([kv_cache.LayerKV(FULL, s.bytes_per_token) for s in specs], max_model_len=131072,
-                              max_num_batched_tokens=2048)
+    uniform = kv_cache.layout(
+        [kv_cache.LayerKV(FULL, s.bytes_per_token) for s in specs], max_model_len=131072, max_num_batched_tokens=2048
+    )
     assert lay.needed_bytes_one_request < uniform.needed_bytes_one_request / 1.9
 
 
@@ -90,8 +91,9 @@ def test_tokens_and_blocks_match_vllm_on_the_h200_runs():
     for run in doc["runs"]:
         arch = from_config(doc["model_configs"][run["preset"]])
         length = run["engine_kwargs"]["max_model_len"]
-        lay = kv_cache.layout(kv_cache.layer_specs(arch), max_model_len=length,
-                              max_num_batched_tokens=run["max_num_batched_tokens"])
+        lay = kv_cache.layout(
+            kv_cache.layer_specs(arch), max_model_len=length, max_num_batched_tokens=run["max_num_batched_tokens"]
+        )
         assert kv_cache.kv_tokens(lay, run["num_gpu_blocks"], length) == run["kv_cache_tokens"], run["name"]
         # and the blocks are what the logged available memory buys (to its 2-decimal rounding)
         blocks = lay.num_blocks(int(run["available_kv_gib"] * 2**30))

@@ -34,8 +34,9 @@ def test_budget_adds_up():
     assert est.max_concurrency == pytest.approx(est.kv_cache_tokens / 8192, rel=0.01)
 
 
-@pytest.mark.parametrize("version,util", [("0.6.4", 0.9), ("0.10.2", 0.9), ("0.20.1", 0.9), ("0.21.0", 0.92),
-                                          ("0.32.0", 0.92)])
+@pytest.mark.parametrize(
+    "version,util", [("0.6.4", 0.9), ("0.10.2", 0.9), ("0.20.1", 0.9), ("0.21.0", 0.92), ("0.32.0", 0.92)]
+)
 def test_default_utilization_by_release(version, util):
     assert run("qwen2.5-7b", version=version, max_model_len=4096).gpu_memory_utilization == util
 
@@ -52,10 +53,16 @@ def test_cudagraph_memory_subtracted_only_where_the_release_does():
     assert run("llama-3.1-8b", version="0.26.0", max_model_len=8192).cudagraph_gib == 0
 
 
-@pytest.mark.parametrize("gpu,context,expected", [
-    ("H100 80GB", "server", (8192, 1024)), ("H100 80GB", "llm", (16384, 1024)),
-    ("A100 80GB", "server", (2048, 256)), ("L40S", "llm", (8192, 256)), ("H200", "engine", (2048, 128)),
-])
+@pytest.mark.parametrize(
+    "gpu,context,expected",
+    [
+        ("H100 80GB", "server", (8192, 1024)),
+        ("H100 80GB", "llm", (16384, 1024)),
+        ("A100 80GB", "server", (2048, 256)),
+        ("L40S", "llm", (8192, 256)),
+        ("H200", "engine", (2048, 128)),
+    ],
+)
 def test_batch_defaults_by_gpu_and_usage_context(gpu, context, expected):
     est = run("qwen2.5-7b", gpu=gpu, usage_context=context, max_model_len=32768)
     assert (est.max_num_batched_tokens, est.max_num_seqs) == expected
@@ -110,10 +117,15 @@ def test_reproduces_the_h200_measurements():
     doc = json.loads((REPO / "bench/data/h200_calibration.json").read_text())
     for r in doc["runs"]:
         cfg = doc["model_configs"][r["preset"]]
-        est = estimate_model(r["preset"], "H200", vllm_version="0.26.0",
-                             facts=ModelFacts(r["preset"], cfg, "t", None, from_config(cfg)),
-                             usage_context=r["usage_context"], model_runner_v2=r["model_runner"] == "v2",
-                             **r["engine_kwargs"])
+        est = estimate_model(
+            r["preset"],
+            "H200",
+            vllm_version="0.26.0",
+            facts=ModelFacts(r["preset"], cfg, "t", None, from_config(cfg)),
+            usage_context=r["usage_context"],
+            model_runner_v2=r["model_runner"] == "v2",
+            **r["engine_kwargs"],
+        )
         assert est.activation_gib == pytest.approx(r["activation_gib"], abs=0.03), r["name"]
         # Qwen2 models load 0.1 GiB more than their parameters in 0.26 (Llama: exactly its parameters)
         assert est.weights_gib == pytest.approx(r["weights_gib"], abs=0.12), r["name"]
@@ -128,16 +140,22 @@ def test_constants_are_the_fit_of_the_recorded_runs():
 
     doc = calibrate.load()
     c0, a, b = calibrate.fit_activation(doc)
-    assert activation.ACTIVATION_BASE_GIB == pytest.approx(c0, abs=0.001)
-    assert activation.ACTIVATION_BYTES_PER_HIDDEN == pytest.approx(a, abs=0.01)
-    assert activation.ACTIVATION_BYTES_PER_INTERMEDIATE == pytest.approx(b, abs=0.01)
-    assert activation.CUDAGRAPH_MIB_PER_LAYER_GRAPH == pytest.approx(calibrate.fit_cudagraph(doc), abs=0.005)
-    assert activation.SAMPLER_BYTES_PER_LOGIT_SORTING == pytest.approx(calibrate.fit_sampler(doc), abs=0.1)
+    assert pytest.approx(c0, abs=0.001) == activation.ACTIVATION_BASE_GIB
+    assert pytest.approx(a, abs=0.01) == activation.ACTIVATION_BYTES_PER_HIDDEN
+    assert pytest.approx(b, abs=0.01) == activation.ACTIVATION_BYTES_PER_INTERMEDIATE
+    assert pytest.approx(calibrate.fit_cudagraph(doc), abs=0.005) == activation.CUDAGRAPH_MIB_PER_LAYER_GRAPH
+    assert pytest.approx(calibrate.fit_sampler(doc), abs=0.1) == activation.SAMPLER_BYTES_PER_LOGIT_SORTING
 
 
 def test_model_runner_v1_sampler_sets_the_peak_with_many_rows():
-    v1 = run("llama-3.1-8b", gpu="H200", usage_context="server", max_model_len=8192, enforce_eager=True,
-             model_runner_v2=False)
+    v1 = run(
+        "llama-3.1-8b",
+        gpu="H200",
+        usage_context="server",
+        max_model_len=8192,
+        enforce_eager=True,
+        model_runner_v2=False,
+    )
     v2 = run("llama-3.1-8b", gpu="H200", usage_context="server", max_model_len=8192, enforce_eager=True)
     assert v1.activation_gib > 2 * v2.activation_gib
     assert any("sampler" in n for n in v1.notes)

@@ -28,6 +28,7 @@ def hf_cache(tmp_path, monkeypatch):
 def no_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the network was used")
+
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
     monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", refuse)
 
@@ -52,8 +53,9 @@ def test_uncached_repo_is_none_for_validate(hf_cache, no_network):
 
 def test_cached_config_is_enough(hf_cache, no_network):
     cache_model(hf_cache, "meta-llama/Llama-3.1-8B-Instruct", config("llama-3.1-8b"))
-    est = estimate_for_engine_args({"model": "meta-llama/Llama-3.1-8B-Instruct", "max_model_len": 8192},
-                                   "H100 80GB", vllm_version="0.26.0")
+    est = estimate_for_engine_args(
+        {"model": "meta-llama/Llama-3.1-8B-Instruct", "max_model_len": 8192}, "H100 80GB", vllm_version="0.26.0"
+    )
     assert est is not None and est.fits
     assert est.weights_source == "parameter count from the architecture" and est.approximate["weights"]
 
@@ -72,8 +74,14 @@ def test_hf_hub_offline_env_means_offline(hf_cache, no_network, monkeypatch):
 
 def test_engine_args_from_model_json(tmp_path, no_network):
     d = model_dir(tmp_path, config("qwen2.5-7b"), weights=False)
-    args = {"model": str(d), "max_model_len": "16384", "gpu_memory_utilization": 0.45, "enforce_eager": "true",
-            "tensor_parallel_size": 1, "disable_log_stats": True}
+    args = {
+        "model": str(d),
+        "max_model_len": "16384",
+        "gpu_memory_utilization": 0.45,
+        "enforce_eager": "true",
+        "tensor_parallel_size": 1,
+        "disable_log_stats": True,
+    }
     est = estimate_for_engine_args(args, "L40S", vllm_version="0.26.0")
     assert (est.max_model_len, est.gpu_memory_utilization, est.enforce_eager) == (16384, 0.45, True)
     # values the schema rules reject are not the estimate's business
@@ -105,9 +113,13 @@ def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, monkey
     (tmp_path / "config.json").write_text(json.dumps(tiny_llama))
     size = write_safetensors(tmp_path / "model.safetensors", llama_tensors(tiny_llama))
     from vllm_repo.estimate.model_facts import read_safetensors_header
+
     header = read_safetensors_header(tmp_path / "model.safetensors")
-    tensors = {n: TensorInfo(dtype=v["dtype"], shape=v["shape"], data_offsets=tuple(v["data_offsets"]))
-               for n, v in header.items() if n != "__metadata__"}
+    tensors = {
+        n: TensorInfo(dtype=v["dtype"], shape=v["shape"], data_offsets=tuple(v["data_offsets"]))
+        for n, v in header.items()
+        if n != "__metadata__"
+    }
     calls = []
 
     def download(repo_id, filename, revision=None, token=None):
@@ -118,8 +130,9 @@ def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, monkey
     def metadata(repo_id, revision=None, token=None):
         calls.append((repo_id, "safetensors", token))
         files = {"model.safetensors": SafetensorsFileMetadata(metadata={}, tensors=tensors)}
-        return SafetensorsRepoMetadata(metadata=None, sharded=False, files_metadata=files,
-                                       weight_map={n: "model.safetensors" for n in tensors})
+        return SafetensorsRepoMetadata(
+            metadata=None, sharded=False, files_metadata=files, weight_map=dict.fromkeys(tensors, "model.safetensors")
+        )
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", metadata)
@@ -130,6 +143,7 @@ def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, monkey
 
 def test_gated_and_missing_repos_are_explained(hf_cache, monkeypatch):
     from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError
+
     from vllm_repo.estimate.model_facts import ModelFactsError
 
     response = types.SimpleNamespace(headers={}, request=None)  # what the errors read off an HTTP response
@@ -143,8 +157,11 @@ def test_gated_and_missing_repos_are_explained(hf_cache, monkeypatch):
     def unreachable(*args, **kwargs):
         raise OSError("connection refused")
 
-    for fake, message in ((gated, "gated: accept its licence"), (missing, "no such model"),
-                          (unreachable, "can't reach the Hugging Face Hub")):
+    for fake, message in (
+        (gated, "gated: accept its licence"),
+        (missing, "no such model"),
+        (unreachable, "can't reach the Hugging Face Hub"),
+    ):
         monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
         with pytest.raises(ModelFactsError, match=message):
             load_model_facts("org/model", offline=False)

@@ -33,8 +33,9 @@ def test_sharded_checkpoint_read_through_the_index(tmp_path, tiny_llama):
     b = write_safetensors(d / "model-00002-of-00002.safetensors", dict(tensors[half:]))
     weight_map = {n: "model-00001-of-00002.safetensors" for n, _ in tensors[:half]}
     weight_map |= {n: "model-00002-of-00002.safetensors" for n, _ in tensors[half:]}
-    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": a + b},
-                                                                "weight_map": weight_map}))
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": a + b}, "weight_map": weight_map})
+    )
     # a stray consolidated file (Mistral repos ship one) must not be counted twice
     write_safetensors(d / "consolidated.safetensors", dict(tensors))
     assert load_model_facts(str(d), offline=True).weights.total_bytes == a + b
@@ -47,16 +48,18 @@ def test_partial_download_falls_back_to_the_index_total(tmp_path, tiny_llama):
     tensors = list(llama_tensors(tiny_llama).items())
     write_safetensors(d / "model-00001-of-00002.safetensors", dict(tensors[:3]))
     weight_map = {n: f"model-0000{1 + (i >= 3)}-of-00002.safetensors" for i, (n, _) in enumerate(tensors)}
-    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 987654},
-                                                                "weight_map": weight_map}))
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 987654}, "weight_map": weight_map})
+    )
     weights = load_model_facts(str(d), offline=True).weights
     assert (weights.source, weights.total_bytes) == ("index total_size", 987654)
 
 
 def test_index_total_without_shards(tmp_path, tiny_llama):
     d = model_dir(tmp_path, tiny_llama, weights=False)
-    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456789},
-                                                               "weight_map": {"x": "model-1.safetensors"}}))
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 123456789}, "weight_map": {"x": "model-1.safetensors"}})
+    )
     facts = load_model_facts(str(d), offline=True)
     assert facts.weights.source == "index total_size" and facts.weights.total_bytes == 123456789
     est = weights_per_rank(facts)
@@ -81,6 +84,7 @@ def test_llama_8b_weights_match_vllm_model_loading():
     # vLLM logged "Loading model weights took 14.9888 GB" for Llama-3.1-8B-Instruct
     facts_cfg = config("llama-3.1-8b")
     from vllm_repo.estimate.model_facts import ModelFacts
+
     facts = ModelFacts("llama", facts_cfg, "test", None, from_config(facts_cfg))
     assert weights_per_rank(facts).bytes_per_rank / 2**30 == pytest.approx(14.9888, abs=0.01)
 
@@ -115,8 +119,9 @@ def test_float32_checkpoint_served_in_16_bit(tmp_path, tiny_llama):
     w32 = weights_per_rank(load_model_facts(str(d32), offline=True))
     w16 = weights_per_rank(load_model_facts(str(d16), offline=True))
     assert w32.bytes_per_rank == w16.bytes_per_rank
-    assert weights_per_rank(load_model_facts(str(d32), offline=True), dtype="float32").bytes_per_rank > \
-        1.9 * (w16.bytes_per_rank - rotary_cache_bytes(from_config(tiny_llama), 2))
+    assert weights_per_rank(load_model_facts(str(d32), offline=True), dtype="float32").bytes_per_rank > 1.9 * (
+        w16.bytes_per_rank - rotary_cache_bytes(from_config(tiny_llama), 2)
+    )
 
 
 def test_online_fp8_halves_linear_layers_only(tmp_path, tiny_llama):
@@ -132,9 +137,14 @@ def test_quantized_checkpoint_estimated_from_bits():
     # GPTQ int4, group 128: ~0.52 bytes per linear weight; embeddings stay 16-bit.
     cfg = dict(config("qwen2.5-7b"), quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128})
     from vllm_repo.estimate.model_facts import ModelFacts
+
     quant = weights_per_rank(ModelFacts("q", cfg, "t", None, from_config(cfg))).bytes_per_rank / 2**30
-    plain = weights_per_rank(ModelFacts("p", config("qwen2.5-7b"), "t", None,
-                                        from_config(config("qwen2.5-7b")))).bytes_per_rank / 2**30
+    plain = (
+        weights_per_rank(
+            ModelFacts("p", config("qwen2.5-7b"), "t", None, from_config(config("qwen2.5-7b")))
+        ).bytes_per_rank
+        / 2**30
+    )
     assert 5.0 < quant < 5.5 < 14 < plain  # vLLM logged 5.29 GiB for Qwen2.5-7B-Instruct-AWQ
 
 

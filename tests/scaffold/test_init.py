@@ -31,20 +31,25 @@ def test_writes_explicit_config_and_engine_args_that_pass_validate(tmp_path, hf_
     result = init_model(repo, str(hf_model))
 
     assert result.model_dir == repo / "tiny-llama"
-    assert sorted(p.relative_to(repo).as_posix() for p in result.files) == ["tiny-llama/1/model.json",
-                                                                           "tiny-llama/config.pbtxt"]
+    assert sorted(p.relative_to(repo).as_posix() for p in result.files) == [
+        "tiny-llama/1/model.json",
+        "tiny-llama/config.pbtxt",
+    ]
     config = parse_config(repo / "tiny-llama" / "config.pbtxt")
     assert config.name == "tiny-llama"
     assert config.backend == "vllm"
     assert config.max_batch_size == 0
     assert config.model_transaction_policy.decoupled is True
     types = model_config_pb2.DataType
-    assert [(i.name, types.Name(i.data_type), tuple(i.dims), i.optional) for i in config.input] == \
-        [(t.name, t.data_type, t.dims, t.optional) for t in contract.INPUTS]
-    assert [(o.name, types.Name(o.data_type), tuple(o.dims)) for o in config.output] == \
-        [(t.name, t.data_type, t.dims) for t in contract.OUTPUTS]
-    assert [(g.count, model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind)) for g in config.instance_group] == \
-        [(1, "KIND_MODEL")]
+    assert [(i.name, types.Name(i.data_type), tuple(i.dims), i.optional) for i in config.input] == [
+        (t.name, t.data_type, t.dims, t.optional) for t in contract.INPUTS
+    ]
+    assert [(o.name, types.Name(o.data_type), tuple(o.dims)) for o in config.output] == [
+        (t.name, t.data_type, t.dims) for t in contract.OUTPUTS
+    ]
+    assert [(g.count, model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind)) for g in config.instance_group] == [
+        (1, "KIND_MODEL")
+    ]
     assert config.parameters["REPORT_CUSTOM_METRICS"].string_value == "true"
 
     engine_args = json.loads((repo / "tiny-llama" / "1" / "model.json").read_text())
@@ -129,8 +134,9 @@ def test_a_killed_init_leaves_only_a_hidden_staging_directory_that_the_next_init
     assert sorted(p.name for p in repo.iterdir()) == ["tiny-llama"]
 
 
-@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", "has space", "", "-dash", "1", "x" * 129,
-                                  "semi;colon"])
+@pytest.mark.parametrize(
+    "name", ["../escape", "a/b", ".hidden", "has space", "", "-dash", "1", "x" * 129, "semi;colon"]
+)
 def test_unsafe_names_are_refused(tmp_path, hf_model, name):
     with pytest.raises(UsageError) as err:
         init_model(tmp_path / "repo", str(hf_model), name=name)
@@ -138,12 +144,15 @@ def test_unsafe_names_are_refused(tmp_path, hf_model, name):
     assert not (tmp_path / "repo").exists() or list((tmp_path / "repo").iterdir()) == []
 
 
-@pytest.mark.parametrize("model, name", [
-    ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B-Instruct"),
-    ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B-Instruct"),
-    ("/data/models/my model (v2)/", "my-model-v2"),
-    ("gpt2", "gpt2"),
-])
+@pytest.mark.parametrize(
+    "model, name",
+    [
+        ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B-Instruct"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B-Instruct"),
+        ("/data/models/my model (v2)/", "my-model-v2"),
+        ("gpt2", "gpt2"),
+    ],
+)
 def test_default_names_are_safe_directory_names(model, name):
     assert default_model_name(model) == name
 
@@ -152,10 +161,17 @@ def test_settings_are_typed_by_the_engine_args_schema():
     from vllm_repo.schema.loader import load_schema
 
     schema = load_schema("0.32.0")
-    settings = parse_settings(["max_model_len=4096", "enforce_eager=true", "revision=1234", "dtype=bfloat16",
-                               "gpu_memory_utilization=0.5"], schema)
-    assert settings == {"max_model_len": 4096, "enforce_eager": True, "revision": "1234", "dtype": "bfloat16",
-                        "gpu_memory_utilization": 0.5}
+    settings = parse_settings(
+        ["max_model_len=4096", "enforce_eager=true", "revision=1234", "dtype=bfloat16", "gpu_memory_utilization=0.5"],
+        schema,
+    )
+    assert settings == {
+        "max_model_len": 4096,
+        "enforce_eager": True,
+        "revision": "1234",
+        "dtype": "bfloat16",
+        "gpu_memory_utilization": 0.5,
+    }
 
 
 def test_a_bad_setting_is_refused_with_validate_findings_and_nothing_is_written(tmp_path, hf_model):

@@ -8,15 +8,29 @@ import pytest
 
 from vllm_repo.errors import UsageError
 from vllm_repo.estimate.fit import parse_gpu
-from vllm_repo.scaffold import InitError, init_model
+from vllm_repo.scaffold import init_model
 from vllm_repo.validate import validate_paths
 
-LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-            "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
-            "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
-            "tie_word_embeddings": False}
-LLAMA_70B = {**LLAMA_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
-             "num_hidden_layers": 80}
+LLAMA_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
+LLAMA_70B = {
+    **LLAMA_8B,
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+}
 
 
 @pytest.fixture
@@ -26,6 +40,7 @@ def model_dir(tmp_path):
         path.mkdir(parents=True)
         (path / "config.json").write_text(json.dumps(config))
         return path
+
     return make
 
 
@@ -55,8 +70,7 @@ def test_a_70b_model_is_spread_over_enough_gpus(tmp_path, model_dir):
 
 
 def test_the_users_tensor_parallel_size_is_kept_and_the_context_shrinks_instead(tmp_path, model_dir):
-    result = init_model(tmp_path / "repo", str(model_dir(LLAMA_70B, "llama-70b")), gpu="H100",
-                        tensor_parallel_size=2)
+    result = init_model(tmp_path / "repo", str(model_dir(LLAMA_70B, "llama-70b")), gpu="H100", tensor_parallel_size=2)
     args = engine_args(result)
     assert args["tensor_parallel_size"] == 2
     assert args["max_model_len"] < 131072
@@ -89,9 +103,15 @@ def test_an_unknown_gpu_is_a_clear_error(tmp_path, model_dir):
     assert not (tmp_path / "repo" / "llama-8b").exists()
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("H100", ("H100", None)), ("2xL4", ("L4", 2)), ("4 x A100 80GB", ("A100 80GB", 4)), ("L4x2", ("L4", 2)),
-    ("24", ("24", None)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("H100", ("H100", None)),
+        ("2xL4", ("L4", 2)),
+        ("4 x A100 80GB", ("A100 80GB", 4)),
+        ("L4x2", ("L4", 2)),
+        ("24", ("24", None)),
+    ],
+)
 def test_gpu_counts_are_read_from_the_name(text, expected):
     assert parse_gpu(text) == expected

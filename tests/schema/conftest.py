@@ -10,7 +10,7 @@ SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
 NEEDS_VLLM = pytest.mark.skipif(
     not SERVING_PYTHON,
     reason="needs an interpreter with vLLM installed: set VLLM_REPO_SERVING_PYTHON "
-           "(`eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\"`, which scripts/test.sh does)",
+    "(`eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\"`, which scripts/test.sh does)",
 )
 
 

@@ -51,8 +51,10 @@ def test_the_wheel_route_reproduces_a_real_import(serving_python: str) -> None:
     version = installed["vllm_version"]
     cache = Path(os.environ.get("VLLM_REPO_WHEEL_CACHE", schema_wheel.DEFAULT_CACHE))
     if not schema_wheel.is_cached(version, cache) and not os.environ.get("VLLM_REPO_FETCH_WHEELS"):
-        pytest.skip(f"the vllm {version} wheel is not cached in {cache} (about 300 MB; "
-                    "set VLLM_REPO_FETCH_WHEELS=1 to download it)")
+        pytest.skip(
+            f"the vllm {version} wheel is not cached in {cache} (about 300 MB; "
+            "set VLLM_REPO_FETCH_WHEELS=1 to download it)"
+        )
     from_wheel = schema_wheel.generate_from_wheel(version, serving_python, cache)
     assert from_wheel["source"] == "wheel" and installed["source"] == "import"
     assert set(from_wheel["fields"]) == set(installed["fields"])
@@ -74,13 +76,33 @@ def test_generate_from_wheel_on_the_command_line(serving_python: str, tmp_path: 
     # Without a cached one, the newest: the serving environment's release, which the live test above fetches too.
     version = (cached or [max(recorded, key=Version)])[0]
     out = tmp_path / "from-wheel.json"
-    result = subprocess.run([sys.executable, "-m", "vllm_repo", "schema", "generate", "--from-wheel", version,
-                             "--python", serving_python, "--output", str(out)],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_repo",
+            "schema",
+            "generate",
+            "--from-wheel",
+            version,
+            "--python",
+            serving_python,
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
     assert document["vllm_version"] == version and document["source"] == "wheel"
     assert _digest(document) == json.loads(RECORD.read_text())["releases"][version]["wheel_digest"]
-    missing_python = subprocess.run([sys.executable, "-m", "vllm_repo", "schema", "generate", "--from-wheel",
-                                     version], capture_output=True, text=True, cwd=tmp_path)
+    missing_python = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "schema", "generate", "--from-wheel", version],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert missing_python.returncode == 2 and "--python" in missing_python.stderr

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from tests.schema.conftest import NEEDS_VLLM
 from vllm_repo.schema import generate as schema_gen
-from vllm_repo.schema.loader import JSON_TYPES, bundled_versions
 from vllm_repo.schema.generate import clean_help, is_deprecated_text, to_json_value, type_info, type_info_from_source
+from vllm_repo.schema.loader import JSON_TYPES, bundled_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,21 +41,24 @@ class _Color(enum.Enum):
     BLUE = "blue"
 
 
-@pytest.mark.parametrize(("annotation", "types"), [
-    (Optional[int], {"integer", "null"}),
-    (int | None, {"integer", "null"}),
-    (Union[str, list[str], None], {"string", "array", "null"}),
-    (bool, {"boolean"}),
-    (float, {"number"}),
-    (dict[str, Any], {"object"}),
-    (_Config, {"object"}),
-    (_Model | None, {"object", "null"}),
-    (_Options, {"object"}),
-    (list[int], {"array"}),
-    (tuple[int, ...], {"array"}),
-    (set[str], {"array"}),
-    (Any, set(JSON_TYPES)),
-])
+@pytest.mark.parametrize(
+    ("annotation", "types"),
+    [
+        (Optional[int], {"integer", "null"}),  # noqa: UP045 (the spelling under test)
+        (int | None, {"integer", "null"}),
+        (Union[str, list[str], None], {"string", "array", "null"}),  # noqa: UP007
+        (bool, {"boolean"}),
+        (float, {"number"}),
+        (dict[str, Any], {"object"}),
+        (_Config, {"object"}),
+        (_Model | None, {"object", "null"}),
+        (_Options, {"object"}),
+        (list[int], {"array"}),
+        (tuple[int, ...], {"array"}),
+        (set[str], {"array"}),
+        (Any, set(JSON_TYPES)),
+    ],
+)
 def test_annotations_map_to_json_types(annotation: Any, types: set[str]) -> None:
     assert type_info(annotation).types == types
 
@@ -63,7 +66,7 @@ def test_annotations_map_to_json_types(annotation: Any, types: set[str]) -> None
 def test_literal_is_a_closed_choice_unless_any_string_is_allowed() -> None:
     closed = type_info(Literal["auto", "half"])
     assert closed.types == {"string"} and closed.literals == ["auto", "half"] and not closed.open_string
-    opened = type_info(Union[Literal["auto", "half"], str])
+    opened = type_info(Union[Literal["auto", "half"], str])  # noqa: UP007
     assert opened.open_string and opened.literals == ["auto", "half"]
     numbers = type_info(Literal[1, 2] | None)
     assert numbers.types == {"integer", "null"} and numbers.literals == [1, 2]
@@ -82,18 +85,21 @@ def test_enums_give_what_model_json_writes_as_choices() -> None:
 
 
 def test_class_objects_are_not_json() -> None:
-    info = type_info(Union[str, type[_Config]])
+    info = type_info(Union[str, type[_Config]])  # noqa: UP007
     assert info.types == {"string"} and info.unknown
 
 
-@pytest.mark.parametrize(("source", "types"), [
-    ("Optional[int]", {"integer", "null"}),
-    ("int | None", {"integer", "null"}),
-    ("Literal['a', 'b']", {"string"}),
-    ("list[str] | None", {"array", "null"}),
-    ("'SpeculativeConfig' | dict | None", {"object", "null"}),
-    ("Union[float, 'torch.dtype']", {"number", "string"}),
-])
+@pytest.mark.parametrize(
+    ("source", "types"),
+    [
+        ("Optional[int]", {"integer", "null"}),
+        ("int | None", {"integer", "null"}),
+        ("Literal['a', 'b']", {"string"}),
+        ("list[str] | None", {"array", "null"}),
+        ("'SpeculativeConfig' | dict | None", {"object", "null"}),
+        ("Union[float, 'torch.dtype']", {"number", "string"}),
+    ],
+)
 def test_annotations_given_as_text_map_without_their_namespace(source: str, types: set[str]) -> None:
     assert type_info_from_source(source, {}).types == types
 
@@ -130,18 +136,26 @@ def test_help_drops_command_line_only_advice() -> None:
     assert clean_help(argparse.SUPPRESS) is None
     assert clean_help("   ") is None
     assert clean_help("Use 50%% of memory.") == "Use 50% of memory."
-    text = "Speculative decoding configuration.\n\nShould either be a valid JSON string or JSON keys passed individually."
+    text = (
+        "Speculative decoding configuration.\n\nShould either be a valid JSON string or JSON keys passed individually."
+    )
     assert clean_help(text) == "Speculative decoding configuration."
     # Older releases follow the sentence with examples of the dotted command-line syntax.
-    older = ("Extra config.\n\nShould either be a valid JSON string or JSON keys passed individually. For example, "
-             "the following sets of arguments are equivalent:\n\n- `--json-arg '{\"key1\": 1}'`\n- `--json-arg.key1 1`\n")
+    older = (
+        "Extra config.\n\nShould either be a valid JSON string or JSON keys passed individually. For example, "
+        "the following sets of arguments are equivalent:\n\n- `--json-arg '{\"key1\": 1}'`\n- `--json-arg.key1 1`\n"
+    )
     assert clean_help(older) == "Extra config."
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is importable in this environment")
 def test_generate_without_vllm_fails_cleanly(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "vllm_repo", "schema", "generate", "--output",
-                             str(tmp_path / "x.json")], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "schema", "generate", "--output", str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert result.returncode == 1
     assert "cannot import vLLM" in result.stderr and "--python" in result.stderr
     assert "Traceback" not in result.stderr

@@ -10,8 +10,8 @@ import pytest
 from packaging.version import Version
 
 from vllm_repo.schema import history as key_history
-from vllm_repo.schema.loader import bundled_versions
 from vllm_repo.schema.history import CURATED, build_index, explain_missing_key, releases_with, replacement_for
+from vllm_repo.schema.loader import bundled_versions
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "engine_args"
 VERSIONS = list(bundled_versions())

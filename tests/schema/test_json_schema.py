@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from vllm_repo.schema.loader import bundled_versions, load_schema
 from vllm_repo.schema.json_schema import model_json_schema
+from vllm_repo.schema.loader import bundled_versions, load_schema
 
 NEWEST = bundled_versions()[-1]
 
@@ -36,17 +36,33 @@ def test_every_bundled_release_gives_a_valid_schema(version: str) -> None:
 
 
 def test_a_good_model_json_validates() -> None:
-    good = {"model": "/models/llama", "dtype": "bfloat16", "max_model_len": 4096, "gpu_memory_utilization": 0.85,
-            "enforce_eager": True, "tensor_parallel_size": 2, "max_num_seqs": 64, "seed": 0,
-            "trust_remote_code": False, "quantization": None, "compilation_config": {"mode": 3}}
+    good = {
+        "model": "/models/llama",
+        "dtype": "bfloat16",
+        "max_model_len": 4096,
+        "gpu_memory_utilization": 0.85,
+        "enforce_eager": True,
+        "tensor_parallel_size": 2,
+        "max_num_seqs": 64,
+        "seed": 0,
+        "trust_remote_code": False,
+        "quantization": None,
+        "compilation_config": {"mode": 3},
+    }
     assert _errors(NEWEST, good) == {}
     # An integer is a valid JSON number (gpu_memory_utilization: 1).
     assert _errors(NEWEST, {"model": "m", "gpu_memory_utilization": 1}) == {}
 
 
 def test_classic_mistakes_are_rejected_where_they_are() -> None:
-    bad = {"model": "m", "dtype": "bf16", "enforce_eager": "true", "max_model_len": "8k", "max_num_seqs": 1.5,
-           "temperature": 0.7}
+    bad = {
+        "model": "m",
+        "dtype": "bf16",
+        "enforce_eager": "true",
+        "max_model_len": "8k",
+        "max_num_seqs": 1.5,
+        "temperature": 0.7,
+    }
     errors = _errors(NEWEST, bad)
     assert set(errors) == {"dtype", "enforce_eager", "max_model_len", "max_num_seqs", "additionalProperties"}
     assert "temperature" in errors["additionalProperties"]
@@ -65,8 +81,11 @@ def test_descriptions_come_from_vllm_help_text() -> None:
 
 def test_a_key_of_an_older_release_is_unknown_to_a_newer_schema() -> None:
     old = [v for v in bundled_versions() if "disable_log_requests" in load_schema(v).fields]
-    new = [v for v in bundled_versions() if "disable_log_requests" not in load_schema(v).fields
-           and "enable_log_requests" in load_schema(v).fields]
+    new = [
+        v
+        for v in bundled_versions()
+        if "disable_log_requests" not in load_schema(v).fields and "enable_log_requests" in load_schema(v).fields
+    ]
     if not old or not new:
         pytest.skip("no bundled release pair around the disable_log_requests rename")
     instance = {"model": "m", "disable_log_requests": True}

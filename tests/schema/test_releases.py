@@ -9,7 +9,7 @@ from vllm_repo.serve import ngc
 
 
 def test_the_estimator_models_the_newest_bundled_release():
-    assert NEWEST_KNOWN == bundled_versions()[-1]
+    assert bundled_versions()[-1] == NEWEST_KNOWN
 
 
 def test_every_ngc_container_maps_to_a_bundled_schema_of_its_own_minor_release():

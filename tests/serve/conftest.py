@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME  # noqa: F401
+from tests.serving_env import needs_serving as NEEDS_SERVING  # noqa: F401
 from vllm_repo.scaffold import init_model
 
 ROOT = Path(__file__).resolve().parents[2]
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME  # noqa: F401
-from tests.serving_env import needs_serving as NEEDS_SERVING  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -22,8 +22,12 @@ def tiny_model(tmp_path_factory) -> Path:
     if not SERVING_PYTHON:
         pytest.skip("needs VLLM_REPO_SERVING_PYTHON to build the tiny model")
     out = tmp_path_factory.mktemp("models") / "tiny-llama"
-    subprocess.run([SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return out
 
 
@@ -31,8 +35,13 @@ def tiny_model(tmp_path_factory) -> Path:
 def tiny_repository(tiny_model, tmp_path_factory) -> Path:
     """A repository made by init for the tiny model, with settings a 2-core CPU serves in seconds."""
     repo = tmp_path_factory.mktemp("serve") / "model_repository"
-    init_model(repo, str(tiny_model), name="tiny", max_model_len=512,
-               settings={"distributed_executor_backend": "uni", "enforce_eager": True})
+    init_model(
+        repo,
+        str(tiny_model),
+        name="tiny",
+        max_model_len=512,
+        settings={"distributed_executor_backend": "uni", "enforce_eager": True},
+    )
     return repo
 
 

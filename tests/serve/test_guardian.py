@@ -13,8 +13,10 @@ from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.processes import process_group_members
 
 # A "server" that ignores nothing and starts a child in its group, like tritonserver and its stub.
-SERVER = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); " \
-         "time.sleep(600)"
+SERVER = (
+    "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+    "time.sleep(600)"
+)
 
 
 def start_group() -> subprocess.Popen:

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vllm_repo_cli
+from vllm_repo.errors import UsageError
+from vllm_repo.scaffold import init_model
 from vllm_repo.serve import launch, ngc
 from vllm_repo.serve.docker import docker_plan
-from vllm_repo.errors import UsageError
 from vllm_repo.serve.errors import LaunchError
 from vllm_repo.serve.launch import cpu_settings, prepare_launch, root_error
 from vllm_repo.serve.ports import check_ports
-from vllm_repo.scaffold import init_model
-from vllm_repo.serve.server_files import find_server
 from vllm_repo.serve.python_env import probe_python
+from vllm_repo.serve.server_files import find_server
 
 
 @pytest.fixture
@@ -52,8 +52,9 @@ def test_the_same_port_twice_is_refused():
 
 
 def test_cli_port_in_use_is_a_clear_error_before_anything_starts(repo, busy_port, tmp_path):
-    done = subprocess.run(vllm_repo_cli("launch", str(repo), "--http-port", str(busy_port)),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        vllm_repo_cli("launch", str(repo), "--http-port", str(busy_port)), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1
     assert f"HTTP port {busy_port}" in done.stderr and "--http-port" in done.stderr
     assert "Traceback" not in done.stderr
@@ -81,17 +82,25 @@ def test_a_python_without_vllm_is_refused_by_name():
 
 def test_numpy_2_is_refused_for_the_embedded_server():
     info = probe_python(sys.executable)
-    fake = type(info)(executable=info.executable, version=info.version, libdir=info.libdir,
-                      numpy_version="2.1.0", vllm_version="0.32.0")
-    with pytest.raises(LaunchError, match="numpy 2.1.0"):
+    fake = type(info)(
+        executable=info.executable,
+        version=info.version,
+        libdir=info.libdir,
+        numpy_version="2.1.0",
+        vllm_version="0.32.0",
+    )
+    with pytest.raises(LaunchError, match=r"numpy 2\.1\.0"):
         launch.check_serving_python(fake, strict_numpy=True)
     assert launch.check_serving_python(fake, strict_numpy=False)  # elsewhere: a warning
 
 
 def test_cpu_settings_bound_the_kv_cache_unless_the_user_did(repo):
     env, notes = cpu_settings(repo, {})
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": str(launch.CPU_KVCACHE_GIB), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                   "OMP_NUM_THREADS": "1"}
+    assert env == {
+        "VLLM_CPU_KVCACHE_SPACE": str(launch.CPU_KVCACHE_GIB),
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
+    }
     assert notes
 
     env, _ = cpu_settings(repo, {"VLLM_CPU_KVCACHE_SPACE": "4", "OMP_NUM_THREADS": "2"})
@@ -104,11 +113,11 @@ def test_cpu_settings_bound_the_kv_cache_unless_the_user_did(repo):
     assert "VLLM_CPU_KVCACHE_SPACE" not in env
 
 
-REAL_FAILURE_LOG = r'''I1129 20:07:54.860242 12727 pb_stub.cc:366] "Failed to initialize Python stub: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
+REAL_FAILURE_LOG = r"""I1129 20:07:54.860242 12727 pb_stub.cc:366] "Failed to initialize Python stub: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
 E1129 20:07:55.144148 12727 backend_model.cc:692] "ERROR: Failed to create instance: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
 E1129 20:07:55.144330 12727 model_lifecycle.cc:642] "failed to load 'tiny' version 1: Internal: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
 Error: Failed to initialize NVML
-error: creating server: Internal - failed to load all models'''
+error: creating server: Internal - failed to load all models"""
 
 
 def test_root_error_prefers_the_models_load_failure():
@@ -116,13 +125,15 @@ def test_root_error_prefers_the_models_load_failure():
 
 
 def test_root_error_follows_vllms_see_root_cause_above():
-    log = "\n".join([
-        "(EngineCore pid=1) ERROR Traceback (most recent call last):",
-        "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be stored "
-        "in KV cache (512).",
-        'E1129 20:07:55.144330 12727 model_lifecycle.cc:642] "failed to load \'tiny\' version 1: Internal: '
-        'RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"',
-    ])
+    log = "\n".join(
+        [
+            "(EngineCore pid=1) ERROR Traceback (most recent call last):",
+            "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be stored "
+            "in KV cache (512).",
+            "E1129 20:07:55.144330 12727 model_lifecycle.cc:642] \"failed to load 'tiny' version 1: Internal: "
+            'RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"',
+        ]
+    )
     assert root_error(log).startswith("model 'tiny' failed to load: ValueError: The model's max seq len (4096)")
 
 
@@ -143,8 +154,12 @@ def test_ngc_container_matches_the_vllm_release():
 
 
 def test_docker_dry_run_prints_the_matching_container_command(repo, hf_model):
-    done = subprocess.run(vllm_repo_cli("launch", str(repo), "--docker", "--dry-run", "--vllm-version", "0.10.2",
-                                        "--http-port", "9000"), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        vllm_repo_cli("launch", str(repo), "--docker", "--dry-run", "--vllm-version", "0.10.2", "--http-port", "9000"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     command = done.stdout
     assert "nvcr.io/nvidia/tritonserver:25.10-vllm-python-py3" in command
@@ -214,8 +229,7 @@ def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_ru
         "    def execute(self, requests):\n"
         "        return []\n"
     )
-    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(),
-                          python=SERVING_PYTHON)
+    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
     plan.backend_source = backend
     servers = []
     real_server_for = launch.server_for
@@ -226,12 +240,13 @@ def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_ru
 
     launch.server_for, saved = remember, launch.server_for
     try:
-        with pytest.raises(LaunchError) as err:
-            launch.run_server(plan, out=open(os.devnull, "w"), ready_timeout=120)
+        with pytest.raises(LaunchError) as err, open(os.devnull, "w") as devnull:
+            launch.run_server(plan, out=devnull, ready_timeout=120)
     finally:
         launch.server_for = saved
-    assert err.value.message.endswith("model 'tiny' failed to load: ValueError: tokenizer files are missing from "
-                                      "/nowhere")
+    assert err.value.message.endswith(
+        "model 'tiny' failed to load: ValueError: tokenizer files are missing from /nowhere"
+    )
     server = servers[0]
     assert err.value.log_path == server.log_path and "failed to load 'tiny'" in server.log_path.read_text()
     server.log_path.unlink()
@@ -266,22 +281,38 @@ def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, rep
     shutil.copytree(real / "backends" / "python", root / "backends" / "python")
     info = probe_python(sys.executable)
     for version, own in (("0.11.0", True), ("0.27.1", False)):
-        monkeypatch.setattr(launch, "probe_python", lambda exe, v=version: info.__class__(
-            executable=info.executable, version=info.version, libdir=info.libdir, numpy_version="1.26.4",
-            vllm_version=v))
-        plan = prepare_launch(repo, tritonserver=root / "bin" / "tritonserver", http_port=_free(),
-                              grpc_port=_free(), metrics_port=_free())
+        monkeypatch.setattr(
+            launch,
+            "probe_python",
+            lambda exe, v=version: info.__class__(
+                executable=info.executable,
+                version=info.version,
+                libdir=info.libdir,
+                numpy_version="1.26.4",
+                vllm_version=v,
+            ),
+        )
+        plan = prepare_launch(
+            repo, tritonserver=root / "bin" / "tritonserver", http_port=_free(), grpc_port=_free(), metrics_port=_free()
+        )
         assert (plan.backend_directory == root / "backends") is own
         assert any("own vLLM backend" in n for n in plan.notes) is own
 
 
 def test_docker_without_a_reachable_daemon_is_a_clear_error(repo):
     docker = shutil.which("docker")
-    if docker and subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
-                                 capture_output=True).returncode == 0:
+    if (
+        docker
+        and subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True).returncode
+        == 0
+    ):
         pytest.skip("a Docker daemon answers here: the container would really be pulled and started")
-    done = subprocess.run(vllm_repo_cli("launch", str(repo), "--docker", "--vllm-version", "0.11.0"),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        vllm_repo_cli("launch", str(repo), "--docker", "--vllm-version", "0.11.0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     expected = "Docker daemon is not reachable" if docker else "docker is not installed"
     assert expected in done.stderr and "--dry-run" in done.stderr and "Traceback" not in done.stderr

@@ -22,8 +22,16 @@ def _free() -> int:
 
 def fresh_copy(dest):
     """The project's files as a clone would have them (tracked and new, not ignored: no .venv, no caches)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         source = ROOT / rel
         if source.is_file():
@@ -38,10 +46,18 @@ def test_quickstart_runs_end_to_end_from_a_fresh_copy(tmp_path):
     # The caches (serving venv, Triton files) are shared with the test run; everything else is the new user's.
     if "VLLM_REPO_CACHE" in os.environ:
         env["VLLM_REPO_CACHE"] = os.environ["VLLM_REPO_CACHE"]
-    env.update(QUICKSTART_HTTP_PORT=str(_free()), QUICKSTART_GRPC_PORT=str(_free()),
-               QUICKSTART_METRICS_PORT=str(_free()))
-    done = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=1200, start_new_session=True)
+    env.update(
+        QUICKSTART_HTTP_PORT=str(_free()), QUICKSTART_GRPC_PORT=str(_free()), QUICKSTART_METRICS_PORT=str(_free())
+    )
+    done = subprocess.run(
+        ["bash", "scripts/quickstart.sh"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        start_new_session=True,
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-6000:]
     for step in ("vllm-repo init", "vllm-repo validate", "vllm-repo launch", "vllm-repo infer", "stop"):

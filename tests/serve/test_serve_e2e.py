@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
+from vllm_repo.scaffold import init_model
 from vllm_repo.serve.errors import InferError
 from vllm_repo.serve.infer import infer
-from vllm_repo.scaffold import init_model
 from vllm_repo.serve.processes import process_group_members
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
@@ -119,14 +119,36 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | None = None) -> Launched:
     ports = (free_port(), free_port(), free_port())
-    cmd = vllm_repo_cli("launch", str(repo), "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
-                        "--metrics-port", str(ports[2]), "--python", SERVING_PYTHON, *extra)
+    cmd = vllm_repo_cli(
+        "launch",
+        str(repo),
+        "--http-port",
+        str(ports[0]),
+        "--grpc-port",
+        str(ports[1]),
+        "--metrics-port",
+        str(ports[2]),
+        "--python",
+        SERVING_PYTHON,
+        *extra,
+    )
     launched = Launched(
-        proc=subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True, env={**os.environ, **(env or {})}),
-        url=f"http://127.0.0.1:{ports[0]}", ports=ports, lines=[], shm_before=shm_names())
-    reader = threading.Thread(target=lambda: launched.lines.extend(iter(launched.proc.stdout.readline, "")),
-                              daemon=True)
+        proc=subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        ),
+        url=f"http://127.0.0.1:{ports[0]}",
+        ports=ports,
+        lines=[],
+        shm_before=shm_names(),
+    )
+    reader = threading.Thread(
+        target=lambda: launched.lines.extend(iter(launched.proc.stdout.readline, "")), daemon=True
+    )
     reader.start()
     if not wait_ready:
         # Note the server's pid while it lives, to check its process group once it is gone.
@@ -203,8 +225,14 @@ def test_launch_prints_endpoints_and_a_working_curl_example(server):
 
 def test_infer_streams_text_as_it_arrives(server):
     pieces: list[str] = []
-    completion = infer("tiny", "Triton Inference Server serves", url=server.url, max_tokens=32,
-                       params={"ignore_eos": True}, on_text=pieces.append)
+    completion = infer(
+        "tiny",
+        "Triton Inference Server serves",
+        url=server.url,
+        max_tokens=32,
+        params={"ignore_eos": True},
+        on_text=pieces.append,
+    )
     assert len(pieces) >= 2 and "".join(pieces) == completion.text
     assert completion.num_output_tokens == 32
     assert completion.finish_reason == "length"
@@ -223,16 +251,47 @@ def test_infer_no_stream_gives_one_response(server):
 
 
 def test_infer_cli_streams_and_shows_outputs(server):
-    done = subprocess.run(vllm_repo_cli("infer", "tiny", "The quick brown fox", "--url", server.url, "--max-tokens",
-                                        "12", "--param", "ignore_eos=true", "--param", "temperature=0",
-                                        "--show-outputs"), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        vllm_repo_cli(
+            "infer",
+            "tiny",
+            "The quick brown fox",
+            "--url",
+            server.url,
+            "--max-tokens",
+            "12",
+            "--param",
+            "ignore_eos=true",
+            "--param",
+            "temperature=0",
+            "--show-outputs",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     assert "finish_reason=length" in done.stderr and "output_tokens=12" in done.stderr
     # temperature 0 is deterministic: the same request gives the same text.
-    again = subprocess.run(vllm_repo_cli("infer", "tiny", "The quick brown fox", "--url", server.url, "--max-tokens",
-                                         "12", "--param", "ignore_eos=true", "--param", "temperature=0"),
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        vllm_repo_cli(
+            "infer",
+            "tiny",
+            "The quick brown fox",
+            "--url",
+            server.url,
+            "--max-tokens",
+            "12",
+            "--param",
+            "ignore_eos=true",
+            "--param",
+            "temperature=0",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.stdout == done.stdout
 
 
@@ -256,8 +315,12 @@ def test_engine_metrics_are_on_the_metrics_port(server):
 def test_infer_unknown_model_and_no_server_are_clear_errors(server):
     with pytest.raises(InferError, match="no model 'nope'"):
         infer("nope", "Hello", url=server.url)
-    done = subprocess.run(vllm_repo_cli("infer", "tiny", "Hello", "--url", f"http://127.0.0.1:{free_port()}"),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        vllm_repo_cli("infer", "tiny", "Hello", "--url", f"http://127.0.0.1:{free_port()}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "no Triton server answers" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -280,8 +343,13 @@ def test_a_model_vllm_refuses_fails_with_vllms_own_reason(tiny_model, tmp_path):
     """The KV cache cannot hold one max_model_len sequence: vLLM's EngineCore refuses, and launch reports that
     reason (not "Engine core initialization failed") and exits non-zero, leaving nothing behind."""
     repo = tmp_path / "model_repository"
-    init_model(repo, str(tiny_model), name="tiny", max_model_len=512,
-               settings={"distributed_executor_backend": "uni", "kv_cache_memory_bytes": 4096})
+    init_model(
+        repo,
+        str(tiny_model),
+        name="tiny",
+        max_model_len=512,
+        settings={"distributed_executor_backend": "uni", "kv_cache_memory_bytes": 4096},
+    )
     launched = start_launch(repo, wait_ready=False)
     try:
         code, _ = launched.wait_exit(READY_TIMEOUT)
@@ -304,7 +372,7 @@ def test_sigterm_while_the_model_is_still_loading_stops_everything(tiny_reposito
     launched = start_launch(tiny_repository, wait_ready=False)
     try:
         deadline = time.monotonic() + 60
-        while launched.server_pid is None or "waiting for" not in launched.output and time.monotonic() < deadline:
+        while launched.server_pid is None or ("waiting for" not in launched.output and time.monotonic() < deadline):
             assert launched.proc.poll() is None, launched.output
             time.sleep(0.2)
         time.sleep(3)  # the stub is importing vLLM / starting the engine now

@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.processes import process_group_members, shm_segments
 from vllm_repo.serve.python_env import probe_python
 from vllm_repo.serve.server import TritonServer
 from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
 
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
-
 pytestmark = [pytest.mark.e2e, needs_serving]
 
-ECHO_BACKEND = '''
+ECHO_BACKEND = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -41,7 +40,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "text_output", pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy()[::-1].copy())])
             for r in requests]
-'''
+"""
 
 
 @pytest.fixture
@@ -81,7 +80,10 @@ def test_layout_backend_directory(tmp_path, echo_backend):
     version = probe_python(SERVING_PYTHON).version
     dest = layout_backend_directory(tmp_path / "b", home, version, backend_source=echo_backend)
     assert sorted(p.name for p in (dest / "python").iterdir()) == [
-        "libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py"]
+        "libtriton_python.so",
+        "triton_python_backend_stub",
+        "triton_python_backend_utils.py",
+    ]
     assert os.access(dest / "python" / "triton_python_backend_stub", os.X_OK)
     assert (dest / "vllm" / "model.py").read_text() == ECHO_BACKEND
     with pytest.raises(TritonServerError, match=r"no Python backend stub for Python 2\.7 \(it has: .*3\.11"):
@@ -92,8 +94,9 @@ def test_layout_backend_directory(tmp_path, echo_backend):
 
 def test_start_serve_stop_leaves_nothing(tmp_path, echo_backend):
     repo = make_repo(tmp_path / "repo", "echo")
-    with TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME,
-                      backend_source=echo_backend) as server:
+    with TritonServer(
+        repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend
+    ) as server:
         server.wait_ready(timeout=120)
         assert server.host == "127.0.0.1"
         assert generate(server, "echo", "héllo")["text_output"] == "héllo"
@@ -110,7 +113,7 @@ def test_start_serve_stop_leaves_nothing(tmp_path, echo_backend):
 
 def test_two_servers_side_by_side_get_distinct_ports_and_shm_prefixes(tmp_path, echo_backend):
     repo = make_repo(tmp_path / "repo", "echo")
-    kwargs = dict(serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend)
+    kwargs = {"serving_python": SERVING_PYTHON, "triton_home": TRITON_HOME, "backend_source": echo_backend}
     with TritonServer(repo, **kwargs) as a, TritonServer(repo, **kwargs) as b:
         a.wait_ready(120)
         b.wait_ready(120)
@@ -125,7 +128,7 @@ def test_a_model_that_fails_to_load_raises_with_the_servers_reason(tmp_path, ech
     server = TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend)
     server.start()
     try:
-        with pytest.raises(TritonServerError, match="(?s)exited with status.*this model refuses to load"):
+        with pytest.raises(TritonServerError, match=r"(?s)exited with status.*this model refuses to load"):
             server.wait_ready(timeout=120)
     finally:
         server.stop()
@@ -137,8 +140,9 @@ def test_port_in_use_is_refused_before_starting(tmp_path, echo_backend):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        server = TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME,
-                              http_port=busy.getsockname()[1])
+        server = TritonServer(
+            repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, http_port=busy.getsockname()[1]
+        )
         with pytest.raises(TritonServerError, match=r"HTTP port \d+ on 127.0.0.1 is in use"):
             server.start()
     assert server.process is None
@@ -149,8 +153,9 @@ def test_a_caller_blocking_sigterm_still_gets_a_stoppable_server(tmp_path, echo_
     repo = make_repo(tmp_path / "repo", "echo")
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
-        with TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME,
-                          backend_source=echo_backend) as server:
+        with TritonServer(
+            repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend
+        ) as server:
             server.wait_ready(120)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_repo.serve.shm_watch import SharedMemoryWatch
 from vllm_repo.serve.processes import process_group_members
+from vllm_repo.serve.shm_watch import SharedMemoryWatch
 
 DEV_SHM = Path("/dev/shm")
 pytestmark = pytest.mark.skipif(not DEV_SHM.is_dir(), reason="needs /dev/shm (Linux)")
@@ -32,8 +32,9 @@ time.sleep(600)
 
 
 def hold(name: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(DEV_SHM / name)], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(DEV_SHM / name)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     assert proc.stdout.readline().strip() == "mapped"
     return proc
 
@@ -76,8 +77,9 @@ def test_a_segment_still_used_by_a_survivor_is_kept():
     tag = secrets.token_hex(4)
     name = f"psm_test_{tag}_shared"
     server = hold(name)
-    reader = subprocess.Popen([sys.executable, "-c", HOLDER, str(DEV_SHM / name)], stdout=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(DEV_SHM / name)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         assert reader.stdout.readline().strip() == "mapped"
         watch = SharedMemoryWatch(server.pid)
@@ -96,8 +98,12 @@ def test_a_segment_made_while_the_group_shuts_down_is_caught_by_background_polli
     tag = secrets.token_hex(4)
     name = f"psm_test_{tag}_late"
     # Starts mapping a moment after it is launched, as an engine process does while it is being stopped.
-    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)\n" + HOLDER, str(DEV_SHM / name)],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    late = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(0.5)\n" + HOLDER, str(DEV_SHM / name)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         watch = SharedMemoryWatch(late.pid)
         watch.poll()  # nothing mapped yet

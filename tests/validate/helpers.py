@@ -16,8 +16,14 @@ class RepoBuilder:
     def __init__(self, root: Path):
         self.root = root
 
-    def model(self, name: str = "llm", config: str | None = OFFICIAL_CONFIG, engine_args=GOOD_ENGINE_ARGS,
-              version: str = "1", files: dict[str, str] | None = None) -> Path:
+    def model(
+        self,
+        name: str = "llm",
+        config: str | None = OFFICIAL_CONFIG,
+        engine_args=GOOD_ENGINE_ARGS,
+        version: str = "1",
+        files: dict[str, str] | None = None,
+    ) -> Path:
         model_dir = self.root / name
         model_dir.mkdir(parents=True, exist_ok=True)
         if config is not None:

@@ -4,8 +4,6 @@ import json
 import subprocess
 import sys
 
-from tests.validate.helpers import OFFICIAL_CONFIG
-
 
 def vllm_repo(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "vllm_repo", *args], capture_output=True, text=True, cwd=cwd)
@@ -62,9 +60,11 @@ def test_newer_unbundled_release_maps_to_nearest_schema(repo):
 
 def test_validate_does_not_import_vllm_or_torch(repo):
     repo.model("llm")
-    code = ("import sys; from vllm_repo.cli import main; sys.argv=['vllm-repo','validate',%r];\n"
-            "try: main()\nexcept SystemExit: pass\n"
-            "heavy=[m for m in ('vllm','torch','transformers','grpc','tritonclient.grpc') if m in sys.modules]\n"
-            "print('HEAVY', heavy)") % str(repo.root)
+    code = (
+        f"import sys; from vllm_repo.cli import main; sys.argv=['vllm-repo','validate',{str(repo.root)!r}];\n"
+        "try: main()\nexcept SystemExit: pass\n"
+        "heavy=[m for m in ('vllm','torch','transformers','grpc','tritonclient.grpc') if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr

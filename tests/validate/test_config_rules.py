@@ -2,7 +2,7 @@
 
 from tests.validate.helpers import codes, only, run
 
-FULL = '''name: "llm"
+FULL = """name: "llm"
 backend: "vllm"
 max_batch_size: 0
 model_transaction_policy { decoupled: true }
@@ -13,7 +13,7 @@ input [
 output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
 instance_group [ { count: 1 kind: KIND_MODEL } ]
 parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }
-'''
+"""
 
 
 def test_full_explicit_config_is_clean(repo):
@@ -47,6 +47,14 @@ def test_vr203_missing_backend_and_python_backend(repo):
     result = run(repo.root)
     by_model = {d.file.split("/")[-2]: d.severity.value for d in result.diagnostics if d.code == "VR203"}
     assert by_model == {"a": "error", "b": "info", "c": "info"}
+
+
+def test_vr203_another_backend_is_noted_only_when_it_has_engine_args(repo):
+    repo.model("onnx_with_args", config='backend: "onnxruntime"\n')
+    repo.model("onnx_plain", config='backend: "onnxruntime"\n', engine_args=None, files={"1/model.onnx": ""})
+    found = [d for d in run(repo.root).diagnostics if d.code == "VR203"]
+    assert [d.file.split("/")[-2] for d in found] == ["onnx_with_args"]
+    assert "does not read model.json" in found[0].message and "checked as a vLLM model" not in found[0].message
 
 
 def test_vr204_explicit_decoupled_false_only(repo):

@@ -1,7 +1,5 @@
 """VR3xx model.json rules, against the bundled EngineArgs schema of vLLM 0.32.0."""
 
-import json
-
 from tests.validate.helpers import codes, only, run
 
 

@@ -21,25 +21,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_repo.validate.diagnostics import Diagnostic, Severity
 from vllm_repo.repository.model_config import model_config_pb2
 from vllm_repo.schema.loader import load_schema
+from vllm_repo.validate import PathError, ValidationResult, validate_paths
+from vllm_repo.validate.diagnostics import Diagnostic, Severity
 from vllm_repo.validate.reporters import REPORTERS
 from vllm_repo.validate.rules.vr3_model_json import RANGES
-from vllm_repo.validate import PathError, ValidationResult, validate_paths
 
 VERSION = "0.32.0"
 SCHEMA = load_schema(VERSION)
 KEYS = sorted(SCHEMA.fields)
 # Real model repositories to mutate, when present (the same collection the real-world test reads).
-REALWORLD = Path(os.environ.get("VLLM_REPO_REALWORLD_REPOS")
-                 or Path(__file__).resolve().parents[3] / "shared" / "data" / "realworld_repos")
+REALWORLD = Path(
+    os.environ.get("VLLM_REPO_REALWORLD_REPOS")
+    or Path(__file__).resolve().parents[3] / "shared" / "data" / "realworld_repos"
+)
 
 # VLLM_REPO_FUZZ_SCALE=10 for a longer hunt; the default keeps this file at about a minute.
 SCALE = float(os.environ.get("VLLM_REPO_FUZZ_SCALE", "1"))
-FUZZ = settings(max_examples=int(1500 * SCALE), deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.large_base_example])
+FUZZ = settings(
+    max_examples=int(1500 * SCALE),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 
 RICH_CONFIG = """\
 name: "llm"
@@ -58,10 +63,22 @@ parameters: { key: "max_sessions" value: { string_value: "8" } }
 """
 PEER_CONFIG = 'backend: "vllm"\ninstance_group [ { count: 1 kind: KIND_GPU gpus: [ 0 ] } ]\n'
 HF_MODEL = "@local-hf-model@"  # replaced by the path of a local model directory with a Hugging Face config.json
-GOOD_HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096, "num_attention_heads": 32,
-                  "num_key_value_heads": 8, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
-GOOD_ARGS = {"model": HF_MODEL, "gpu_memory_utilization": 0.4, "enable_lora": True,
-             "tensor_parallel_size": 1, "disable_log_stats": True, "max_model_len": 2048, "dtype": "bfloat16"}
+GOOD_HF_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "max_position_embeddings": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+}
+GOOD_ARGS = {
+    "model": HF_MODEL,
+    "gpu_memory_utilization": 0.4,
+    "enable_lora": True,
+    "tensor_parallel_size": 1,
+    "disable_log_stats": True,
+    "max_model_len": 2048,
+    "dtype": "bfloat16",
+}
 GOOD_LORA = {"alpaca": "/vllm_workspace/loras/alpaca", "sql": "org/sql-lora"}
 
 
@@ -77,9 +94,9 @@ def _realworld(name: str, limit: int = 40) -> list[str]:
     return found
 
 
-SEED_CONFIGS = [RICH_CONFIG, PEER_CONFIG] + _realworld("config.pbtxt")
-SEED_ARGS = [json.dumps(GOOD_ARGS, indent=2)] + _realworld("model.json")
-SEED_LORAS = [json.dumps(GOOD_LORA, indent=4)] + _realworld("multi_lora.json")
+SEED_CONFIGS = [RICH_CONFIG, PEER_CONFIG, *_realworld("config.pbtxt")]
+SEED_ARGS = [json.dumps(GOOD_ARGS, indent=2), *_realworld("model.json")]
+SEED_LORAS = [json.dumps(GOOD_LORA, indent=4), *_realworld("multi_lora.json")]
 
 
 class Workspace:
@@ -99,8 +116,14 @@ class Workspace:
         (peer / "config.pbtxt").write_text(PEER_CONFIG)
         (peer / "1" / "model.json").write_text(json.dumps({"model": "org/peer", "gpu_memory_utilization": 0.7}))
 
-    def write(self, *, config: bytes | None = None, engine_args: bytes | None = None, lora: bytes | None = None,
-              hf_config: bytes | None = None):
+    def write(
+        self,
+        *,
+        config: bytes | None = None,
+        engine_args: bytes | None = None,
+        lora: bytes | None = None,
+        hf_config: bytes | None = None,
+    ):
         engine_args = json.dumps(GOOD_ARGS).encode() if engine_args is None else engine_args
         local_model = json.dumps(str(self.hf_config.parent)).encode()
         self.engine_args.write_bytes(engine_args.replace(json.dumps(HF_MODEL).encode(), local_model))
@@ -130,8 +153,14 @@ def check(paths: list[Path], **options) -> ValidationResult:
 
 
 def assert_error_on(result: ValidationResult, path: Path) -> None:
-    errors = [d for d in result.diagnostics if d.severity is Severity.ERROR and d.file
-              and Path(d.file).name == path.name and Path(d.file).parent.name == path.parent.name]
+    errors = [
+        d
+        for d in result.diagnostics
+        if d.severity is Severity.ERROR
+        and d.file
+        and Path(d.file).name == path.name
+        and Path(d.file).parent.name == path.parent.name
+    ]
     assert errors, f"unparseable {path.name} passed: {[(d.code, d.file, d.message) for d in result.diagnostics]}"
 
 
@@ -149,20 +178,83 @@ def json_object_or_none(raw: bytes):
 
 # ------------------------------------------------------------------------------------------------- strategies
 
-HUGE_NUMBERS = st.sampled_from(["1e999", "-1e999", "9" * 400, "-" + "9" * 400, "1" + "0" * 4400, "1e-999",
-                                "NaN", "Infinity", "-Infinity", "nan", "0.0000000000000000000001", "-0", "1E+2"])
-ODD_STRINGS = ["", " ", "true", "False", "8k", "99999999999999999999k", "0.9", "1e999", "bf16", "auto", "fp8",
-               "~nobody_here/x", "~", "a\x00b", "\ud800", "x" * 5000, "/" * 300, "a/" * 3000, "../../etc", "/",
-               "org/model", "org/a/b", ".", "{\"a\": 1}", "[1, 2]", "[" * 3000, "KIND_GPU", "\u202e\u0301", "\n"]
+HUGE_NUMBERS = st.sampled_from(
+    [
+        "1e999",
+        "-1e999",
+        "9" * 400,
+        "-" + "9" * 400,
+        "1" + "0" * 4400,
+        "1e-999",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "nan",
+        "0.0000000000000000000001",
+        "-0",
+        "1E+2",
+    ]
+)
+ODD_STRINGS = [
+    "",
+    " ",
+    "true",
+    "False",
+    "8k",
+    "99999999999999999999k",
+    "0.9",
+    "1e999",
+    "bf16",
+    "auto",
+    "fp8",
+    "~nobody_here/x",
+    "~",
+    "a\x00b",
+    "\ud800",
+    "x" * 5000,
+    "/" * 300,
+    "a/" * 3000,
+    "../../etc",
+    "/",
+    "org/model",
+    "org/a/b",
+    ".",
+    '{"a": 1}',
+    "[1, 2]",
+    "[" * 3000,
+    "KIND_GPU",
+    "\u202e\u0301",
+    "\n",
+]
 HUGE_INTS = [2**31, 2**63, -(2**63) - 1, 10**18, 10**400, -(10**400), 10**4299]
 odd_strings = st.sampled_from(ODD_STRINGS) | st.text(max_size=30)
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from(HUGE_INTS),
-                         st.floats(), st.sampled_from([0.0, -0.0, 1.0, 1e308, -1e308, 5e-324]), odd_strings)
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
-                           | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from(HUGE_INTS),
+    st.floats(),
+    st.sampled_from([0.0, -0.0, 1.0, 1e308, -1e308, 5e-324]),
+    odd_strings,
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
 # Keys some rule reads on its own (ranges, choices, model lookup, LoRA, GPU sharing) come up more often.
-FOCUS_KEYS = sorted({*RANGES, "model", "revision", "enable_lora", "disable_log_stats", "trust_remote_code",
-                     *(k for k, f in SCHEMA.fields.items() if f.choices)} & set(KEYS))
+FOCUS_KEYS = sorted(
+    {
+        *RANGES,
+        "model",
+        "revision",
+        "enable_lora",
+        "disable_log_stats",
+        "trust_remote_code",
+        *(k for k, f in SCHEMA.fields.items() if f.choices),
+    }
+    & set(KEYS)
+)
 schema_keys = st.sampled_from(FOCUS_KEYS) | st.sampled_from(KEYS)
 any_key = schema_keys | st.text(max_size=40) | st.sampled_from(["temperature", "gpu_memory_utilisation", "", " model"])
 
@@ -174,8 +266,12 @@ def deep(depth: int, kind: str) -> str:
 @st.composite
 def dumped(draw, values) -> bytes:
     """JSON text in one of the ways people (and tools) write it: any indent, any key order, ASCII or not."""
-    text = json.dumps(draw(values), indent=draw(st.sampled_from([None, 0, 2, 4, "\t"])),
-                      ensure_ascii=draw(st.booleans()), sort_keys=False)
+    text = json.dumps(
+        draw(values),
+        indent=draw(st.sampled_from([None, 0, 2, 4, "\t"])),
+        ensure_ascii=draw(st.booleans()),
+        sort_keys=False,
+    )
     return text.encode("utf-8", "surrogatepass")
 
 
@@ -189,10 +285,14 @@ def mutated(draw, seeds: list[str]) -> bytes:
         if op == "truncate":
             del data[at:]
         elif op == "delete":
-            del data[at:at + draw(st.integers(1, 20))]
+            del data[at : at + draw(st.integers(1, 20))]
         elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8) | st.sampled_from(
-                [b"{", b"}", b"[", b"]", b":", b",", b'"', b"\\", b"#", b"\n", b"\xef\xbb\xbf", b"\xff", b"\x00"]))
+            data[at:at] = draw(
+                st.binary(min_size=1, max_size=8)
+                | st.sampled_from(
+                    [b"{", b"}", b"[", b"]", b":", b",", b'"', b"\\", b"#", b"\n", b"\xef\xbb\xbf", b"\xff", b"\x00"]
+                )
+            )
         elif op == "duplicate":
             end = min(len(data), at + draw(st.integers(1, 40)))
             data[at:at] = data[at:end]
@@ -241,10 +341,51 @@ def _pbtxt_vocabulary() -> list[str]:
                 walk(field.message_type)
 
     walk(pb2.ModelConfig.DESCRIPTOR)
-    syntax = ["{", "}", "[", "]", ":", ",", ";", "<", ">", "\n", " ", "#", '"', "'", "-", ".", "/",
-              '"vllm"', '"llm"', "'python'", '"\\x"', '"\\', '"\\u12"', '"\\777"', "true", "false", "True", "t",
-              "0", "-1", "1", "18446744073709551616", "-9223372036854775809", "1e999", "-inf", "nan", "0x1F",
-              "1.5", "[type.googleapis.com/inference.ModelConfig]", "[ext]", "key", "value", "string_value"]
+    syntax = [
+        "{",
+        "}",
+        "[",
+        "]",
+        ":",
+        ",",
+        ";",
+        "<",
+        ">",
+        "\n",
+        " ",
+        "#",
+        '"',
+        "'",
+        "-",
+        ".",
+        "/",
+        '"vllm"',
+        '"llm"',
+        "'python'",
+        '"\\x"',
+        '"\\',
+        '"\\u12"',
+        '"\\777"',
+        "true",
+        "false",
+        "True",
+        "t",
+        "0",
+        "-1",
+        "1",
+        "18446744073709551616",
+        "-9223372036854775809",
+        "1e999",
+        "-inf",
+        "nan",
+        "0x1F",
+        "1.5",
+        "[type.googleapis.com/inference.ModelConfig]",
+        "[ext]",
+        "key",
+        "value",
+        "string_value",
+    ]
     return sorted(names) + syntax
 
 
@@ -256,15 +397,27 @@ pbtxt_token_soup = st.lists(st.sampled_from(PBTXT_TOKENS), max_size=60).map(" ".
 def structured_config(draw) -> bytes:
     """A config.pbtxt that parses (mostly), with odd values in every field the rules read."""
     ints = st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 9)
-    names = st.sampled_from(["text_input", "stream", "sampling_parameters", "exclude_input_in_output",
-                             "return_num_output_tokens", "text_output", "max_tokens", "prompt", ""]) \
-        | st.text(max_size=8)
+    names = st.sampled_from(
+        [
+            "text_input",
+            "stream",
+            "sampling_parameters",
+            "exclude_input_in_output",
+            "return_num_output_tokens",
+            "text_output",
+            "max_tokens",
+            "prompt",
+            "",
+        ]
+    ) | st.text(max_size=8)
     dtypes = st.sampled_from(["TYPE_STRING", "TYPE_BOOL", "TYPE_INT32", "TYPE_FP16", "TYPE_INVALID", "TYPE_UINT64"])
 
     def tensor() -> str:
         dims = draw(st.lists(ints, max_size=4))
-        return (f"{{ name: {json.dumps(draw(names))} data_type: {draw(dtypes)} dims: {dims} "
-                f"optional: {str(draw(st.booleans())).lower()} }}")
+        return (
+            f"{{ name: {json.dumps(draw(names))} data_type: {draw(dtypes)} dims: {dims} "
+            f"optional: {str(draw(st.booleans())).lower()} }}"
+        )
 
     lines = []
     if draw(st.booleans()):
@@ -285,12 +438,20 @@ def structured_config(draw) -> bytes:
         groups.append(f"{{ count: {draw(st.integers(-(2**31), 2**31 - 1))} kind: {kind} gpus: {gpus} }}")
     if groups:
         lines.append("instance_group [ " + ", ".join(groups) + " ]")
-    keys = st.sampled_from(["REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "max_sessions",
-                            "gpu_memory_utilization",
-                            "REPORT_CUSTOM_METRIC", ""]) | st.text(max_size=12)
+    keys = st.sampled_from(
+        [
+            "REPORT_CUSTOM_METRICS",
+            "ENABLE_VLLM_HEALTH_CHECK",
+            "max_sessions",
+            "gpu_memory_utilization",
+            "REPORT_CUSTOM_METRIC",
+            "",
+        ]
+    ) | st.text(max_size=12)
     for _ in range(draw(st.integers(0, 4))):
-        value = draw(st.sampled_from(["true", "FALSE", "yes", "", "512", "-1", "0", "9" * 40, " 1 "])
-                     | st.text(max_size=12))
+        value = draw(
+            st.sampled_from(["true", "FALSE", "yes", "", "512", "-1", "0", "9" * 40, " 1 "]) | st.text(max_size=12)
+        )
         lines.append(f"parameters {{ key: {json.dumps(draw(keys))} value: {{ string_value: {json.dumps(value)} }} }}")
     order = draw(st.permutations(lines))
     return "\n".join(order).encode("utf-8", "surrogatepass")
@@ -304,10 +465,14 @@ engine_args_files = st.one_of(
     dumped(json_values),
     st.builds(lambda key, number: f'{{"model": "m", "{key}": {number}}}'.encode(), schema_keys, HUGE_NUMBERS),
     mutated(SEED_ARGS),
-    re_encoded(dumped(st.builds(lambda extra: {**GOOD_ARGS, **extra}, st.dictionaries(schema_keys, json_values,
-                                                                                         max_size=3)))),
-    st.builds(lambda depth, kind: f'{{"model": "m", "quantization": {deep(depth, kind)}}}'.encode(),
-              st.integers(1, 3000), st.sampled_from(["[", "{"])),
+    re_encoded(
+        dumped(st.builds(lambda extra: {**GOOD_ARGS, **extra}, st.dictionaries(schema_keys, json_values, max_size=3)))
+    ),
+    st.builds(
+        lambda depth, kind: f'{{"model": "m", "quantization": {deep(depth, kind)}}}'.encode(),
+        st.integers(1, 3000),
+        st.sampled_from(["[", "{"]),
+    ),
 )
 
 config_files = st.one_of(
@@ -331,13 +496,26 @@ lora_files = st.one_of(
 
 
 numbers = st.one_of(st.integers(), st.sampled_from(HUGE_INTS), st.floats(), st.integers(-3, 64))
-rope = st.fixed_dictionaries({}, optional={
-    "rope_type": st.sampled_from(["linear", "dynamic", "yarn", "llama3", "longrope", "su", "default"]) | json_scalars,
-    "type": st.sampled_from(["linear", "yarn"]) | json_scalars,
-    "factor": numbers | json_values, "original_max_position_embeddings": numbers | json_values})
-hf_fields = {"max_position_embeddings": numbers | json_values, "n_positions": numbers, "seq_length": numbers,
-             "num_attention_heads": numbers | json_values, "n_head": numbers, "num_key_value_heads": numbers,
-             "rope_scaling": rope | json_values, "rope_parameters": rope}
+rope = st.fixed_dictionaries(
+    {},
+    optional={
+        "rope_type": st.sampled_from(["linear", "dynamic", "yarn", "llama3", "longrope", "su", "default"])
+        | json_scalars,
+        "type": st.sampled_from(["linear", "yarn"]) | json_scalars,
+        "factor": numbers | json_values,
+        "original_max_position_embeddings": numbers | json_values,
+    },
+)
+hf_fields = {
+    "max_position_embeddings": numbers | json_values,
+    "n_positions": numbers,
+    "seq_length": numbers,
+    "num_attention_heads": numbers | json_values,
+    "n_head": numbers,
+    "num_key_value_heads": numbers,
+    "rope_scaling": rope | json_values,
+    "rope_parameters": rope,
+}
 hf_dicts = st.fixed_dictionaries({}, optional=hf_fields)
 hf_config_files = st.one_of(
     st.binary(max_size=200),
@@ -347,10 +525,19 @@ hf_config_files = st.one_of(
     mutated([json.dumps(GOOD_HF_CONFIG, indent=2)]),
 )
 # The engine arguments that the Hugging Face config is checked against.
-args_against_hf = st.fixed_dictionaries({"model": st.just(HF_MODEL)}, optional={
-    "max_model_len": numbers | json_scalars, "tensor_parallel_size": numbers | json_scalars,
-    "pipeline_parallel_size": numbers, "gpu_memory_utilization": numbers, "max_num_seqs": numbers,
-    "dtype": json_scalars, "quantization": json_scalars, "kv_cache_dtype": json_scalars, "revision": json_scalars}
+args_against_hf = st.fixed_dictionaries(
+    {"model": st.just(HF_MODEL)},
+    optional={
+        "max_model_len": numbers | json_scalars,
+        "tensor_parallel_size": numbers | json_scalars,
+        "pipeline_parallel_size": numbers,
+        "gpu_memory_utilization": numbers,
+        "max_num_seqs": numbers,
+        "dtype": json_scalars,
+        "quantization": json_scalars,
+        "kv_cache_dtype": json_scalars,
+        "revision": json_scalars,
+    },
 ).map(lambda d: json.dumps(d).encode("utf-8", "surrogatepass"))
 
 
@@ -379,7 +566,7 @@ def test_config_pbtxt_never_crashes(workspace: Workspace, raw: bytes):
     check([workspace.config])
     try:
         text_format.Parse(raw.decode("utf-8-sig"), model_config_pb2().ModelConfig())
-    except Exception:  # noqa: BLE001 - any failure to parse must be reported, whatever protobuf raises
+    except Exception:
         assert_error_on(whole, workspace.config)
 
 
@@ -404,15 +591,44 @@ def test_local_hugging_face_config_never_crashes(workspace: Workspace, raw: byte
     check([workspace.repo], gpu="L4", num_gpus=2)  # and the memory estimate on that config (VR6xx)
 
 
-EDGE_VALUES = [None, True, False, 0, -1, 1, 2**63, -(2**63), 10**400, -(10**400), 0.5, 1e308, -1e308, 1e-320,
-               math.inf, -math.inf, "", "true", "8k", "bf16", "auto", "~nobody_here/x", "x" * 5000, "a\x00b",
-               "\ud800", [], [1, "a", None], {}, {"a": {"b": [1]}}, json.loads(deep(200, "["))]
+EDGE_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2**63,
+    -(2**63),
+    10**400,
+    -(10**400),
+    0.5,
+    1e308,
+    -1e308,
+    1e-320,
+    math.inf,
+    -math.inf,
+    "",
+    "true",
+    "8k",
+    "bf16",
+    "auto",
+    "~nobody_here/x",
+    "x" * 5000,
+    "a\x00b",
+    "\ud800",
+    [],
+    [1, "a", None],
+    {},
+    {"a": {"b": [1]}},
+    json.loads(deep(200, "[")),
+]
 
 
 @pytest.mark.parametrize("value", EDGE_VALUES, ids=lambda v: type(v).__name__ + ":" + repr(v)[:20])
 def test_every_engine_arg_accepts_any_value_without_crashing(workspace: Workspace, value):
     """Every key of the schema set to one value of each JSON type: all at once, and with a sound `model`."""
-    every = {key: value for key in KEYS}
+    every = dict.fromkeys(KEYS, value)
     for data in (every, {**every, "model": "org/model"}):
         workspace.write(engine_args=json.dumps(data).encode("utf-8", "surrogatepass"))
         result = check([workspace.repo])
@@ -431,10 +647,29 @@ def test_deeply_nested_files_are_reported_not_crashed(workspace: Workspace, dept
     assert_error_on(check([workspace.repo]), workspace.config)  # ModelTransactionPolicy has no such field
 
 
-NAMES = st.sampled_from(["llm", "peer", "1", "2", "01", "0", "1.0", "\u0661", "model_v1", "config.pbtxt",
-                         "model.json", "multi_lora.json", "config.pbxt", ".DS_Store", "__pycache__", "a b", "\u00fcn",
-                         "-x", "x" * 50]) \
-    | st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=40)
+NAMES = st.sampled_from(
+    [
+        "llm",
+        "peer",
+        "1",
+        "2",
+        "01",
+        "0",
+        "1.0",
+        "\u0661",
+        "model_v1",
+        "config.pbtxt",
+        "model.json",
+        "multi_lora.json",
+        "config.pbxt",
+        ".DS_Store",
+        "__pycache__",
+        "a b",
+        "\u00fcn",
+        "-x",
+        "x" * 50,
+    ]
+) | st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=40)
 ENTRY_KINDS = ["dir", "config", "engine_args", "lora", "junk", "loop", "dangling", "empty"]
 
 
@@ -449,8 +684,13 @@ def layouts(draw) -> list[tuple[tuple[str, ...], str]]:
 
 
 def build(root: Path, entries) -> list[Path]:
-    contents = {"config": RICH_CONFIG.encode(), "engine_args": json.dumps(GOOD_ARGS).encode(),
-                "lora": json.dumps(GOOD_LORA).encode(), "junk": b"\x00\xff", "empty": b""}
+    contents = {
+        "config": RICH_CONFIG.encode(),
+        "engine_args": json.dumps(GOOD_ARGS).encode(),
+        "lora": json.dumps(GOOD_LORA).encode(),
+        "junk": b"\x00\xff",
+        "empty": b"",
+    }
     made = []
     for parts, kind in entries:
         path = root.joinpath(*parts)
@@ -494,9 +734,11 @@ def test_unencodable_text_in_findings_does_not_crash_the_cli(tmp_path):
     script = Path(sys.executable).with_name("vllm-repo")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_repo"]
     for fmt in ("text", "json", "github"):
-        done = subprocess.run([*command, "validate", "--vllm-version", VERSION, "--format", fmt,
-                               str(tmp_path / "repo")],
-                              capture_output=True, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
+        done = subprocess.run(
+            [*command, "validate", "--vllm-version", VERSION, "--format", fmt, str(tmp_path / "repo")],
+            capture_output=True,
+            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
+        )
         assert done.returncode == 1, done.stderr.decode("utf-8", "replace")
         assert b"Traceback" not in done.stderr
         assert b"VR302" in done.stdout and b"VR105" in done.stdout

@@ -1,6 +1,6 @@
 """VR1xx layout rules: each with a case that triggers it and one that must not."""
 
-from tests.validate.helpers import GOOD_ENGINE_ARGS, OFFICIAL_CONFIG, codes, only, run
+from tests.validate.helpers import OFFICIAL_CONFIG, codes, only, run
 
 
 def test_official_layout_is_clean(repo):
@@ -11,7 +11,7 @@ def test_official_layout_is_clean(repo):
 
 
 def test_vr101_missing_config_with_misnamed_file(repo):
-    model = repo.model("llm", config=None, files={"config.pbxt": OFFICIAL_CONFIG})
+    repo.model("llm", config=None, files={"config.pbxt": OFFICIAL_CONFIG})
     (d,) = only(run(repo.root), "VR101")
     assert d.severity.value == "error"
     assert "config.pbxt" in d.hint
@@ -30,7 +30,7 @@ def test_vr102_not_raised_with_numeric_version(repo):
 
 
 def test_vr103_model_json_beside_config_is_still_checked(repo):
-    model = repo.model("llm", engine_args=None, files={"model.json": '{"model": "m", "dtype": "bf16"}'})
+    repo.model("llm", engine_args=None, files={"model.json": '{"model": "m", "dtype": "bf16"}'})
     result = run(repo.root)
     (d,) = only(result, "VR103")
     assert d.file.endswith("llm/model.json") and "llm/1/model.json" in d.hint
@@ -41,7 +41,7 @@ def test_vr103_model_json_beside_config_is_still_checked(repo):
 def test_vr104_version_without_model_json_suggests_rename(repo):
     repo.model("llm", engine_args=None, files={"1/models.json": '{"model": "m"}'})
     (d,) = only(run(repo.root), "VR104")
-    assert "rename models.json to model.json" == d.hint
+    assert d.hint == "rename models.json to model.json"
 
 
 def test_vr105_stray_files(repo):

@@ -8,8 +8,13 @@ from tests.validate.helpers import codes, only, run
 def _local_model(tmp_path, **config):
     model = tmp_path / "weights" / "tiny"
     model.mkdir(parents=True)
-    base = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 12, "num_key_value_heads": 4,
-            "max_position_embeddings": 4096, "hidden_size": 768}
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 4096,
+        "hidden_size": 768,
+    }
     (model / "config.json").write_text(json.dumps({**base, **config}))
     return model
 

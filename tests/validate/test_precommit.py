@@ -26,9 +26,12 @@ PROJECT = Path(__file__).resolve().parents[2]
 HOOK_ID = "vllm-repo-validate"
 # Fixed identity and dates make the snapshot's commit id a function of the files alone.
 FIXED_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "vllm-repo tests", "GIT_AUTHOR_EMAIL": "tests@example.invalid",
-    "GIT_COMMITTER_NAME": "vllm-repo tests", "GIT_COMMITTER_EMAIL": "tests@example.invalid",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_AUTHOR_NAME": "vllm-repo tests",
+    "GIT_AUTHOR_EMAIL": "tests@example.invalid",
+    "GIT_COMMITTER_NAME": "vllm-repo tests",
+    "GIT_COMMITTER_EMAIL": "tests@example.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
 CONFIG = 'backend: "vllm"\n\ninstance_group [\n  {\n    count: 1\n    kind: KIND_MODEL\n  }\n]\n'
 GOOD_ARGS = {"model": "facebook/opt-125m", "gpu_memory_utilization": 0.5, "dtype": "bfloat16"}
@@ -36,8 +39,11 @@ GOOD_ARGS = {"model": "facebook/opt-125m", "gpu_memory_utilization": 0.5, "dtype
 
 def cache_dir() -> Path:
     configured = os.environ.get("VLLM_REPO_TEST_CACHE")
-    base = Path(configured) if configured else \
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm-repo" / "tests"
+    base = (
+        Path(configured)
+        if configured
+        else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm-repo" / "tests"
+    )
     return base / "pre-commit"
 
 
@@ -46,8 +52,9 @@ def git_env(home: Path) -> dict[str, str]:
     # No user or system git config: a global core.hooksPath or commit signing would change what is tested.
     empty = home / "gitconfig"
     empty.touch()
-    env.update(FIXED_GIT_ENV, GIT_CONFIG_GLOBAL=str(empty), GIT_CONFIG_NOSYSTEM="1",
-               PRE_COMMIT_HOME=str(cache_dir() / "home"))
+    env.update(
+        FIXED_GIT_ENV, GIT_CONFIG_GLOBAL=str(empty), GIT_CONFIG_NOSYSTEM="1", PRE_COMMIT_HOME=str(cache_dir() / "home")
+    )
     return env
 
 
@@ -57,8 +64,12 @@ def git(*args: str, cwd: Path, env: dict[str, str], check: bool = True) -> subpr
 
 def project_files() -> list[str]:
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                             cwd=PROJECT, check=True, capture_output=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=PROJECT,
+            check=True,
+            capture_output=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("the project is not a git checkout, so there is nothing to snapshot for pre-commit")
     names = sorted({n for n in out.decode().split("\0") if n})
@@ -94,8 +105,9 @@ def snapshot_project(env: dict[str, str]) -> tuple[Path, str]:
 
 
 def pre_commit(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def write_model(repo: Path, engine_args: dict) -> Path:

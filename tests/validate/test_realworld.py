@@ -10,10 +10,14 @@ import pytest
 
 from vllm_repo.validate import validate_paths
 
-CORPUS = Path(os.environ.get("VLLM_REPO_REALWORLD_REPOS",
-                             Path(__file__).resolve().parents[3] / "shared" / "data" / "realworld_repos"))
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"real-world corpus not found at {CORPUS} "
-                                "(set VLLM_REPO_REALWORLD_REPOS)")
+CORPUS = Path(
+    os.environ.get(
+        "VLLM_REPO_REALWORLD_REPOS", Path(__file__).resolve().parents[3] / "shared" / "data" / "realworld_repos"
+    )
+)
+pytestmark = pytest.mark.skipif(
+    not CORPUS.is_dir(), reason=f"real-world corpus not found at {CORPUS} (set VLLM_REPO_REALWORLD_REPOS)"
+)
 
 
 def folders() -> list[Path]:
@@ -25,8 +29,10 @@ def check(folder: str, version: str = "0.32.0"):
 
 
 def found(result, code: str, model: str | None = None, text: str = "") -> bool:
-    return any(d.code == code and (model is None or f"/{model}/" in f"{d.file}/") and text in d.message
-               for d in result.diagnostics)
+    return any(
+        d.code == code and (model is None or f"/{model}/" in f"{d.file}/") and text in d.message
+        for d in result.diagnostics
+    )
 
 
 @pytest.mark.parametrize("folder", [p.name for p in folders()])
@@ -65,8 +71,9 @@ def test_real_defects_are_found():
     assert found(r27, "VR204") and found(r27, "VR104")
     assert found(check("28_dxv2k__vllm_backend"), "VR303", text="enforce_eager")
     assert found(check("30_ScReameer__tritonserver-vllm-backend"), "VR504", text="1.65")
-    assert found(check("34_dborza__llm-serving"), "VR105", text=".DS_Store") or \
-        not any(p.name == ".DS_Store" for p in (CORPUS / "34_dborza__llm-serving").rglob("*"))
+    assert found(check("34_dborza__llm-serving"), "VR105", text=".DS_Store") or not any(
+        p.name == ".DS_Store" for p in (CORPUS / "34_dborza__llm-serving").rglob("*")
+    )
     r36 = check("36_Raytorin__triton-openai-gateway")
     assert found(r36, "VR202") and found(r36, "VR103")
 

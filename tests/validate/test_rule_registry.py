@@ -16,8 +16,9 @@ def test_codes_are_well_formed_and_names_unique():
 
 
 def test_every_rule_has_tests():
-    tests = "".join(p.read_text() for p in (ROOT / "tests" / "validate").glob("test_*.py")
-                    if p.name != Path(__file__).name)
+    tests = "".join(
+        p.read_text() for p in (ROOT / "tests" / "validate").glob("test_*.py") if p.name != Path(__file__).name
+    )
     untested = [r.code for r in all_rules() if r.code not in tests]
     assert untested == []
 

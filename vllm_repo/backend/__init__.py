@@ -51,8 +51,9 @@ def install_backend(directory: str | os.PathLike, *, name: str = "vllm", force: 
         if target.read_bytes() == source:
             return target, False
         if not force:
-            raise BackendInstallError(f"{target} already exists and differs from the bundled backend",
-                                      hint="pass --force to replace it")
+            raise BackendInstallError(
+                f"{target} already exists and differs from the bundled backend", hint="pass --force to replace it"
+            )
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".model.py.", dir=target.parent)

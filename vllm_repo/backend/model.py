@@ -36,10 +36,10 @@ import math
 import os
 import re
 import threading
-import time
 import traceback
 import uuid
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -309,8 +309,9 @@ def parse_sampling_parameters(
     allowed = set(allowed_keys) - _RESERVED_SAMPLING_KEYS
     merged: dict[str, tuple[str, Any]] = {}
     for source, raw in (("request parameter", request_parameters), ("sampling_parameters", sampling_json)):
-        for key, value in _load_json_object(raw, "sampling_parameters" if source != "request parameter" else
-                                            "parameters").items():
+        for key, value in _load_json_object(
+            raw, "sampling_parameters" if source != "request parameter" else "parameters"
+        ).items():
             if source == "request parameter" and key.startswith("triton_"):
                 continue
             merged[key] = (source, value)
@@ -715,7 +716,8 @@ class TritonMetrics:
         self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         self.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token.", _TTFT_BUCKETS)
         self.tpot = histogram(
-            "vllm:time_per_output_token_seconds", "Histogram of mean time per output token, per request.",
+            "vllm:time_per_output_token_seconds",
+            "Histogram of mean time per output token, per request.",
             _TPOT_BUCKETS,
         )
         self.e2e = histogram(
@@ -861,7 +863,7 @@ class TritonPythonModel:
                 if kind == "input":
                     entry["optional"] = optional
                 add(entry)
-        auto_complete_model_config.set_model_transaction_policy(dict(decoupled=True))
+        auto_complete_model_config.set_model_transaction_policy({"decoupled": True})
         auto_complete_model_config.set_max_batch_size(0)
         return auto_complete_model_config
 
@@ -995,8 +997,9 @@ class TritonPythonModel:
         unknown = [k for k in config if k not in fields]
         if unknown:
             path = os.path.join(version_dir, ENGINE_ARGS_FILE)
-            details = "; ".join(f'"{k}" is not a vLLM {self.vllm_version} engine argument{did_you_mean(k, fields)}'
-                                for k in unknown)
+            details = "; ".join(
+                f'"{k}" is not a vLLM {self.vllm_version} engine argument{did_you_mean(k, fields)}' for k in unknown
+            )
             raise BackendConfigError(f"{path}: {details}")
         # vLLM's in-process Prometheus registry and periodic stats log are unreachable through Triton; metrics go
         # through REPORT_CUSTOM_METRICS instead. An explicit setting in model.json wins.
@@ -1010,8 +1013,10 @@ class TritonPythonModel:
         cls = self._SamplingParams
         names = getattr(cls, "__struct_fields__", None)
         if names is None:
-            names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else list(
-                getattr(cls, "__annotations__", {})
+            names = (
+                [f.name for f in dataclasses.fields(cls)]
+                if dataclasses.is_dataclass(cls)
+                else list(getattr(cls, "__annotations__", {}))
             )
         return [n for n in names if not n.startswith("_")]
 
@@ -1073,8 +1078,11 @@ class TritonPythonModel:
                 pb_utils.unload_model(self.model_name)
                 _log("error", f"[vllm] unloading model {self.model_name} because its engine is dead")
             except Exception as exc:
-                _log("error", f"[vllm] could not unload model {self.model_name} (needs --model-control-mode="
-                              f"explicit): {exc}; requests fail until the server is restarted")
+                _log(
+                    "error",
+                    f"[vllm] could not unload model {self.model_name} (needs --model-control-mode="
+                    f"explicit): {exc}; requests fail until the server is restarted",
+                )
 
     # -- execute --------------------------------------------------------------------------------------------------
     def execute(self, requests: Sequence[Any]) -> None:
@@ -1184,7 +1192,9 @@ class TritonPythonModel:
 
     async def _generate(self, job: _Job) -> None:
         try:
-            stream = self.engine.generate(job.prompt, job.sampling_params, job.request_id, lora_request=job.lora_request)
+            stream = self.engine.generate(
+                job.prompt, job.sampling_params, job.request_id, lora_request=job.lora_request
+            )
             try:
                 async for output in stream:
                     if output.finished:

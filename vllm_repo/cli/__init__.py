@@ -11,7 +11,6 @@ import importlib
 import os
 import sys
 from collections.abc import Iterable
-
 from typing import Annotated
 
 import typer
@@ -35,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _root(
-    debug: Annotated[bool, typer.Option('--debug', help='Print the traceback of an internal error.')] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Print the traceback of an internal error.")] = False,
 ) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"
@@ -43,8 +42,14 @@ def _root(
 
 def build_app(names: Iterable[str] | None = None) -> typer.Typer:
     """The CLI with the named commands (all of them by default)."""
-    app = typer.Typer(name="vllm-repo", help=HELP, cls=HandledGroup, no_args_is_help=True, add_completion=False,
-                      pretty_exceptions_enable=False)
+    app = typer.Typer(
+        name="vllm-repo",
+        help=HELP,
+        cls=HandledGroup,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
     app.callback()(_root)
     for name in COMMANDS if names is None else names:
         module, attribute = COMMANDS[name]

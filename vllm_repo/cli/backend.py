@@ -9,16 +9,20 @@ import typer
 
 from vllm_repo.backend import bundled_backend_path, install_backend
 
-backend_app = typer.Typer(
-    help="The bundled Triton backend (model.py driving vLLM's AsyncLLM).", no_args_is_help=True
-)
+backend_app = typer.Typer(help="The bundled Triton backend (model.py driving vLLM's AsyncLLM).", no_args_is_help=True)
 
 
 @backend_app.command("install")
 def install(
-    directory: Annotated[Path, typer.Argument(help='Triton backend directory (e.g. /opt/tritonserver/backends); the backend goes into DIRECTORY/NAME/model.py')],
-    name: Annotated[str, typer.Option('--name', help="Backend name: config.pbtxt's `backend:` value.")] = 'vllm',
-    force: Annotated[bool, typer.Option('--force', help='Replace a different model.py already there.')] = False,
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help="Triton backend directory (e.g. /opt/tritonserver/backends); the backend goes into "
+            "DIRECTORY/NAME/model.py"
+        ),
+    ],
+    name: Annotated[str, typer.Option("--name", help="Backend name: config.pbtxt's `backend:` value.")] = "vllm",
+    force: Annotated[bool, typer.Option("--force", help="Replace a different model.py already there.")] = False,
 ) -> None:
     """Write the bundled backend into a Triton backend directory."""
     target, changed = install_backend(directory, name=name, force=force)

@@ -12,26 +12,74 @@ from vllm_repo.errors import UsageError
 
 
 def estimate(
-    model: Annotated[str, typer.Argument(help='Hugging Face repo id, local model directory, or a Triton model directory (its <version>/model.json supplies the settings).')],
-    gpu: Annotated[str | None, typer.Option('--gpu', help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 (default: gpu in \\[tool.vllm-repo] of pyproject.toml or .vllm-repo.toml).")] = None,
-    gpu_memory_gib: Annotated[float | None, typer.Option('--gpu-memory-gib', help='GPU memory in GiB, instead of --gpu.')] = None,
-    num_gpus: Annotated[int | None, typer.Option('--num-gpus', help='GPUs available: bounds tensor_parallel_size x pipeline_parallel_size and the TP recommendation.')] = None,
-    tp: Annotated[int | None, typer.Option('--tp', '--tensor-parallel-size', help='tensor_parallel_size.')] = None,
-    pp: Annotated[int | None, typer.Option('--pp', '--pipeline-parallel-size', help='pipeline_parallel_size.')] = None,
-    gpu_memory_utilization: Annotated[float | None, typer.Option('--gpu-memory-utilization', help="Default: the release's (0.9, or 0.92 since 0.21).")] = None,
-    max_model_len: Annotated[int | None, typer.Option('--max-model-len', help="Default: the model's context length.")] = None,
-    max_num_seqs: Annotated[int | None, typer.Option('--max-num-seqs')] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option('--max-num-batched-tokens')] = None,
-    dtype: Annotated[str | None, typer.Option('--dtype', help='auto, bfloat16, float16 or float32.')] = None,
-    quantization: Annotated[str | None, typer.Option('--quantization', help='e.g. fp8 for online FP8 weights.')] = None,
-    kv_cache_dtype: Annotated[str | None, typer.Option('--kv-cache-dtype', help='auto, fp8, fp8_e4m3, fp8_e5m2, ...')] = None,
-    enforce_eager: Annotated[bool | None, typer.Option('--enforce-eager/--no-enforce-eager', help='No CUDA graphs.')] = None,
-    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to model (default: the installed vLLM, else the newest known).')] = None,
-    usage_context: Annotated[str | None, typer.Option('--usage-context', help="engine (Triton's vLLM backend, the default), server (vllm serve) or llm (the LLM class): batch defaults differ.")] = None,
-    target_concurrency: Annotated[float | None, typer.Option('--concurrency', help='Requests at max_model_len the KV cache should hold; recommendations aim for it.')] = None,
-    offline: Annotated[bool | None, typer.Option('--offline/--online', help='Never touch the network (default: HF_HUB_OFFLINE).')] = None,
-    revision: Annotated[str | None, typer.Option('--revision', help='Model revision on the Hub.')] = None,
-    as_json: Annotated[bool, typer.Option('--json', help='Print the estimate as JSON.')] = False,
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Hugging Face repo id, local model directory, or a Triton model directory (its "
+            "<version>/model.json supplies the settings)."
+        ),
+    ],
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 (default: gpu in \\[tool.vllm-repo] of "
+            "pyproject.toml or .vllm-repo.toml).",
+        ),
+    ] = None,
+    gpu_memory_gib: Annotated[
+        float | None, typer.Option("--gpu-memory-gib", help="GPU memory in GiB, instead of --gpu.")
+    ] = None,
+    num_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--num-gpus",
+            help="GPUs available: bounds tensor_parallel_size x pipeline_parallel_size and the TP recommendation.",
+        ),
+    ] = None,
+    tp: Annotated[int | None, typer.Option("--tp", "--tensor-parallel-size", help="tensor_parallel_size.")] = None,
+    pp: Annotated[int | None, typer.Option("--pp", "--pipeline-parallel-size", help="pipeline_parallel_size.")] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option("--gpu-memory-utilization", help="Default: the release's (0.9, or 0.92 since 0.21).")
+    ] = None,
+    max_model_len: Annotated[
+        int | None, typer.Option("--max-model-len", help="Default: the model's context length.")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option("--max-num-batched-tokens")] = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="auto, bfloat16, float16 or float32.")] = None,
+    quantization: Annotated[str | None, typer.Option("--quantization", help="e.g. fp8 for online FP8 weights.")] = None,
+    kv_cache_dtype: Annotated[
+        str | None, typer.Option("--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_e5m2, ...")
+    ] = None,
+    enforce_eager: Annotated[
+        bool | None, typer.Option("--enforce-eager/--no-enforce-eager", help="No CUDA graphs.")
+    ] = None,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm-version", help="vLLM release to model (default: the installed vLLM, else the newest known)."
+        ),
+    ] = None,
+    usage_context: Annotated[
+        str | None,
+        typer.Option(
+            "--usage-context",
+            help="engine (Triton's vLLM backend, the default), server (vllm serve) or llm (the LLM class): batch "
+            "defaults differ.",
+        ),
+    ] = None,
+    target_concurrency: Annotated[
+        float | None,
+        typer.Option(
+            "--concurrency", help="Requests at max_model_len the KV cache should hold; recommendations aim for it."
+        ),
+    ] = None,
+    offline: Annotated[
+        bool | None, typer.Option("--offline/--online", help="Never touch the network (default: HF_HUB_OFFLINE).")
+    ] = None,
+    revision: Annotated[str | None, typer.Option("--revision", help="Model revision on the Hub.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON.")] = False,
 ) -> None:
     """Predict vLLM's GPU memory split and whether the model starts, before loading it.
 
@@ -48,19 +96,35 @@ def estimate(
         raise UsageError("give --gpu or --gpu-memory-gib, not both")
     gpu_spec = gpu or gpu_memory_gib or project.gpu_spec
     if gpu_spec is None:
-        raise UsageError("which GPU?", hint="pass --gpu NAME (e.g. --gpu 'H100 80GB') or --gpu-memory-gib X, or set "
-                         "gpu in [tool.vllm-repo] of pyproject.toml / .vllm-repo.toml")
-    flags = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp,
-             "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len,
-             "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens, "dtype": dtype,
-             "quantization": quantization, "kv_cache_dtype": kv_cache_dtype, "enforce_eager": enforce_eager}
+        raise UsageError(
+            "which GPU?",
+            hint="pass --gpu NAME (e.g. --gpu 'H100 80GB') or --gpu-memory-gib X, or set "
+            "gpu in [tool.vllm-repo] of pyproject.toml / .vllm-repo.toml",
+        )
+    flags = {
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "dtype": dtype,
+        "quantization": quantization,
+        "kv_cache_dtype": kv_cache_dtype,
+        "enforce_eager": enforce_eager,
+    }
     settings.update({k: v for k, v in flags.items() if v is not None})
     result = estimate_model(
-        target.model, gpu_spec, num_gpus=num_gpus or project.num_gpus,
-        vllm_version=vllm_version or project.vllm_version, offline=offline,
+        target.model,
+        gpu_spec,
+        num_gpus=num_gpus or project.num_gpus,
+        vllm_version=vllm_version or project.vllm_version,
+        offline=offline,
         revision=revision or target.engine_args.get("revision"),
         usage_context=usage_context or project.usage_context or "engine",
-        target_concurrency=target_concurrency, **settings)
+        target_concurrency=target_concurrency,
+        **settings,
+    )
     if as_json:
         document = result.model_dump(mode="json")
         if target.model_json:

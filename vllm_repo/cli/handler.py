@@ -65,13 +65,15 @@ def report_bug(exc: BaseException) -> NoReturn:
         where = "above"
     else:
         where = str(write_crash_log(text))
-    typer.echo(f"vllm-repo: internal error (a bug in vllm-repo, not in your files): {type(exc).__name__}: {exc}",
-               err=True)
+    typer.echo(
+        f"vllm-repo: internal error (a bug in vllm-repo, not in your files): {type(exc).__name__}: {exc}", err=True
+    )
     if where == "above":
         typer.echo("  the traceback is printed above; please report it with the command that failed", err=True)
     else:
-        typer.echo(f"  the traceback is in {where}; please report it with that file (--debug prints it instead)",
-                   err=True)
+        typer.echo(
+            f"  the traceback is in {where}; please report it with that file (--debug prints it instead)", err=True
+        )
     raise typer.Exit(BUG_EXIT_CODE)
 
 

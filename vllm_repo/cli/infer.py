@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-
 from typing import Annotated
 
 import typer
@@ -15,14 +14,20 @@ from vllm_repo.serve.ports import DEFAULT_URL
 
 
 def infer(
-    model: Annotated[str, typer.Argument(help='Model name (its directory in the repository).')],
-    prompt: Annotated[str, typer.Argument(help='The prompt.')],
-    url: Annotated[str, typer.Option('--url', help="Triton's HTTP address.")] = DEFAULT_URL,
-    max_tokens: Annotated[int, typer.Option('--max-tokens', help='Most tokens to generate.')] = DEFAULT_MAX_TOKENS,
-    no_stream: Annotated[bool, typer.Option('--no-stream', help='Wait for the whole completion (generate).')] = False,
-    params: Annotated[list[str], typer.Option('--param', help='Sampling parameter KEY=VALUE, e.g. temperature=0.7.')] = [],
-    show_outputs: Annotated[bool, typer.Option('--show-outputs', help='Print finish reason and token counts after.')] = False,
-    json_output: Annotated[bool, typer.Option('--json', help='Print one JSON object (text and outputs) at the end.')] = False,
+    model: Annotated[str, typer.Argument(help="Model name (its directory in the repository).")],
+    prompt: Annotated[str, typer.Argument(help="The prompt.")],
+    url: Annotated[str, typer.Option("--url", help="Triton's HTTP address.")] = DEFAULT_URL,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate.")] = DEFAULT_MAX_TOKENS,
+    no_stream: Annotated[bool, typer.Option("--no-stream", help="Wait for the whole completion (generate).")] = False,
+    params: Annotated[
+        list[str] | None, typer.Option("--param", help="Sampling parameter KEY=VALUE, e.g. temperature=0.7.")
+    ] = None,
+    show_outputs: Annotated[
+        bool, typer.Option("--show-outputs", help="Print finish reason and token counts after.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object (text and outputs) at the end.")
+    ] = False,
 ) -> None:
     """Send PROMPT to MODEL and print the completion as it streams in."""
     from vllm_repo.serve import infer as client
@@ -31,10 +36,17 @@ def infer(
         sys.stdout.write(piece)
         sys.stdout.flush()
 
-    sampling = dict(client.parse_param(p) for p in params)
+    sampling = dict(client.parse_param(p) for p in params or [])
     try:
-        completion = client.infer(model, prompt, url=url, max_tokens=max_tokens, stream=not no_stream, params=sampling,
-                           on_text=None if json_output else write)
+        completion = client.infer(
+            model,
+            prompt,
+            url=url,
+            max_tokens=max_tokens,
+            stream=not no_stream,
+            params=sampling,
+            on_text=None if json_output else write,
+        )
     except InferError:
         if not json_output:
             sys.stdout.write("\n")  # end the text streamed so far before the error
@@ -45,5 +57,8 @@ def infer(
     sys.stdout.write("\n")
     if show_outputs:
         o = completion.outputs()
-        typer.echo(f"[finish_reason={o['finish_reason']} input_tokens={o['num_input_tokens']} "
-                   f"output_tokens={o['num_output_tokens']} responses={o['responses']}]", err=True)
+        typer.echo(
+            f"[finish_reason={o['finish_reason']} input_tokens={o['num_input_tokens']} "
+            f"output_tokens={o['num_output_tokens']} responses={o['responses']}]",
+            err=True,
+        )

@@ -11,16 +11,29 @@ from vllm_repo.cli.output import print_diagnostics, print_notes
 
 
 def init(
-    repo: Annotated[Path, typer.Argument(help='Model repository directory (created if missing).')],
-    model: Annotated[str, typer.Option('--model', '-m', help='Hugging Face repo id or local model directory.')],
-    name: Annotated[str | None, typer.Option('--name', help='Model name (its directory); defaults from --model.')] = None,
-    gpu: Annotated[str | None, typer.Option('--gpu', help='Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24).')] = None,
-    tp: Annotated[int | None, typer.Option('--tp', help='tensor_parallel_size.')] = None,
-    max_model_len: Annotated[int | None, typer.Option('--max-model-len', help='Longest prompt + completion in tokens.')] = None,
-    settings: Annotated[list[str], typer.Option('--set', help='Extra engine argument KEY=VALUE for model.json (repeatable).')] = [],
-    loras: Annotated[list[str], typer.Option('--lora', help='LoRA adapter NAME=PATH for multi_lora.json (repeatable).')] = [],
-    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to check settings against.')] = None,
-    force: Annotated[bool, typer.Option('--force', help='Replace an existing model of that name.')] = False,
+    repo: Annotated[Path, typer.Argument(help="Model repository directory (created if missing).")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Hugging Face repo id or local model directory.")],
+    name: Annotated[
+        str | None, typer.Option("--name", help="Model name (its directory); defaults from --model.")
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", help="Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24)."),
+    ] = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="tensor_parallel_size.")] = None,
+    max_model_len: Annotated[
+        int | None, typer.Option("--max-model-len", help="Longest prompt + completion in tokens.")
+    ] = None,
+    settings: Annotated[
+        list[str] | None, typer.Option("--set", help="Extra engine argument KEY=VALUE for model.json (repeatable).")
+    ] = None,
+    loras: Annotated[
+        list[str] | None, typer.Option("--lora", help="LoRA adapter NAME=PATH for multi_lora.json (repeatable).")
+    ] = None,
+    vllm_version: Annotated[
+        str | None, typer.Option("--vllm-version", help="vLLM release to check settings against.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing model of that name.")] = False,
 ) -> None:
     """Scaffold REPO/NAME/config.pbtxt and REPO/NAME/1/model.json for a model."""
     from vllm_repo.scaffold import init_model, parse_loras, parse_settings
@@ -28,8 +41,16 @@ def init(
 
     schema = load_schema(choose_schema_version(vllm_version).schema_version)
     result = init_model(
-        repo, model, name=name, gpu=gpu, tensor_parallel_size=tp, max_model_len=max_model_len,
-        settings=parse_settings(settings, schema), loras=parse_loras(loras), force=force, vllm_version=vllm_version,
+        repo,
+        model,
+        name=name,
+        gpu=gpu,
+        tensor_parallel_size=tp,
+        max_model_len=max_model_len,
+        settings=parse_settings(settings or [], schema),
+        loras=parse_loras(loras or []),
+        force=force,
+        vllm_version=vllm_version,
     )
     verb = "replaced" if result.replaced else "created"
     typer.echo(f"{verb} model '{result.model_dir.name}' in {result.model_dir.parent}:")

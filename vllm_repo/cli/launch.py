@@ -14,17 +14,33 @@ from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_
 
 
 def launch(
-    repo: Annotated[Path, typer.Argument(help='Model repository to serve.')],
-    http_port: Annotated[int, typer.Option('--http-port', help='HTTP port.')] = DEFAULT_HTTP_PORT,
-    grpc_port: Annotated[int, typer.Option('--grpc-port', help='gRPC port.')] = DEFAULT_GRPC_PORT,
-    metrics_port: Annotated[int, typer.Option('--metrics-port', help='Prometheus metrics port.')] = DEFAULT_METRICS_PORT,
-    host: Annotated[str, typer.Option('--host', help='Address to bind (0.0.0.0 exposes the server).')] = DEFAULT_HOST,
-    tritonserver: Annotated[Path | None, typer.Option('--tritonserver', help='A tritonserver binary to use.')] = None,
-    python: Annotated[Path | None, typer.Option('--python', help='Python with vLLM and numpy<2 for the backend (default: $VLLM_REPO_SERVING_PYTHON, else this Python).')] = None,
-    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to validate against.')] = None,
-    docker: Annotated[bool, typer.Option('--docker', help='Run the matching NGC tritonserver vLLM container instead.')] = False,
-    dry_run: Annotated[bool, typer.Option('--dry-run', help='With --docker: print the docker command, run nothing.')] = False,
-    ready_timeout: Annotated[float, typer.Option('--ready-timeout', help='Seconds to wait for the models to load.')] = 900.0,
+    repo: Annotated[Path, typer.Argument(help="Model repository to serve.")],
+    http_port: Annotated[int, typer.Option("--http-port", help="HTTP port.")] = DEFAULT_HTTP_PORT,
+    grpc_port: Annotated[int, typer.Option("--grpc-port", help="gRPC port.")] = DEFAULT_GRPC_PORT,
+    metrics_port: Annotated[
+        int, typer.Option("--metrics-port", help="Prometheus metrics port.")
+    ] = DEFAULT_METRICS_PORT,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (0.0.0.0 exposes the server).")] = DEFAULT_HOST,
+    tritonserver: Annotated[Path | None, typer.Option("--tritonserver", help="A tritonserver binary to use.")] = None,
+    python: Annotated[
+        Path | None,
+        typer.Option(
+            "--python",
+            help="Python with vLLM and numpy<2 for the backend (default: $VLLM_REPO_SERVING_PYTHON, else this Python).",
+        ),
+    ] = None,
+    vllm_version: Annotated[
+        str | None, typer.Option("--vllm-version", help="vLLM release to validate against.")
+    ] = None,
+    docker: Annotated[
+        bool, typer.Option("--docker", help="Run the matching NGC tritonserver vLLM container instead.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --docker: print the docker command, run nothing.")
+    ] = False,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", help="Seconds to wait for the models to load.")
+    ] = 900.0,
 ) -> None:
     """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
     if dry_run and not docker:
@@ -37,22 +53,36 @@ def launch(
     def progress(message: str) -> None:
         typer.echo(message, err=True)
 
-    plan = prepare_launch(repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-                          tritonserver=tritonserver, python=python, vllm_version=vllm_version, progress=progress)
+    plan = prepare_launch(
+        repo,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        tritonserver=tritonserver,
+        python=python,
+        vllm_version=vllm_version,
+        progress=progress,
+    )
     print_diagnostics(plan.diagnostics)
     print_notes(plan.notes)
-    typer.echo(f"backend Python: {plan.python.executable} (vLLM {plan.python.vllm_version}, "
-               f"numpy {plan.python.numpy_version})", err=True)
+    typer.echo(
+        f"backend Python: {plan.python.executable} (vLLM {plan.python.vllm_version}, "
+        f"numpy {plan.python.numpy_version})",
+        err=True,
+    )
     raise typer.Exit(run_server(plan, out=sys.stderr, ready_timeout=ready_timeout))
 
 
-def _docker(repo: Path, http_port: int, grpc_port: int, metrics_port: int, host: str, vllm_version: str | None,
-            dry_run: bool) -> None:
+def _docker(
+    repo: Path, http_port: int, grpc_port: int, metrics_port: int, host: str, vllm_version: str | None, dry_run: bool
+) -> None:
     from vllm_repo.serve.docker import docker_plan, run_docker
     from vllm_repo.serve.launch import validate_repository
 
-    plan = docker_plan(repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, host=host,
-                       vllm_version=vllm_version)
+    plan = docker_plan(
+        repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, host=host, vllm_version=vllm_version
+    )
     # Checked against the vLLM inside the chosen container.
     print_diagnostics(validate_repository(repo, plan.match.release.vllm))
     print_notes(plan.notes)

@@ -10,8 +10,9 @@ import typer
 
 from vllm_repo.errors import UsageError, VllmRepoError
 
-schema_app = typer.Typer(help="vLLM EngineArgs schemas: generate, list, show a key, JSON Schema for editors.",
-                         no_args_is_help=True)
+schema_app = typer.Typer(
+    help="vLLM EngineArgs schemas: generate, list, show a key, JSON Schema for editors.", no_args_is_help=True
+)
 
 
 def _write(path: Path, text: str, force: bool) -> None:
@@ -24,17 +25,32 @@ def _write(path: Path, text: str, force: bool) -> None:
 
 @schema_app.command("generate")
 def generate(
-    output: Annotated[Path | None, typer.Option('--output', '-o', help="File to write (default: ./vllm-<version>.json; '-' for stdout).")] = None,
-    python: Annotated[str | None, typer.Option('--python', help='Interpreter whose installed vLLM to read (default: this one).')] = None,
-    from_wheel: Annotated[str | None, typer.Option('--from-wheel', metavar='VERSION', help="Read vLLM VERSION from its PyPI wheel instead (needs --python: an interpreter with a recent vLLM's dependencies).")] = None,
-    force: Annotated[bool, typer.Option('--force', help='Replace an existing output file.')] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="File to write (default: ./vllm-<version>.json; '-' for stdout)."),
+    ] = None,
+    python: Annotated[
+        str | None, typer.Option("--python", help="Interpreter whose installed vLLM to read (default: this one).")
+    ] = None,
+    from_wheel: Annotated[
+        str | None,
+        typer.Option(
+            "--from-wheel",
+            metavar="VERSION",
+            help="Read vLLM VERSION from its PyPI wheel instead (needs --python: an interpreter with a recent "
+            "vLLM's dependencies).",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
 ) -> None:
     """Write the EngineArgs schema of an installed vLLM (the only command that imports vLLM)."""
-    from vllm_repo.schema import generate as schema_gen, wheel as schema_wheel
+    from vllm_repo.schema import generate as schema_gen
+    from vllm_repo.schema import wheel as schema_wheel
 
     if from_wheel and not python:
-        raise UsageError("--from-wheel needs --python", hint="an interpreter with vLLM's dependencies (torch, "
-                         "transformers)")
+        raise UsageError(
+            "--from-wheel needs --python", hint="an interpreter with vLLM's dependencies (torch, transformers)"
+        )
     if from_wheel:
         document = schema_wheel.generate_from_wheel(from_wheel, python)
     elif python:
@@ -48,13 +64,15 @@ def generate(
         return
     path = output or Path(f"vllm-{document['vllm_version']}.json")
     _write(path, text, force)
-    typer.echo(f"wrote {path}: {len(document['fields'])} engine arguments of vLLM {document['vllm_version']} "
-               f"({document['source']})")
+    typer.echo(
+        f"wrote {path}: {len(document['fields'])} engine arguments of vLLM {document['vllm_version']} "
+        f"({document['source']})"
+    )
 
 
 @schema_app.command("list")
 def list_releases(
-    long: Annotated[bool, typer.Option('--long', '-l', help="Also print each release's key count and source.")] = False,
+    long: Annotated[bool, typer.Option("--long", "-l", help="Also print each release's key count and source.")] = False,
 ) -> None:
     """Print the bundled releases, one per line."""
     from vllm_repo.schema.info import release_lines
@@ -65,8 +83,11 @@ def list_releases(
 
 @schema_app.command("show")
 def show(
-    key: Annotated[str, typer.Argument(help='Engine argument, e.g. max_model_len (dashes work too).')],
-    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='Release to read (default: installed vLLM, else newest bundled).')] = None,
+    key: Annotated[str, typer.Argument(help="Engine argument, e.g. max_model_len (dashes work too).")],
+    vllm_version: Annotated[
+        str | None,
+        typer.Option("--vllm-version", help="Release to read (default: installed vLLM, else newest bundled)."),
+    ] = None,
 ) -> None:
     """Print an engine argument's type, default, choices, help and the releases that have it."""
     from vllm_repo.schema.info import describe_key, format_key_report
@@ -79,13 +100,15 @@ def show(
 
 @schema_app.command("json-schema")
 def json_schema(
-    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='Release (default: installed vLLM, else newest bundled).')] = None,
-    output: Annotated[Path | None, typer.Option('--output', '-o', help='File to write (default: stdout).')] = None,
-    force: Annotated[bool, typer.Option('--force', help='Replace an existing output file.')] = False,
+    vllm_version: Annotated[
+        str | None, typer.Option("--vllm-version", help="Release (default: installed vLLM, else newest bundled).")
+    ] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
 ) -> None:
     """Write a JSON Schema (draft 2020-12) for model.json, for editors' validation and completion."""
-    from vllm_repo.schema.loader import choose_schema_version, load_schema
     from vllm_repo.schema.json_schema import dumps, model_json_schema, raw_fields
+    from vllm_repo.schema.loader import choose_schema_version, load_schema
 
     choice = choose_schema_version(vllm_version)
     version = choice.schema_version
@@ -94,5 +117,4 @@ def json_schema(
         sys.stdout.write(text)
         return
     _write(output, text, force)
-    typer.echo(f"wrote {output}: JSON Schema for model.json, vLLM {choice.schema_version} ({choice.reason})",
-               err=True)
+    typer.echo(f"wrote {output}: JSON Schema for model.json, vLLM {choice.schema_version} ({choice.reason})", err=True)

@@ -22,13 +22,26 @@ class RulesFormat(str, Enum):
 
 
 def validate(
-    paths: Annotated[list[Path], typer.Argument(help='Repository roots, model directories or single files.')],
-    vllm_version: Annotated[str | None, typer.Option('--vllm-version', help='vLLM release to check model.json against (default: the installed vLLM, else the newest bundled schema).')] = None,
-    output_format: Annotated[OutputFormat, typer.Option('--format', help='text, json or github.')] = OutputFormat.text,
-    strict: Annotated[bool, typer.Option('--strict', help='Treat warnings as errors.')] = False,
-    gpu: Annotated[str | None, typer.Option('--gpu', help="GPU the models run on (e.g. 'H100 80GB'), for the memory check.")] = None,
-    select: Annotated[list[str] | None, typer.Option('--select', help='Only run rules whose code starts with this.')] = None,
-    ignore: Annotated[list[str] | None, typer.Option('--ignore', help='Skip rules whose code starts with this.')] = None,
+    paths: Annotated[list[Path], typer.Argument(help="Repository roots, model directories or single files.")],
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm-version",
+            help="vLLM release to check model.json against (default: the installed vLLM, else the newest bundled "
+            "schema).",
+        ),
+    ] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="text, json or github.")] = OutputFormat.text,
+    strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="GPU the models run on (e.g. 'H100 80GB'), for the memory check.")
+    ] = None,
+    select: Annotated[
+        list[str] | None, typer.Option("--select", help="Only run rules whose code starts with this.")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option("--ignore", help="Skip rules whose code starts with this.")
+    ] = None,
 ) -> None:
     """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""
     from vllm_repo.validate import validate_paths
@@ -46,8 +59,10 @@ def validate(
 
 
 def rules(
-    code: Annotated[str | None, typer.Argument(help='A rule code, e.g. VR304: explain that rule.')] = None,
-    output_format: Annotated[RulesFormat, typer.Option('--format', help="text, or markdown (the README's rule table).")] = RulesFormat.text,
+    code: Annotated[str | None, typer.Argument(help="A rule code, e.g. VR304: explain that rule.")] = None,
+    output_format: Annotated[
+        RulesFormat, typer.Option("--format", help="text, or markdown (the README's rule table).")
+    ] = RulesFormat.text,
 ) -> None:
     """List validate's rules (code, default severity, name, what each checks), or explain one."""
     from vllm_repo.validate.rules.docs import explain, rules_table, rules_text

@@ -7,27 +7,47 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from vllm_repo.errors import UsageError
 from vllm_repo.estimate.architecture import ArchitectureError
 from vllm_repo.estimate.gpus import CATALOG, Gpu, UnknownGpuError, find_gpu, resolve_gpu
 from vllm_repo.estimate.memory import EstimateError, MemoryEstimate, Recommendation, estimate
-from vllm_repo.estimate.model_facts import (ModelFacts, ModelFactsError, ModelNotAvailableOffline,
-                                            load_model_facts)
+from vllm_repo.estimate.model_facts import ModelFacts, ModelFactsError, ModelNotAvailableOffline, load_model_facts
 from vllm_repo.estimate.recommend import recommend
 from vllm_repo.estimate.releases import USAGE_CONTEXTS, resolve_release
-from vllm_repo.errors import UsageError
 
 __all__ = [
-    "CATALOG", "EstimateError", "Gpu", "MemoryEstimate", "ModelFactsError", "ModelNotAvailableOffline",
-    "Recommendation", "UnknownGpuError", "estimate_for_engine_args", "estimate_model", "find_gpu",
-    "engine_settings", "load_model_facts", "resolve_gpu",
+    "CATALOG",
+    "EstimateError",
+    "Gpu",
+    "MemoryEstimate",
+    "ModelFactsError",
+    "ModelNotAvailableOffline",
+    "Recommendation",
+    "UnknownGpuError",
+    "engine_settings",
+    "estimate_for_engine_args",
+    "estimate_model",
+    "find_gpu",
+    "load_model_facts",
+    "resolve_gpu",
 ]
 
 # EngineArgs keys the estimate reads, with their types.
 ENGINE_ARG_TYPES: dict[str, type] = {
-    "tensor_parallel_size": int, "pipeline_parallel_size": int, "gpu_memory_utilization": float,
-    "max_model_len": int, "max_num_seqs": int, "max_num_batched_tokens": int, "dtype": str, "quantization": str,
-    "kv_cache_dtype": str, "enforce_eager": bool, "block_size": int, "enable_chunked_prefill": bool,
-    "enable_expert_parallel": bool, "kv_cache_memory_bytes": int,
+    "tensor_parallel_size": int,
+    "pipeline_parallel_size": int,
+    "gpu_memory_utilization": float,
+    "max_model_len": int,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "dtype": str,
+    "quantization": str,
+    "kv_cache_dtype": str,
+    "enforce_eager": bool,
+    "block_size": int,
+    "enable_chunked_prefill": bool,
+    "enable_expert_parallel": bool,
+    "kv_cache_memory_bytes": int,
 }
 
 
@@ -68,10 +88,20 @@ def engine_settings(engine_args: dict[str, Any]) -> dict[str, Any]:
         raise UsageError(f"a setting is out of range: {exc}") from None
 
 
-def estimate_model(model: str, gpu: "str | float | Gpu", *, num_gpus: int | None = None,
-                   vllm_version: str | None = None, offline: bool | None = None, revision: str | None = None,
-                   usage_context: str = "engine", target_concurrency: float | None = None,
-                   base: Path | None = None, facts: ModelFacts | None = None, **settings: Any) -> MemoryEstimate:
+def estimate_model(
+    model: str,
+    gpu: str | float | Gpu,
+    *,
+    num_gpus: int | None = None,
+    vllm_version: str | None = None,
+    offline: bool | None = None,
+    revision: str | None = None,
+    usage_context: str = "engine",
+    target_concurrency: float | None = None,
+    base: Path | None = None,
+    facts: ModelFacts | None = None,
+    **settings: Any,
+) -> MemoryEstimate:
     """Estimate for a model (HF repo id or local directory) on a GPU, with EngineArgs-named settings.
 
     num_gpus: GPUs available: tensor_parallel_size x pipeline_parallel_size may not exceed it, and the
@@ -87,24 +117,33 @@ def estimate_model(model: str, gpu: "str | float | Gpu", *, num_gpus: int | None
     if settings.get("tensor_parallel_size") is None:
         settings["tensor_parallel_size"] = 1  # vLLM's default; num_gpus bounds the recommendations
     if num_gpus is not None and settings["tensor_parallel_size"] * pp > num_gpus:
-        raise EstimateError(f"tensor_parallel_size x pipeline_parallel_size = {settings['tensor_parallel_size'] * pp}"
-                            f" needs more GPUs than the {num_gpus} available")
+        raise EstimateError(
+            f"tensor_parallel_size x pipeline_parallel_size = {settings['tensor_parallel_size'] * pp}"
+            f" needs more GPUs than the {num_gpus} available"
+        )
     run = functools.partial(_run, facts, gpu_, release, reason, usage_context, settings)
     result = run()
-    result.recommendations = recommend(result, run, num_heads=facts.arch.num_heads, max_gpus=num_gpus,
-                                       target_concurrency=target_concurrency)
+    result.recommendations = recommend(
+        result, run, num_heads=facts.arch.num_heads, max_gpus=num_gpus, target_concurrency=target_concurrency
+    )
     return result
 
 
-def _run(facts: ModelFacts, gpu: Gpu, release: Any, reason: str, usage_context: str, settings: dict[str, Any],
-         **changes: Any) -> MemoryEstimate:
+def _run(
+    facts: ModelFacts, gpu: Gpu, release: Any, reason: str, usage_context: str, settings: dict[str, Any], **changes: Any
+) -> MemoryEstimate:
     merged = {**settings, **changes}
     return estimate(facts, gpu, release, release_reason=reason, usage_context=usage_context, **merged)
 
 
-def estimate_for_engine_args(engine_args: dict[str, Any], gpu: "str | float | Gpu", num_gpus: int | None = None,
-                             vllm_version: str | None = None, offline: bool = True,
-                             base: Path | None = None) -> MemoryEstimate | None:
+def estimate_for_engine_args(
+    engine_args: dict[str, Any],
+    gpu: str | float | Gpu,
+    num_gpus: int | None = None,
+    vllm_version: str | None = None,
+    offline: bool = True,
+    base: Path | None = None,
+) -> MemoryEstimate | None:
     """The estimate for a model.json's engine args, for validate: None when the model's config.json is not
     reachable (offline: a local directory or the HF cache only) or the settings can't be read as numbers.
 
@@ -123,4 +162,3 @@ def estimate_for_engine_args(engine_args: dict[str, Any], gpu: "str | float | Gp
     except (ModelFactsError, ArchitectureError):
         return None
     return estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)
-

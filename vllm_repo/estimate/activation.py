@@ -45,8 +45,10 @@ def forward_peak_bytes(arch: Architecture, tokens: int, tp: int, dtype_bytes: in
         # fused MoE keeps gate/up, activation and output caches for tokens x top-k slots (whole experts under EP)
         moe_i = arch.moe_intermediate_size / (1 if ep else tp)
         dense_layers = any(not arch.is_moe_layer(i) for i in range(arch.num_layers))
-        moe_inner = (arch.experts_per_token * (moe_i + 2 * h / ACTIVATION_BYTES_PER_INTERMEDIATE)
-                     + arch.shared_expert_intermediate_size / tp)
+        moe_inner = (
+            arch.experts_per_token * (moe_i + 2 * h / ACTIVATION_BYTES_PER_INTERMEDIATE)
+            + arch.shared_expert_intermediate_size / tp
+        )
         inner = max(inner if dense_layers else 0.0, moe_inner)
     per_token = ACTIVATION_BYTES_PER_HIDDEN * h + ACTIVATION_BYTES_PER_INTERMEDIATE * inner
     return tokens * per_token * dtype_bytes / 2
@@ -92,9 +94,19 @@ def non_torch_bytes(v0_engine: bool, tp: int) -> int:
     return int((NON_TORCH_GIB_V1_TP if tp > 1 else NON_TORCH_GIB_V1) * GiB)
 
 
-def profile_terms(arch: Architecture, *, max_num_batched_tokens: int, max_num_seqs: int, tp: int,
-                  dtype_bytes: int, enforce_eager: bool, v0_engine: bool, model_runner_v2: bool,
-                  cudagraph_subtracted: bool, ep: bool = False) -> ProfileTerms:
+def profile_terms(
+    arch: Architecture,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    tp: int,
+    dtype_bytes: int,
+    enforce_eager: bool,
+    v0_engine: bool,
+    model_runner_v2: bool,
+    cudagraph_subtracted: bool,
+    ep: bool = False,
+) -> ProfileTerms:
     notes = []
     rows = min(max_num_seqs, max_num_batched_tokens)
     forward = forward_peak_bytes(arch, max_num_batched_tokens, tp, dtype_bytes, ep)
@@ -107,10 +119,8 @@ def profile_terms(arch: Architecture, *, max_num_batched_tokens: int, max_num_se
         if activation < floor:
             notes.append("compiled profile run (Model Runner V2) peaks at ~1 GiB whatever the batch")
             activation = floor
-    capture = 0 if enforce_eager else cudagraph_bytes(arch, max_num_seqs=max_num_seqs, tp=tp,
-                                                      dtype_bytes=dtype_bytes)
+    capture = 0 if enforce_eager else cudagraph_bytes(arch, max_num_seqs=max_num_seqs, tp=tp, dtype_bytes=dtype_bytes)
     subtracted = capture if cudagraph_subtracted else 0
     if arch.is_moe:
         notes.append("MoE activation peak approximated (fused-MoE buffers and quantized kernels vary)")
-    return ProfileTerms(int(activation), int(subtracted), int(capture), non_torch_bytes(v0_engine, tp),
-                        tuple(notes))
+    return ProfileTerms(int(activation), int(subtracted), int(capture), non_torch_bytes(v0_engine, tp), tuple(notes))

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_repo.hf import text_config
 from vllm_repo.errors import UsageError
+from vllm_repo.hf import text_config
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -119,8 +119,9 @@ class Architecture:
 
     @property
     def num_experts(self) -> int:
-        return _int(self.config, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts",
-                    default=0) or 0
+        return (
+            _int(self.config, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", default=0) or 0
+        )
 
     @property
     def is_moe(self) -> bool:
@@ -128,13 +129,25 @@ class Architecture:
 
     @property
     def experts_per_token(self) -> int:
-        return _int(self.config, "num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts",
-                    "experts_per_token", default=2) or 2
+        return (
+            _int(
+                self.config,
+                "num_experts_per_tok",
+                "moe_topk",
+                "top_k",
+                "num_selected_experts",
+                "experts_per_token",
+                default=2,
+            )
+            or 2
+        )
 
     @property
     def moe_intermediate_size(self) -> int:
-        return _int(self.config, "moe_intermediate_size", "expert_intermediate_size",
-                    default=self.intermediate_size) or self.intermediate_size
+        return (
+            _int(self.config, "moe_intermediate_size", "expert_intermediate_size", default=self.intermediate_size)
+            or self.intermediate_size
+        )
 
     @property
     def shared_expert_intermediate_size(self) -> int:
@@ -172,7 +185,8 @@ class Architecture:
     @property
     def sliding_window(self) -> int | None:
         if self.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not self.config.get(
-                "use_sliding_window"):
+            "use_sliding_window"
+        ):
             return None
         value = self.config.get("sliding_window")
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -306,6 +320,9 @@ def encoder_parameters(arch: Architecture) -> int:
     patch_embed = 3 * patch * patch * width * (_int(vc, "temporal_patch_size", default=1) or 1)
     merge = _int(vc, "spatial_merge_size", default=1) or 1
     projector_in = width * merge * merge
-    projector = projector_in * projector_in + projector_in * arch.hidden_size if merge > 1 else \
-        width * arch.hidden_size + arch.hidden_size * arch.hidden_size
+    projector = (
+        projector_in * projector_in + projector_in * arch.hidden_size
+        if merge > 1
+        else width * arch.hidden_size + arch.hidden_size * arch.hidden_size
+    )
     return depth * per_layer + patch_embed + projector

@@ -13,9 +13,19 @@ import re
 from typing import Any
 
 # Settings the estimate reads from model.json besides the three init sizes.
-_PASSED_THROUGH = ("pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens", "dtype", "quantization",
-                   "kv_cache_dtype", "enforce_eager", "block_size", "enable_chunked_prefill", "enable_expert_parallel",
-                   "kv_cache_memory_bytes")
+_PASSED_THROUGH = (
+    "pipeline_parallel_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+    "enforce_eager",
+    "block_size",
+    "enable_chunked_prefill",
+    "enable_expert_parallel",
+    "kv_cache_memory_bytes",
+)
 _MAX_ROUNDS = 4
 _SIZES = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
 # Below this a single GPU is not worth it when more GPUs would hold the model's context.
@@ -23,7 +33,7 @@ USEFUL_CONTEXT = 8192
 
 
 def parse_gpu(text: str) -> tuple[str, int | None]:
-    """"H100" -> ("H100", None); "2xL4", "2 x L4", "L4x2" -> ("L4", 2)."""
+    """ "H100" -> ("H100", None); "2xL4", "2 x L4", "L4x2" -> ("L4", 2)."""
     text = text.strip()
     match = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", text, flags=re.I) or None
     if match:
@@ -34,12 +44,16 @@ def parse_gpu(text: str) -> tuple[str, int | None]:
     return text, None
 
 
-def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | None = None,
-                        max_model_len: int | None = None,
-                        user_settings: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+def fit_engine_settings(
+    model: str,
+    gpu: str,
+    *,
+    tensor_parallel_size: int | None = None,
+    max_model_len: int | None = None,
+    user_settings: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
     """(settings for model.json, notes). Raises UnknownGpuError for a GPU name the catalog doesn't know."""
-    from vllm_repo.estimate import (EstimateError, ModelFactsError, UnknownGpuError, estimate_model,
-                                    load_model_facts)
+    from vllm_repo.estimate import EstimateError, ModelFactsError, UnknownGpuError, estimate_model, load_model_facts
 
     user = dict(user_settings or {})
     name, count = parse_gpu(gpu)
@@ -55,8 +69,10 @@ def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | Non
     try:
         facts = load_model_facts(model)
     except ModelFactsError as exc:
-        return {}, [f"could not size the engine for {gpu}: {exc}; tensor_parallel_size, gpu_memory_utilization and "
-                    "max_model_len are left to vLLM's defaults"]
+        return {}, [
+            f"could not size the engine for {gpu}: {exc}; tensor_parallel_size, gpu_memory_utilization and "
+            "max_model_len are left to vLLM's defaults"
+        ]
 
     def fit(num_gpus: int | None):
         """Follow the estimator's recommendations from the user's settings; returns (estimate, what changed)."""
@@ -65,8 +81,11 @@ def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | Non
         for _ in range(_MAX_ROUNDS):
             if est.fits and not est.recommendations:
                 break
-            usable = [r for r in est.recommendations if r.setting in _SIZES and r.setting not in fixed
-                      and r.setting not in changes]
+            usable = [
+                r
+                for r in est.recommendations
+                if r.setting in _SIZES and r.setting not in fixed and r.setting not in changes
+            ]
             if not usable:
                 break
             changes[usable[0].setting] = usable[0].value
@@ -85,20 +104,26 @@ def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | Non
                 if more.fits and (not est.fits or more.max_model_len > est.max_model_len):
                     est, changes = more, more_changes
     except UnknownGpuError as exc:
-        raise UnknownGpuError(exc.message, hint="name a GPU from `vllm-repo gpus` (--gpu H100, --gpu 2xL4), or give "
-                              "its memory in GiB, e.g. --gpu 24") from None
+        raise UnknownGpuError(
+            exc.message,
+            hint="name a GPU from `vllm-repo gpus` (--gpu H100, --gpu 2xL4), or give its memory in GiB, e.g. --gpu 24",
+        ) from None
     except EstimateError as exc:
         return {}, [f"could not size the engine for {gpu}: {exc}"]
 
-    settings = {"tensor_parallel_size": est.tensor_parallel_size,
-                "gpu_memory_utilization": est.gpu_memory_utilization,
-                "max_model_len": est.max_model_len}
+    settings = {
+        "tensor_parallel_size": est.tensor_parallel_size,
+        "gpu_memory_utilization": est.gpu_memory_utilization,
+        "max_model_len": est.max_model_len,
+    }
     where = f"{est.tensor_parallel_size} x {est.gpu}" if est.tensor_parallel_size > 1 else est.gpu
     if est.fits:
-        notes = [f"sized for {where}: weights {est.weights_gib:.2f} GiB and KV cache {est.kv_cache_gib:.2f} GiB "
-                 f"per GPU "
-                 f"({est.kv_cache_tokens:,} tokens, {est.max_concurrency:.1f} requests of {est.max_model_len:,} tokens "
-                 f"at once)"]
+        notes = [
+            f"sized for {where}: weights {est.weights_gib:.2f} GiB and KV cache {est.kv_cache_gib:.2f} GiB "
+            f"per GPU "
+            f"({est.kv_cache_tokens:,} tokens, {est.max_concurrency:.1f} requests of {est.max_model_len:,} tokens "
+            f"at once)"
+        ]
         if changes:
             notes.append("changed to fit: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
     else:
@@ -106,7 +131,9 @@ def fit_engine_settings(model: str, gpu: str, *, tensor_parallel_size: int | Non
         settings = {}
         why = est.error or "the estimate says vLLM would not start"
         available = f"{count} x {est.gpu}" if count else where
-        notes = [f"could not fit {model} on {available}: {why}; tensor_parallel_size, gpu_memory_utilization and "
-                 "max_model_len are left unset",
-                 *(f"try {r.setting}={r.value}: {r.reason}" for r in est.recommendations)]
+        notes = [
+            f"could not fit {model} on {available}: {why}; tensor_parallel_size, gpu_memory_utilization and "
+            "max_model_len are left unset",
+            *(f"try {r.setting}={r.value}: {r.reason}" for r in est.recommendations),
+        ]
     return settings, notes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
+
 from vllm_repo.errors import UsageError
 
 GiB = 1 << 30
@@ -54,14 +55,32 @@ class Gpu:
 
 CATALOG: tuple[Gpu, ...] = (
     Gpu("B200", 183359, 178.36, "vLLM log 'Free memory on device (177.66/178.36 GiB)'", ("b200 180gb",), (10, 0)),
-    Gpu("H200", 143771, 139.8, "vLLM 0.26.0 on an H200: 'Free memory on device (139.29/139.8 GiB)'",
-        ("h200 141gb", "h200 sxm", "h200 nvl", "gh200 144gb"), (9, 0)),
+    Gpu(
+        "H200",
+        143771,
+        139.8,
+        "vLLM 0.26.0 on an H200: 'Free memory on device (139.29/139.8 GiB)'",
+        ("h200 141gb", "h200 sxm", "h200 nvl", "gh200 144gb"),
+        (9, 0),
+    ),
     Gpu("H100 NVL", 95830, None, "nvidia-smi 95830 MiB", ("h100 94gb", "h100 nvl 94gb"), (9, 0)),
-    Gpu("H100 80GB", 81559, 79.19, "vLLM logs: 'Free memory on device (78.66/79.19 GiB)'",
-        ("h100", "h100 sxm", "h100 pcie", "h100 80gb hbm3", "h800"), (9, 0)),
+    Gpu(
+        "H100 80GB",
+        81559,
+        79.19,
+        "vLLM logs: 'Free memory on device (78.66/79.19 GiB)'",
+        ("h100", "h100 sxm", "h100 pcie", "h100 80gb hbm3", "h800"),
+        (9, 0),
+    ),
     Gpu("H20", 97871, None, "nvidia-smi 97871 MiB", ("h20 96gb",), (9, 0)),
-    Gpu("A100 80GB", 81920, 79.15, "PyTorch: '79.15 GiB total capacity'",
-        ("a100", "a100 sxm4 80gb", "a100 pcie 80gb", "a800", "a800 80gb"), (8, 0)),
+    Gpu(
+        "A100 80GB",
+        81920,
+        79.15,
+        "PyTorch: '79.15 GiB total capacity'",
+        ("a100", "a100 sxm4 80gb", "a100 pcie 80gb", "a800", "a800 80gb"),
+        (8, 0),
+    ),
     Gpu("A100 40GB", 40960, 39.39, "PyTorch: '39.39 GiB total capacity'", ("a100 sxm4 40gb", "a100 pcie 40gb"), (8, 0)),
     Gpu("L40S", 46068, 44.42, "vLLM logs: 'Free memory on device (43.93/44.42 GiB)'", ("l40s 48gb",), (8, 9)),
     Gpu("L40", 46068, None, "nvidia-smi 46068 MiB", (), (8, 9)),
@@ -112,7 +131,8 @@ def find_gpu(name: str) -> Gpu:
     hint = f" Did you mean {', '.join(repr(n) for n in names)}?" if names else ""
     raise UnknownGpuError(
         f"unknown GPU '{name}'.{hint} Known GPUs: {', '.join(g.name for g in CATALOG)}; "
-        "or give the memory with --gpu-memory-gib")
+        "or give the memory with --gpu-memory-gib"
+    )
 
 
 def custom_gpu(total_gib: float) -> Gpu:
@@ -121,7 +141,7 @@ def custom_gpu(total_gib: float) -> Gpu:
     return Gpu(f"{total_gib:g} GiB GPU", None, float(total_gib), "given by the user")
 
 
-def resolve_gpu(gpu: "str | float | int | Gpu") -> Gpu:
+def resolve_gpu(gpu: str | float | int | Gpu) -> Gpu:
     """A catalog name, a size in GiB (as a number or a numeric string), or a Gpu."""
     if isinstance(gpu, Gpu):
         return gpu

@@ -13,11 +13,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from vllm_repo.estimate.architecture import FULL, LINEAR, MAMBA, NO_KV, SLIDING, Architecture
 from vllm_repo.errors import UsageError
+from vllm_repo.estimate.architecture import FULL, LINEAR, MAMBA, NO_KV, SLIDING, Architecture
 
-KV_DTYPE_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1,
-                  "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1}
+KV_DTYPE_BYTES = {
+    "auto": None,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "float32": 4,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "fp8_ds_mla": 1,
+    "int8": 1,
+}
 FP8_DS_MLA_BYTES_PER_TOKEN = 656  # DeepSeek's packed fp8 MLA layout: 512 fp8 + 4 scales + 64 bf16 rope dims
 
 
@@ -42,8 +53,9 @@ class LayerKV:
     window: int | None = None
 
 
-def layer_specs(arch: Architecture, *, tp: int = 1, kv_bytes: int = 2, kv_cache_dtype: str | None = None
-                ) -> list[LayerKV]:
+def layer_specs(
+    arch: Architecture, *, tp: int = 1, kv_bytes: int = 2, kv_cache_dtype: str | None = None
+) -> list[LayerKV]:
     specs: list[LayerKV] = []
     kv_heads = max(1, arch.num_kv_heads // tp)
     for kind in arch.layer_types:
@@ -107,8 +119,14 @@ class KVLayout:
         return max(0, available_bytes // self.bytes_per_block) if self.bytes_per_block else 0
 
 
-def layout(specs: list[LayerKV], *, max_model_len: int, max_num_batched_tokens: int, block_size: int = 16,
-           in_flight_factor: int = 1) -> KVLayout:
+def layout(
+    specs: list[LayerKV],
+    *,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    block_size: int = 16,
+    in_flight_factor: int = 1,
+) -> KVLayout:
     stored = [s for s in specs if s.kind != NO_KV]
     per_token = sum(s.bytes_per_token for s in stored)
     if not stored:
@@ -126,8 +144,9 @@ def layout(specs: list[LayerKV], *, max_model_len: int, max_num_batched_tokens: 
         if unit:
             block_size = max(block_size, cdiv(cdiv(state, unit), 16) * 16)
         approximate = True
-        notes.append("hybrid mamba/linear-attention layout approximated (page alignment as in vLLM's "
-                      "_align_hybrid_block_size)")
+        notes.append(
+            "hybrid mamba/linear-attention layout approximated (page alignment as in vLLM's _align_hybrid_block_size)"
+        )
 
     def block_need(s: LayerKV) -> int:
         if s.kind in (MAMBA, LINEAR):
@@ -146,16 +165,20 @@ def layout(specs: list[LayerKV], *, max_model_len: int, max_num_batched_tokens: 
         page = block_size * per_token if not has_state else block_size * max(s.bytes_per_token for s in stored)
         bytes_per_block = page if has_state else block_size * per_token
         needed = sum(block_need(s) * block_size * s.bytes_per_token for s in stored)
-        return KVLayout(block_size, bytes_per_block, cdiv(max_model_len, block_size), needed, per_token,
-                        approximate, notes)
+        return KVLayout(
+            block_size, bytes_per_block, cdiv(max_model_len, block_size), needed, per_token, approximate, notes
+        )
 
     # Several kinds with one page size: groups of `group_size` layers, a block id covers one layer per group slot.
     counts = [len(v) for v in kinds.values()]
     group_size = min(counts)
     if max(counts) < 1.5 * min(counts):
         group_size = max(counts)
-    page = block_size * max(s.bytes_per_token for s in stored if s.kind not in (MAMBA, LINEAR)) if any(
-        s.kind not in (MAMBA, LINEAR) for s in stored) else max(s.state_bytes for s in stored)
+    page = (
+        block_size * max(s.bytes_per_token for s in stored if s.kind not in (MAMBA, LINEAR))
+        if any(s.kind not in (MAMBA, LINEAR) for s in stored)
+        else max(s.state_bytes for s in stored)
+    )
     if has_state:
         page = max(page, max(s.state_bytes for s in stored))
     bytes_per_block = page * group_size

@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from vllm_repo.errors import UsageError
 from vllm_repo.estimate import activation, kv_cache
 from vllm_repo.estimate.gpus import GiB, Gpu
 from vllm_repo.estimate.model_facts import ModelFacts
 from vllm_repo.estimate.releases import Release
 from vllm_repo.estimate.weights import model_dtype_bytes, weights_per_rank
 from vllm_repo.hf import derived_max_model_len
-from vllm_repo.errors import UsageError
 
 # Memory in use before vLLM's first snapshot (CUDA context, cuBLAS): 0.51 GiB on the H200 run.
 CUDA_CONTEXT_GIB = 0.5
@@ -81,22 +81,39 @@ class EstimateError(UsageError):
     """Settings vLLM itself would reject before allocating anything (the message says what to change)."""
 
 
-def estimate(facts: ModelFacts, gpu: Gpu, release: Release, *, release_reason: str = "",
-             tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
-             gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-             max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-             dtype: str | None = None, quantization: str | None = None, kv_cache_dtype: str | None = None,
-             enforce_eager: bool = False, usage_context: str = "engine", block_size: int | None = None,
-             enable_chunked_prefill: bool | None = None, enable_expert_parallel: bool = False,
-             kv_cache_memory_bytes: int | None = None, model_runner_v2: bool | None = None) -> MemoryEstimate:
+def estimate(
+    facts: ModelFacts,
+    gpu: Gpu,
+    release: Release,
+    *,
+    release_reason: str = "",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    gpu_memory_utilization: float | None = None,
+    max_model_len: int | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    dtype: str | None = None,
+    quantization: str | None = None,
+    kv_cache_dtype: str | None = None,
+    enforce_eager: bool = False,
+    usage_context: str = "engine",
+    block_size: int | None = None,
+    enable_chunked_prefill: bool | None = None,
+    enable_expert_parallel: bool = False,
+    kv_cache_memory_bytes: int | None = None,
+    model_runner_v2: bool | None = None,
+) -> MemoryEstimate:
     """model_runner_v2: force Model Runner V2 on or off (VLLM_USE_V2_MODEL_RUNNER); default: the release's choice."""
     arch = facts.arch
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     if tp < 1 or pp < 1:
         raise EstimateError("tensor_parallel_size and pipeline_parallel_size must be at least 1")
     if arch.num_heads % tp:
-        raise EstimateError(f"Total number of attention heads ({arch.num_heads}) must be divisible by tensor "
-                            f"parallel size ({tp}): use a tensor_parallel_size that divides {arch.num_heads}")
+        raise EstimateError(
+            f"Total number of attention heads ({arch.num_heads}) must be divisible by tensor "
+            f"parallel size ({tp}): use a tensor_parallel_size that divides {arch.num_heads}"
+        )
     util = release.default_gpu_memory_utilization if gpu_memory_utilization is None else gpu_memory_utilization
     if not 0 < util <= 1:
         raise EstimateError(f"gpu_memory_utilization must be in (0, 1], got {util}")
@@ -111,25 +128,51 @@ def estimate(facts: ModelFacts, gpu: Gpu, release: Release, *, release_reason: s
     kv_bytes = kv_cache.kv_dtype_bytes(kv_cache_dtype, dtype_bytes)
     bs = block_size or 16
     notes: list[str] = []
-    approximate = {"gpu": not gpu.measured, "weights": False, "activation": True, "cudagraph": not enforce_eager,
-                   "non_torch": True, "kv_cache": False}
+    approximate = {
+        "gpu": not gpu.measured,
+        "weights": False,
+        "activation": True,
+        "cudagraph": not enforce_eager,
+        "non_torch": True,
+        "kv_cache": False,
+    }
 
-    tokens, seqs = release.scheduler_limits(gpu, usage_context, max_model_len,
-                                            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                                            enable_chunked_prefill=enable_chunked_prefill, world_size=tp * pp)
+    tokens, seqs = release.scheduler_limits(
+        gpu,
+        usage_context,
+        max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        enable_chunked_prefill=enable_chunked_prefill,
+        world_size=tp * pp,
+    )
     weights = weights_per_rank(facts, tp=tp, pp=pp, dtype=dtype, quantization=quantization)
     approximate["weights"] = weights.approximate
     if weights.note:
         notes.append(weights.note)
 
-    runner_v2 = release.uses_model_runner_v2(is_moe=arch.is_moe, is_hybrid=arch.is_hybrid) \
-        if model_runner_v2 is None else model_runner_v2
-    cg_subtracted = (not release.v0_engine and release.cudagraph_estimate_subtracted
-                     and (not runner_v2 or release.model_runner_v2_profiles_cudagraphs))
-    terms = activation.profile_terms(arch, max_num_batched_tokens=tokens, max_num_seqs=seqs, tp=tp,
-                                     dtype_bytes=dtype_bytes, enforce_eager=enforce_eager,
-                                     v0_engine=release.v0_engine, model_runner_v2=runner_v2,
-                                     cudagraph_subtracted=cg_subtracted, ep=enable_expert_parallel)
+    runner_v2 = (
+        release.uses_model_runner_v2(is_moe=arch.is_moe, is_hybrid=arch.is_hybrid)
+        if model_runner_v2 is None
+        else model_runner_v2
+    )
+    cg_subtracted = (
+        not release.v0_engine
+        and release.cudagraph_estimate_subtracted
+        and (not runner_v2 or release.model_runner_v2_profiles_cudagraphs)
+    )
+    terms = activation.profile_terms(
+        arch,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        tp=tp,
+        dtype_bytes=dtype_bytes,
+        enforce_eager=enforce_eager,
+        v0_engine=release.v0_engine,
+        model_runner_v2=runner_v2,
+        cudagraph_subtracted=cg_subtracted,
+        ep=enable_expert_parallel,
+    )
     notes.extend(terms.notes)
     if facts.config.get("vision_config") or facts.config.get("audio_config"):
         notes.append("multimodal encoder profiling is not modelled: vLLM's activation peak will be higher")
@@ -137,8 +180,9 @@ def estimate(facts: ModelFacts, gpu: Gpu, release: Release, *, release_reason: s
 
     total = gpu.total_bytes
     requested = int(total * util)
-    available = requested - weights.bytes_per_rank - terms.activation_bytes - terms.non_torch_bytes \
-        - terms.cudagraph_bytes
+    available = (
+        requested - weights.bytes_per_rank - terms.activation_bytes - terms.non_torch_bytes - terms.cudagraph_bytes
+    )
     if kv_cache_memory_bytes:
         available = kv_cache_memory_bytes
         notes.append("kv_cache_memory_bytes is set: vLLM skips the utilization budget")
@@ -147,8 +191,9 @@ def estimate(facts: ModelFacts, gpu: Gpu, release: Release, *, release_reason: s
     if pp > 1:
         specs = specs[: -(-len(specs) // pp)]  # the stage with the most layers
     in_flight = 2 if release.version.release >= (0, 21) and not release.v0_engine else 1
-    lay = kv_cache.layout(specs, max_model_len=max_model_len, max_num_batched_tokens=tokens, block_size=bs,
-                          in_flight_factor=in_flight)
+    lay = kv_cache.layout(
+        specs, max_model_len=max_model_len, max_num_batched_tokens=tokens, block_size=bs, in_flight_factor=in_flight
+    )
     approximate["kv_cache"] = lay.approximate
     notes.extend(lay.notes)
     blocks = lay.num_blocks(max(available, 0))
@@ -162,54 +207,95 @@ def estimate(facts: ModelFacts, gpu: Gpu, release: Release, *, release_reason: s
     error = None
     est_len = None
     if model_max is not None and max_model_len > model_max:
-        error = (f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
-                 f"(max_position_embeddings={model_max} in the model's config.json)")
+        error = (
+            f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
+            f"(max_position_embeddings={model_max} in the model's config.json)"
+        )
     elif not release.v0_engine and requested > total - CUDA_CONTEXT_GIB * GiB * (1 + 0.2 * (tp > 1)):
-        error = (f"Free memory on device ({_gib(total - CUDA_CONTEXT_GIB * GiB):.2f}/{_gib(total):.2f} GiB) on "
-                 f"startup is less than desired GPU memory utilization ({util}, {_gib(requested):.2f} GiB)")
+        error = (
+            f"Free memory on device ({_gib(total - CUDA_CONTEXT_GIB * GiB):.2f}/{_gib(total):.2f} GiB) on "
+            f"startup is less than desired GPU memory utilization ({util}, {_gib(requested):.2f} GiB)"
+        )
     elif available <= 0:
-        error = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                 "initializing the engine.")
+        error = (
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine."
+        )
     elif release.v0_engine:
         if kv_tokens < max_model_len:
-            error = (f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens that "
-                     f"can be stored in KV cache ({kv_tokens}). Try increasing `gpu_memory_utilization` or "
-                     "decreasing `max_model_len` when initializing the engine.")
+            error = (
+                f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens that "
+                f"can be stored in KV cache ({kv_tokens}). Try increasing `gpu_memory_utilization` or "
+                "decreasing `max_model_len` when initializing the engine."
+            )
             est_len = kv_tokens
     else:
         reserve = lay.bytes_per_block if release.version.release >= (0, 33) else 0  # the null block
         if lay.needed_bytes_one_request > available - reserve:
-            est_len = max_len_that_fits(specs, available - reserve, max_model_len, tokens, lay.block_size,
-                                        in_flight)
-            error = (f"To serve at least one request with the model's max seq len ({max_model_len}), "
-                     f"({_gib(lay.needed_bytes_one_request):.2f} GiB KV cache is needed, which is larger than the "
-                     f"available KV cache memory ({_gib(available):.2f} GiB). Based on the available memory, the "
-                     f"estimated maximum model length is {est_len}.")
+            est_len = max_len_that_fits(specs, available - reserve, max_model_len, tokens, lay.block_size, in_flight)
+            error = (
+                f"To serve at least one request with the model's max seq len ({max_model_len}), "
+                f"({_gib(lay.needed_bytes_one_request):.2f} GiB KV cache is needed, which is larger than the "
+                f"available KV cache memory ({_gib(available):.2f} GiB). Based on the available memory, the "
+                f"estimated maximum model length is {est_len}."
+            )
     if weights.bytes_per_rank + CUDA_CONTEXT_GIB * GiB > total:
-        error = (f"CUDA out of memory while loading weights: {_gib(weights.bytes_per_rank):.2f} GiB per GPU does "
-                 f"not fit in {_gib(total):.2f} GiB")
+        error = (
+            f"CUDA out of memory while loading weights: {_gib(weights.bytes_per_rank):.2f} GiB per GPU does "
+            f"not fit in {_gib(total):.2f} GiB"
+        )
 
     return MemoryEstimate(
-        model=facts.model, gpu=gpu.name, gpu_total_gib=round(gpu.total_gib, 2), vllm_version=str(release.version),
-        vllm_version_reason=release_reason, usage_context=usage_context, tensor_parallel_size=tp,
-        pipeline_parallel_size=pp, gpu_memory_utilization=util, max_model_len=max_model_len,
-        max_num_batched_tokens=tokens, max_num_seqs=seqs, block_size=lay.block_size, dtype_bytes=dtype_bytes,
-        kv_cache_dtype=kv_cache_dtype or "auto", enforce_eager=enforce_eager,
-        requested_gib=_gib(requested), weights_gib=_gib(weights.bytes_per_rank),
-        activation_gib=_gib(terms.activation_bytes), cudagraph_gib=_gib(terms.cudagraph_bytes),
-        cudagraph_capture_gib=_gib(terms.cudagraph_capture_bytes), non_torch_gib=_gib(terms.non_torch_bytes),
-        kv_cache_gib=_gib(available), kv_bytes_per_token=lay.bytes_per_token, kv_cache_blocks=blocks,
-        kv_cache_tokens=kv_tokens, max_concurrency=round(concurrency, 2),
-        kv_needed_one_request_gib=_gib(lay.needed_bytes_one_request), fits=error is None, error=error,
-        estimated_max_model_len=est_len, approximate=approximate, notes=notes, weights_source=weights.source)
+        model=facts.model,
+        gpu=gpu.name,
+        gpu_total_gib=round(gpu.total_gib, 2),
+        vllm_version=str(release.version),
+        vllm_version_reason=release_reason,
+        usage_context=usage_context,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=util,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        block_size=lay.block_size,
+        dtype_bytes=dtype_bytes,
+        kv_cache_dtype=kv_cache_dtype or "auto",
+        enforce_eager=enforce_eager,
+        requested_gib=_gib(requested),
+        weights_gib=_gib(weights.bytes_per_rank),
+        activation_gib=_gib(terms.activation_bytes),
+        cudagraph_gib=_gib(terms.cudagraph_bytes),
+        cudagraph_capture_gib=_gib(terms.cudagraph_capture_bytes),
+        non_torch_gib=_gib(terms.non_torch_bytes),
+        kv_cache_gib=_gib(available),
+        kv_bytes_per_token=lay.bytes_per_token,
+        kv_cache_blocks=blocks,
+        kv_cache_tokens=kv_tokens,
+        max_concurrency=round(concurrency, 2),
+        kv_needed_one_request_gib=_gib(lay.needed_bytes_one_request),
+        fits=error is None,
+        error=error,
+        estimated_max_model_len=est_len,
+        approximate=approximate,
+        notes=notes,
+        weights_source=weights.source,
+    )
 
 
-def max_len_that_fits(specs: list[kv_cache.LayerKV], available: int, upper: int, tokens: int, block_size: int,
-                      in_flight: int) -> int:
+def max_len_that_fits(
+    specs: list[kv_cache.LayerKV], available: int, upper: int, tokens: int, block_size: int, in_flight: int
+) -> int:
     """vLLM's estimate_max_model_len: the longest max_model_len whose one-request KV need fits."""
+
     def fits(length: int) -> bool:
-        lay = kv_cache.layout(specs, max_model_len=length, max_num_batched_tokens=tokens, block_size=block_size,
-                              in_flight_factor=in_flight)
+        lay = kv_cache.layout(
+            specs,
+            max_model_len=length,
+            max_num_batched_tokens=tokens,
+            block_size=block_size,
+            in_flight_factor=in_flight,
+        )
         return lay.needed_bytes_one_request <= available
 
     if available <= 0 or not fits(1):

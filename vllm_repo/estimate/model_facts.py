@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_repo.errors import UsageError
 from vllm_repo.estimate.architecture import Architecture, from_config
 from vllm_repo.hf import is_repo_id
-from vllm_repo.errors import UsageError
 
 
 class ModelFactsError(UsageError):
@@ -150,8 +150,14 @@ def _read_config(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_model_facts(model: str, *, offline: bool | None = None, revision: str | None = None,
-                     token: str | None = None, base: Path | None = None) -> ModelFacts:
+def load_model_facts(
+    model: str,
+    *,
+    offline: bool | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    base: Path | None = None,
+) -> ModelFacts:
     """Config and weight sizes of a local model directory or a Hugging Face repo id."""
     path = Path(model).expanduser()
     if not path.is_absolute() and base is not None and (base / path).exists():
@@ -187,11 +193,13 @@ def _load_from_hub(repo_id: str, *, offline: bool, revision: str | None, token: 
         raise ModelNotAvailableOffline(
             f"{repo_id}: config.json is not in the local Hugging Face cache and the network is off "
             "(HF_HUB_OFFLINE or offline mode); download it first (huggingface-cli download "
-            f"{repo_id} config.json) or pass a local model directory")
+            f"{repo_id} config.json) or pass a local model directory"
+        )
     config_path = _hub_download_config(repo_id, revision, token)
     config = _read_config(config_path)
-    return ModelFacts(repo_id, config, f"Hugging Face Hub ({repo_id})", _hub_weights(repo_id, revision, token),
-                      from_config(config))
+    return ModelFacts(
+        repo_id, config, f"Hugging Face Hub ({repo_id})", _hub_weights(repo_id, revision, token), from_config(config)
+    )
 
 
 def _hub_download_config(repo_id: str, revision: str | None, token: str | None) -> Path:
@@ -203,13 +211,16 @@ def _hub_download_config(repo_id: str, revision: str | None, token: str | None) 
     except GatedRepoError:
         raise ModelFactsError(f"{repo_id} is gated: accept its licence on huggingface.co and set HF_TOKEN") from None
     except RepositoryNotFoundError:
-        raise ModelFactsError(f"{repo_id}: no such model on the Hugging Face Hub (or it is private: set HF_TOKEN)"
-                              ) from None
+        raise ModelFactsError(
+            f"{repo_id}: no such model on the Hugging Face Hub (or it is private: set HF_TOKEN)"
+        ) from None
     except HfHubHTTPError as exc:
         raise ModelFactsError(f"{repo_id}: the Hugging Face Hub refused config.json ({exc})") from None
     except Exception as exc:  # connection errors come in many types
-        raise ModelFactsError(f"{repo_id}: can't reach the Hugging Face Hub ({type(exc).__name__}); pass a local "
-                              "model directory, or set HF_HUB_OFFLINE=1 with the model in the HF cache") from None
+        raise ModelFactsError(
+            f"{repo_id}: can't reach the Hugging Face Hub ({type(exc).__name__}); pass a local "
+            "model directory, or set HF_HUB_OFFLINE=1 with the model in the HF cache"
+        ) from None
 
 
 def _hub_weights(repo_id: str, revision: str | None, token: str | None) -> WeightsInfo | None:

@@ -24,16 +24,27 @@ def _meets(est: MemoryEstimate | None, concurrency: float) -> bool:
     return est is not None and est.fits and est.max_concurrency >= concurrency
 
 
-def recommend(est: MemoryEstimate, run: Estimator, *, num_heads: int, max_gpus: int | None = None,
-              target_concurrency: float | None = None) -> list[Recommendation]:
+def recommend(
+    est: MemoryEstimate,
+    run: Estimator,
+    *,
+    num_heads: int,
+    max_gpus: int | None = None,
+    target_concurrency: float | None = None,
+) -> list[Recommendation]:
     """`run(**changes)` re-estimates with some settings changed; est is the estimate for the settings as given."""
     recs: list[Recommendation] = []
     want = target_concurrency or 1.0
     ceiling = round(1 - (CUDA_CONTEXT_GIB * GiB) / (est.gpu_total_gib * GiB) - 0.005, 2)
     if est.error and est.error.startswith("Free memory on device"):
-        return [Recommendation(setting="gpu_memory_utilization", value=ceiling,
-                               reason="vLLM refuses to start when less memory is free than the utilization asks "
-                                      "for; the CUDA context takes ~0.5 GiB before that check")]
+        return [
+            Recommendation(
+                setting="gpu_memory_utilization",
+                value=ceiling,
+                reason="vLLM refuses to start when less memory is free than the utilization asks "
+                "for; the CUDA context takes ~0.5 GiB before that check",
+            )
+        ]
     if _meets(est, want) and not target_concurrency:
         return _graph_headroom(est)
     if _meets(est, want):
@@ -45,36 +56,52 @@ def recommend(est: MemoryEstimate, run: Estimator, *, num_heads: int, max_gpus: 
             continue
         candidate = _try(run, tensor_parallel_size=tp)
         if _meets(candidate, want):
-            recs.append(Recommendation(
-                setting="tensor_parallel_size", value=tp,
-                reason=f"smallest tensor_parallel_size that divides the {num_heads} attention heads and fits: "
-                       f"{candidate.kv_cache_tokens:,} KV tokens, max concurrency {candidate.max_concurrency:.2f}x"))
+            recs.append(
+                Recommendation(
+                    setting="tensor_parallel_size",
+                    value=tp,
+                    reason=f"smallest tensor_parallel_size that divides the {num_heads} attention heads and fits: "
+                    f"{candidate.kv_cache_tokens:,} KV tokens, max concurrency {candidate.max_concurrency:.2f}x",
+                )
+            )
             break
 
     util = round(est.gpu_memory_utilization + 0.01, 2)
     while util <= ceiling:
         candidate = _try(run, gpu_memory_utilization=util)
         if _meets(candidate, want):
-            recs.append(Recommendation(
-                setting="gpu_memory_utilization", value=util,
-                reason=f"leaves {candidate.kv_cache_gib:.2f} GiB for the KV cache: max concurrency "
-                       f"{candidate.max_concurrency:.2f}x at {est.max_model_len:,} tokens (wanted {want:g}x)"))
+            recs.append(
+                Recommendation(
+                    setting="gpu_memory_utilization",
+                    value=util,
+                    reason=f"leaves {candidate.kv_cache_gib:.2f} GiB for the KV cache: max concurrency "
+                    f"{candidate.max_concurrency:.2f}x at {est.max_model_len:,} tokens (wanted {want:g}x)",
+                )
+            )
             break
         util = round(util + 0.01, 2)
 
     if est.kv_cache_dtype == "auto" and est.dtype_bytes >= 2:
         candidate = _try(run, kv_cache_dtype="fp8")
         if _meets(candidate, want):
-            recs.append(Recommendation(
-                setting="kv_cache_dtype", value="fp8",
-                reason=f"halves KV bytes per token: {candidate.kv_cache_tokens:,} KV tokens, max concurrency "
-                       f"{candidate.max_concurrency:.2f}x (small accuracy cost)"))
+            recs.append(
+                Recommendation(
+                    setting="kv_cache_dtype",
+                    value="fp8",
+                    reason=f"halves KV bytes per token: {candidate.kv_cache_tokens:,} KV tokens, max concurrency "
+                    f"{candidate.max_concurrency:.2f}x (small accuracy cost)",
+                )
+            )
 
     fitting_len = _longest_len(est, run, want)
     if fitting_len:
-        recs.append(Recommendation(
-            setting="max_model_len", value=fitting_len,
-            reason=f"longest context that fits {want:g} request(s) with the other settings unchanged"))
+        recs.append(
+            Recommendation(
+                setting="max_model_len",
+                value=fitting_len,
+                reason=f"longest context that fits {want:g} request(s) with the other settings unchanged",
+            )
+        )
     return recs
 
 
@@ -102,7 +129,11 @@ def _graph_headroom(est: MemoryEstimate) -> list[Recommendation]:
     if est.cudagraph_capture_gib <= headroom:
         return []
     util = round(est.gpu_memory_utilization - (est.cudagraph_capture_gib - headroom) / est.gpu_total_gib - 0.01, 2)
-    return [Recommendation(
-        setting="gpu_memory_utilization", value=util,
-        reason=f"CUDA-graph capture (~{est.cudagraph_capture_gib:.2f} GiB) happens after the KV cache is allocated "
-               f"and only {max(headroom, 0):.2f} GiB is left outside the budget; or set enforce_eager")]
+    return [
+        Recommendation(
+            setting="gpu_memory_utilization",
+            value=util,
+            reason=f"CUDA-graph capture (~{est.cudagraph_capture_gib:.2f} GiB) happens after the KV cache is allocated "
+            f"and only {max(headroom, 0):.2f} GiB is left outside the budget; or set enforce_eager",
+        )
+    ]

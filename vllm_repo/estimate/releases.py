@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from vllm_repo.estimate.gpus import GiB, Gpu
 from vllm_repo.errors import UsageError
+from vllm_repo.estimate.gpus import GiB, Gpu
 
 NEWEST_KNOWN = "0.33.0"
 
@@ -77,9 +77,17 @@ class Release:
             return (16384, 1024) if usage_context == "llm" else (8192, 1024)
         return (8192, 256) if usage_context == "llm" else (2048, 256)
 
-    def scheduler_limits(self, gpu: Gpu, usage_context: str, max_model_len: int, *,
-                         max_num_batched_tokens: int | None, max_num_seqs: int | None,
-                         enable_chunked_prefill: bool | None = None, world_size: int = 1) -> tuple[int, int]:
+    def scheduler_limits(
+        self,
+        gpu: Gpu,
+        usage_context: str,
+        max_model_len: int,
+        *,
+        max_num_batched_tokens: int | None,
+        max_num_seqs: int | None,
+        enable_chunked_prefill: bool | None = None,
+        world_size: int = 1,
+    ) -> tuple[int, int]:
         """The (max_num_batched_tokens, max_num_seqs) vLLM ends up with, as EngineArgs derives them."""
         default_tokens, default_seqs = self.batch_defaults(gpu, usage_context, world_size)
         chunked = self.chunked_prefill(max_model_len, enable_chunked_prefill)

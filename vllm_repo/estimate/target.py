@@ -27,18 +27,22 @@ def resolve_target(model: str) -> Target:
     triton_model = ModelDirectory(path)
     doc = triton_model.served_engine_args()
     if doc is None and (path / ENGINE_ARGS_FILE).is_file():
-        raise UsageError(f"{path / ENGINE_ARGS_FILE}: Triton reads model.json from the version directory",
-                         hint=f"move it to {path / '1' / ENGINE_ARGS_FILE}")
+        raise UsageError(
+            f"{path / ENGINE_ARGS_FILE}: Triton reads model.json from the version directory",
+            hint=f"move it to {path / '1' / ENGINE_ARGS_FILE}",
+        )
     if doc is None:
-        raise UsageError(f"{path}: neither a Hugging Face model directory (no config.json) nor a Triton model "
-                         "directory (no <version>/model.json)")
+        raise UsageError(
+            f"{path}: neither a Hugging Face model directory (no config.json) nor a Triton model "
+            "directory (no <version>/model.json)"
+        )
     if not doc.ok:
         raise UsageError(f"{doc.path}: {doc.problem.message}", hint=f"`vllm-repo validate {path}` shows where")
     if not isinstance(doc.data, dict):
         raise UsageError(f"{doc.path}: must be a JSON object of vLLM engine args")
     inner = doc.data.get("model")
     if not isinstance(inner, str) or not inner:
-        raise UsageError(f"{doc.path}: no \"model\" key (vLLM would download its default model)")
+        raise UsageError(f'{doc.path}: no "model" key (vLLM would download its default model)')
     inner_path = Path(inner).expanduser()
     if not inner_path.is_absolute() and (doc.path.parent / inner_path).is_dir():
         inner = str(doc.path.parent / inner_path)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vllm_repo.errors import UsageError
 from vllm_repo.estimate.architecture import Architecture, ParameterCounts, parameter_counts
 from vllm_repo.estimate.model_facts import ModelFacts, TensorEntry
-from vllm_repo.errors import UsageError
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
 SAFETENSORS_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
@@ -48,8 +48,11 @@ def model_dtype_bytes(arch: Architecture, dtype: str | None) -> int:
 def rotary_cache_bytes(arch: Architecture, dtype_bytes: int) -> int:
     """vLLM keeps one cos/sin table of max_position x rotary_dim in the model dtype."""
     max_pos = arch.max_position_embeddings or 0
-    rotary_dim = arch.qk_rope_head_dim if arch.is_mla else int(
-        arch.head_dim * float(arch.config.get("partial_rotary_factor", 1.0) or 1.0))
+    rotary_dim = (
+        arch.qk_rope_head_dim
+        if arch.is_mla
+        else int(arch.head_dim * float(arch.config.get("partial_rotary_factor", 1.0) or 1.0))
+    )
     return max_pos * rotary_dim * dtype_bytes
 
 
@@ -87,8 +90,9 @@ def _stage_of(name: str, arch: Architecture, pp: int) -> int | None:
     return min(int(m.group(1)) * pp // max(arch.num_layers, 1), pp - 1)
 
 
-def _loaded_bytes(t: TensorEntry, target_bytes: int, online_fp8: bool, is_linear: bool,
-                  quantized_checkpoint: bool) -> int:
+def _loaded_bytes(
+    t: TensorEntry, target_bytes: int, online_fp8: bool, is_linear: bool, quantized_checkpoint: bool
+) -> int:
     """Bytes a checkpoint tensor takes once loaded: quantized checkpoints load as stored; float tensors of an
     unquantized one are cast to the serving dtype, linear weights to one byte under online fp8."""
     src = SAFETENSORS_FLOAT_BYTES.get(t.dtype.upper())
@@ -100,8 +104,9 @@ def _loaded_bytes(t: TensorEntry, target_bytes: int, online_fp8: bool, is_linear
     return elements * target_bytes
 
 
-def weights_per_rank(facts: ModelFacts, *, tp: int = 1, pp: int = 1, dtype: str | None = None,
-                     quantization: str | None = None) -> WeightEstimate:
+def weights_per_rank(
+    facts: ModelFacts, *, tp: int = 1, pp: int = 1, dtype: str | None = None, quantization: str | None = None
+) -> WeightEstimate:
     arch = facts.arch
     dtype_bytes = model_dtype_bytes(arch, dtype)
     method, bits = _quant_bits(facts)
@@ -114,8 +119,13 @@ def weights_per_rank(facts: ModelFacts, *, tp: int = 1, pp: int = 1, dtype: str 
         stages = [0.0] * pp
         total = 0
         for t in weights.tensors:
-            linear = t.name.endswith("weight") and not _NORM.search(t.name) and not _EMBED.search(
-                t.name) and not _LM_HEAD.search(t.name) and not _VISION.search(t.name)
+            linear = (
+                t.name.endswith("weight")
+                and not _NORM.search(t.name)
+                and not _EMBED.search(t.name)
+                and not _LM_HEAD.search(t.name)
+                and not _VISION.search(t.name)
+            )
             nbytes = _loaded_bytes(t, dtype_bytes, online_fp8, linear, quantized_checkpoint)
             total += nbytes
             share = nbytes * _per_rank_share(t.name, arch, tp)
@@ -137,10 +147,20 @@ def weights_per_rank(facts: ModelFacts, *, tp: int = 1, pp: int = 1, dtype: str 
         scale = weights.total_bytes / max(total_est, 1)
         if online_fp8:
             scale = 1.0
-        return WeightEstimate(int(rank_est * scale) + extra, weights.total_bytes, weights.source, approximate=True,
-                              note="per-rank split estimated from the architecture")
-    return WeightEstimate(int(rank_est) + extra, int(total_est), "parameter count from the architecture",
-                          approximate=True, note=f"{counts.total / 1e9:.2f}B parameters derived from config.json")
+        return WeightEstimate(
+            int(rank_est * scale) + extra,
+            weights.total_bytes,
+            weights.source,
+            approximate=True,
+            note="per-rank split estimated from the architecture",
+        )
+    return WeightEstimate(
+        int(rank_est) + extra,
+        int(total_est),
+        "parameter count from the architecture",
+        approximate=True,
+        note=f"{counts.total / 1e9:.2f}B parameters derived from config.json",
+    )
 
 
 def _bytes_per_linear_param(method: str | None, bits: float | None, dtype_bytes: int, online_fp8: bool) -> float:
@@ -155,8 +175,15 @@ def _bytes_per_linear_param(method: str | None, bits: float | None, dtype_bytes:
     return bits / 8 + 2 / 128 + bits / 8 / 128
 
 
-def _from_counts(counts: ParameterCounts, arch: Architecture, tp: int, pp: int, dtype_bytes: int,
-                 per_param: float, method: str | None) -> tuple[float, float]:
+def _from_counts(
+    counts: ParameterCounts,
+    arch: Architecture,
+    tp: int,
+    pp: int,
+    dtype_bytes: int,
+    per_param: float,
+    method: str | None,
+) -> tuple[float, float]:
     embed = counts.embedding * dtype_bytes
     head = counts.lm_head * dtype_bytes
     norms = counts.norms * dtype_bytes

@@ -21,6 +21,16 @@ from vllm_repo.repository.discovery import (
 )
 
 __all__ = [
-    "CONFIG_FILE", "ENGINE_ARGS_FILE", "LORA_FILE", "MODEL_FILES", "VLLM_BACKEND", "ModelDirectory",
-    "ModelRepository", "PathError", "VersionDirectory", "discover", "is_version_name", "open_repository",
+    "CONFIG_FILE",
+    "ENGINE_ARGS_FILE",
+    "LORA_FILE",
+    "MODEL_FILES",
+    "VLLM_BACKEND",
+    "ModelDirectory",
+    "ModelRepository",
+    "PathError",
+    "VersionDirectory",
+    "discover",
+    "is_version_name",
+    "open_repository",
 ]

@@ -93,8 +93,11 @@ class ModelDirectory:
         """Places outside a numeric version directory where engine args were put anyway: beside config.pbtxt,
         or in a non-numeric directory (model_v1). Layout rules report the place; the content is still checked."""
         holders = [VersionDirectory(self.path)] if (self.path / ENGINE_ARGS_FILE).is_file() else []
-        holders += [VersionDirectory(p) for p in self.entries
-                    if p.is_dir() and not is_version_name(p.name) and (p / ENGINE_ARGS_FILE).is_file()]
+        holders += [
+            VersionDirectory(p)
+            for p in self.entries
+            if p.is_dir() and not is_version_name(p.name) and (p / ENGINE_ARGS_FILE).is_file()
+        ]
         return holders
 
     def engine_args_documents(self) -> list[tuple[VersionDirectory, JsonDocument]]:

@@ -67,7 +67,7 @@ class JsonDocument:
         return self.key_positions.get(key)
 
     @classmethod
-    def load(cls, path: Path) -> "JsonDocument":
+    def load(cls, path: Path) -> JsonDocument:
         doc = cls(path)
         doc.text, doc.problem = read_text(path)
         if doc.text is None:
@@ -157,7 +157,7 @@ class PbtxtDocument:
         return self.problem is None
 
     @classmethod
-    def load(cls, path: Path) -> "PbtxtDocument":
+    def load(cls, path: Path) -> PbtxtDocument:
         from google.protobuf import text_format
 
         doc = cls(path)

@@ -17,8 +17,10 @@ def model_config_pb2():
     protobuf, and validate has to start fast."""
     spec = importlib.util.find_spec("tritonclient")
     if spec is None or not spec.submodule_search_locations:
-        raise VllmRepoError("tritonclient, which holds Triton's ModelConfig protobuf, is not installed",
-                            hint="pip install 'tritonclient[grpc]' (a dependency of vllm-repo: reinstall it)")
+        raise VllmRepoError(
+            "tritonclient, which holds Triton's ModelConfig protobuf, is not installed",
+            hint="pip install 'tritonclient[grpc]' (a dependency of vllm-repo: reinstall it)",
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "grpc" / "model_config_pb2.py"
     mod_spec = importlib.util.spec_from_file_location("vllm_repo._triton_model_config_pb2", path)
     module = importlib.util.module_from_spec(mod_spec)

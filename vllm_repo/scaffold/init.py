@@ -23,8 +23,8 @@ from typing import Any
 from vllm_repo.backend import contract
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.hf import is_repo_id
-from vllm_repo.validate.diagnostics import Diagnostic
 from vllm_repo.schema.loader import accepts
+from vllm_repo.validate.diagnostics import Diagnostic
 
 VERSION = "1"
 BACKEND = "vllm"
@@ -80,8 +80,10 @@ def check_model_name(name: str) -> None:
             hint="use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', spaces or '..')",
         )
     if name.isdigit():
-        raise UsageError(f"'{name}' is not a usable model name: all-digit names look like version directories",
-                        hint="use a name with a letter in it")
+        raise UsageError(
+            f"'{name}' is not a usable model name: all-digit names look like version directories",
+            hint="use a name with a letter in it",
+        )
 
 
 def parse_value(text: str, types: list[str] | None = None) -> Any:
@@ -135,8 +137,10 @@ def resolve_model(model: str) -> str:
     if path.is_dir():
         return str(path.resolve())
     if not is_repo_id(model, owner_required=False):
-        raise UsageError(f"model '{model}' is neither a local directory nor a Hugging Face repo id (org/name)",
-                        hint="check the path, or give a repo id like Qwen/Qwen2.5-0.5B-Instruct")
+        raise UsageError(
+            f"model '{model}' is neither a local directory nor a Hugging Face repo id (org/name)",
+            hint="check the path, or give a repo id like Qwen/Qwen2.5-0.5B-Instruct",
+        )
     return model
 
 
@@ -145,8 +149,9 @@ def resolve_model(model: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def plan_engine(model: str, gpu: str | None, tp: int | None, max_model_len: int | None,
-                user_settings: dict[str, Any] | None = None) -> EnginePlan:
+def plan_engine(
+    model: str, gpu: str | None, tp: int | None, max_model_len: int | None, user_settings: dict[str, Any] | None = None
+) -> EnginePlan:
     """tensor_parallel_size, gpu_memory_utilization and max_model_len: from the estimator for ``gpu``, else only what
     the user gave. Never fails: what could not be worked out is said in ``notes``."""
     plan = EnginePlan()
@@ -158,14 +163,17 @@ def plan_engine(model: str, gpu: str | None, tp: int | None, max_model_len: int 
         given = set(plan.settings) | set(user_settings or {})
         left = [k for k in SIZING_KEYS if k not in given]
         if left:
-            plan.notes.append(f"no --gpu given: {', '.join(left)} left to vLLM's defaults (init with --gpu, or "
-                              "`vllm-repo estimate`, to size them)")
+            plan.notes.append(
+                f"no --gpu given: {', '.join(left)} left to vLLM's defaults (init with --gpu, or "
+                "`vllm-repo estimate`, to size them)"
+            )
         return plan
     from vllm_repo.estimate.fit import fit_engine_settings
 
     # An unknown GPU name is the estimator's UsageError, with the names it knows.
-    fitted, notes = fit_engine_settings(model, gpu, tensor_parallel_size=tp, max_model_len=max_model_len,
-                                        user_settings=user_settings)
+    fitted, notes = fit_engine_settings(
+        model, gpu, tensor_parallel_size=tp, max_model_len=max_model_len, user_settings=user_settings
+    )
     plan.settings.update(fitted)
     plan.notes.extend(notes)
     return plan
@@ -194,13 +202,17 @@ def _tensor_block(tensor: contract.Tensor) -> str:
 
 
 def render_config(name: str, model: str, engine_args: dict[str, Any]) -> str:
-    world = (int(engine_args.get("tensor_parallel_size", 1) or 1)
-             * int(engine_args.get("pipeline_parallel_size", 1) or 1))
+    world = int(engine_args.get("tensor_parallel_size", 1) or 1) * int(
+        engine_args.get("pipeline_parallel_size", 1) or 1
+    )
     # One engine per model: vLLM batches internally and places itself on its tensor_parallel_size x
     # pipeline_parallel_size GPUs. KIND_MODEL leaves placement to it (KIND_GPU is for single-GPU models only, and a
     # count above 1 would start a second engine competing for the same memory).
-    comment = (f"# One vLLM engine over {world} GPUs: KIND_MODEL lets vLLM place itself." if world > 1 else
-               "# One vLLM engine (it batches internally); KIND_MODEL lets vLLM choose its device.")
+    comment = (
+        f"# One vLLM engine over {world} GPUs: KIND_MODEL lets vLLM place itself."
+        if world > 1
+        else "# One vLLM engine (it batches internally); KIND_MODEL lets vLLM choose its device."
+    )
     return string.Template(_template("config.pbtxt")).substitute(
         model=model,
         version=VERSION,
@@ -235,8 +247,9 @@ def lora_rank_setting(loras: dict[str, str], vllm_version: str | None = None) ->
     return next((c for c in choices if c >= max(ranks)), max(ranks))
 
 
-def render_engine_args(model: str, plan: EnginePlan, settings: dict[str, Any], loras: dict[str, str],
-                       vllm_version: str | None = None) -> dict:
+def render_engine_args(
+    model: str, plan: EnginePlan, settings: dict[str, Any], loras: dict[str, str], vllm_version: str | None = None
+) -> dict:
     engine_args = json.loads(_template("model.json"))
     engine_args["model"] = model
     engine_args.update(plan.settings)
@@ -311,8 +324,9 @@ def init_model(
     ``force`` is false or when the result would not pass validate, UsageError for an unsafe name or bad values."""
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
-        raise UsageError(f"{repo} exists and is not a directory",
-                        hint="give a repository directory (it may not exist yet)")
+        raise UsageError(
+            f"{repo} exists and is not a directory", hint="give a repository directory (it may not exist yet)"
+        )
     name = name if name is not None else default_model_name(model)
     check_model_name(name)
     for label, value in (("--tp", tensor_parallel_size), ("--max-model-len", max_model_len)):
@@ -351,17 +365,25 @@ def init_model(
         diagnostics = [_relocate(d, staging.name) for d in _validate(staged, vllm_version)]
         errors = [d for d in diagnostics if d.severity.value == "error"]
         if errors:
-            raise InitError(f"the scaffolded model for '{model}' does not pass validate; nothing was written",
-                            hint="the findings above say what to change (--set KEY=VALUE overrides a setting)",
-                            diagnostics=diagnostics)
+            raise InitError(
+                f"the scaffolded model for '{model}' does not pass validate; nothing was written",
+                hint="the findings above say what to change (--set KEY=VALUE overrides a setting)",
+                diagnostics=diagnostics,
+            )
 
         replaced = _move_into_place(staged, target, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
     final_files = [target / f.relative_to(staging / name) for f in files]
-    return InitResult(model_dir=target, files=final_files, engine_args=engine_args, notes=plan.notes,
-                      diagnostics=diagnostics, replaced=replaced)
+    return InitResult(
+        model_dir=target,
+        files=final_files,
+        engine_args=engine_args,
+        notes=plan.notes,
+        diagnostics=diagnostics,
+        replaced=replaced,
+    )
 
 
 def _write(path: Path, text: str) -> None:

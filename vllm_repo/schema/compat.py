@@ -85,7 +85,8 @@ class _StubFinder:
 def apply_library_compat() -> list[str]:
     """Let an older vLLM import on top of newer libraries (the wheel route). Touches the libraries, never vLLM.
 
-    - a module some releases import but never use for EngineArgs may be missing: it is stubbed (``_STUBBED_IF_MISSING``);
+    - a module some releases import but never use for EngineArgs may be missing: it is stubbed
+      (``_STUBBED_IF_MISSING``);
     - vLLM 0.9 registers configs (e.g. "aimv2") with transformers' AutoConfig that later transformers releases
       define themselves; registering an existing name then raises. Keep the existing registration instead.
     """

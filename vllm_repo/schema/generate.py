@@ -113,8 +113,11 @@ def type_info(tp: Any) -> TypeInfo:
     args = typing.get_args(tp)
     if origin is typing.Annotated:
         return type_info(args[0])
-    if origin is typing.Union or (origin is not None and type(tp).__name__ == "UnionType") or \
-            type(tp).__name__ == "UnionType":
+    if (
+        origin is typing.Union
+        or (origin is not None and type(tp).__name__ == "UnionType")
+        or type(tp).__name__ == "UnionType"
+    ):
         for arg in args:
             info.merge(type_info(arg))
         return info
@@ -148,8 +151,7 @@ def type_info(tp: Any) -> TypeInfo:
             return info
         import collections.abc as cabc
 
-        if origin in (cabc.Sequence, cabc.MutableSequence, cabc.Set, cabc.MutableSet, cabc.Iterable,
-                      cabc.Collection):
+        if origin in (cabc.Sequence, cabc.MutableSequence, cabc.Set, cabc.MutableSet, cabc.Iterable, cabc.Collection):
             info.types.add("array")
             return info
         if origin in (dict, cabc.Mapping, cabc.MutableMapping) or _is_mapping_class(origin):
@@ -203,10 +205,27 @@ def type_info(tp: Any) -> TypeInfo:
 
 # Names that may appear in a string annotation the module can't evaluate (defined only under TYPE_CHECKING).
 _NAME_TYPES = {
-    "bool": "boolean", "int": "integer", "float": "number", "str": "string", "bytes": "string",
-    "list": "array", "List": "array", "tuple": "array", "Tuple": "array", "set": "array", "Set": "array",
-    "Sequence": "array", "frozenset": "array", "dict": "object", "Dict": "object", "Mapping": "object",
-    "MutableMapping": "object", "None": "null", "NoneType": "null", "Path": "string", "dtype": "string",
+    "bool": "boolean",
+    "int": "integer",
+    "float": "number",
+    "str": "string",
+    "bytes": "string",
+    "list": "array",
+    "List": "array",
+    "tuple": "array",
+    "Tuple": "array",
+    "set": "array",
+    "Set": "array",
+    "Sequence": "array",
+    "frozenset": "array",
+    "dict": "object",
+    "Dict": "object",
+    "Mapping": "object",
+    "MutableMapping": "object",
+    "None": "null",
+    "NoneType": "null",
+    "Path": "string",
+    "dtype": "string",
 }
 
 
@@ -447,7 +466,7 @@ def _field_type_info(field: dataclasses.Field, module_ns: dict[str, Any]) -> Typ
     annotation = field.type
     if isinstance(annotation, str):
         try:
-            annotation = eval(annotation, module_ns)  # noqa: S307 - vLLM's own annotation text, in its module
+            annotation = eval(annotation, module_ns)
         except Exception:
             return type_info_from_source(annotation, module_ns)
     return type_info(annotation)
@@ -459,10 +478,12 @@ def _action_type_info(action: argparse.Action | None) -> TypeInfo:
     if action is None:
         info.types.add("string")
         return info
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)) or \
-            type(action).__name__ == "BooleanOptionalAction":
+    if (
+        isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+        or type(action).__name__ == "BooleanOptionalAction"
+    ):
         info.types.add("boolean")
-    elif action.nargs in ("+", "*") or isinstance(action.nargs, int) and action.nargs > 1:
+    elif action.nargs in ("+", "*") or (isinstance(action.nargs, int) and action.nargs > 1):
         info.types.add("array")
     elif action.type is int:
         info.types.add("integer")
@@ -492,10 +513,11 @@ def generate() -> dict[str, Any]:
         with _help_requested():
             from vllm.engine import arg_utils
             from vllm.engine.arg_utils import AsyncEngineArgs
-    except Exception as exc:  # noqa: BLE001 - any failure here means "this interpreter has no usable vLLM"
-        raise SchemaGenError(f"cannot import vLLM's EngineArgs: {type(exc).__name__}: {exc}",
-                             hint="install vLLM in this environment, or pass --python PATH of an interpreter that "
-                             "has it") from exc
+    except Exception as exc:
+        raise SchemaGenError(
+            f"cannot import vLLM's EngineArgs: {type(exc).__name__}: {exc}",
+            hint="install vLLM in this environment, or pass --python PATH of an interpreter that has it",
+        ) from exc
 
     version = installed_version()
     with _help_requested():
@@ -514,8 +536,12 @@ def generate() -> dict[str, Any]:
     deprecated_actions |= {a.dest for a in parser._actions if getattr(a, "deprecated", False)}
     notes = deprecation_notes(arg_utils)
     extra_cli_only = tuple(
-        doc.strip() for doc in (getattr(getattr(arg_utils, n, None), "__doc__", None)
-                                for n in ("human_readable_int", "human_readable_int_or_auto")) if doc
+        doc.strip()
+        for doc in (
+            getattr(getattr(arg_utils, n, None), "__doc__", None)
+            for n in ("human_readable_int", "human_readable_int_or_auto")
+        )
+        if doc
     )
     attr_docs: dict[str, str] = {}
     with contextlib.suppress(Exception):
@@ -615,8 +641,9 @@ def default_output(version: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_repo.schema.generate",
-                                     description="Write the EngineArgs schema of the importable vLLM.")
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_repo.schema.generate", description="Write the EngineArgs schema of the importable vLLM."
+    )
     parser.add_argument("--output", "-o", type=Path, help="file to write ('-' for stdout)")
     parser.add_argument("--source", default="import", help="how vLLM was made importable (recorded as 'source')")
     args = parser.parse_args(argv)

@@ -34,18 +34,20 @@ class Replacement:
 # bundled release, the new one in the release where the old one is gone. The rest are found in vLLM's own help and
 # deprecation texts ("replaced by ...", "use --x instead") when the index is built.
 CURATED: dict[str, Replacement] = {
-    "disable_log_requests": Replacement("enable_log_requests", "the meaning is inverted: requests are no longer "
-                                                               "logged by default"),
+    "disable_log_requests": Replacement(
+        "enable_log_requests", "the meaning is inverted: requests are no longer logged by default"
+    ),
     "guided_decoding_backend": Replacement("structured_outputs_config", 'write {"backend": "<name>"} there'),
     "guided_decoding_disable_fallback": Replacement("structured_outputs_config", '{"disable_fallback": ...}'),
-    "guided_decoding_disable_any_whitespace": Replacement("structured_outputs_config",
-                                                          '{"disable_any_whitespace": ...}'),
-    "guided_decoding_disable_additional_properties": Replacement("structured_outputs_config",
-                                                                 '{"disable_additional_properties": ...}'),
+    "guided_decoding_disable_any_whitespace": Replacement(
+        "structured_outputs_config", '{"disable_any_whitespace": ...}'
+    ),
+    "guided_decoding_disable_additional_properties": Replacement(
+        "structured_outputs_config", '{"disable_additional_properties": ...}'
+    ),
     "speculative_model": Replacement("speculative_config", '{"model": ...}'),
     "num_speculative_tokens": Replacement("speculative_config", '{"num_speculative_tokens": ...}'),
-    "speculative_draft_tensor_parallel_size": Replacement("speculative_config",
-                                                          '{"draft_tensor_parallel_size": ...}'),
+    "speculative_draft_tensor_parallel_size": Replacement("speculative_config", '{"draft_tensor_parallel_size": ...}'),
     "speculative_max_model_len": Replacement("speculative_config", '{"max_model_len": ...}'),
     "speculative_disable_by_batch_size": Replacement("speculative_config", '{"disable_by_batch_size": ...}'),
     "ngram_prompt_lookup_max": Replacement("speculative_config", '{"method": "ngram", "prompt_lookup_max": ...}'),
@@ -120,12 +122,12 @@ def build_index(schema_dir: Path | None = None) -> dict[str, Any]:
                 continue
             later = later_keys[v]
             new = _hinted_replacement(spec.get("deprecation"), later, name) or (
-                _hinted_replacement(spec.get("help"), later, name) if spec.get("deprecated") else None)
+                _hinted_replacement(spec.get("help"), later, name) if spec.get("deprecated") else None
+            )
             if new:
                 hints[name] = {"new": new, "from": f"vLLM {v}'s help text"}
                 break
-    return {"format": INDEX_FORMAT, "versions": versions, "present": present, "deprecated": deprecated,
-            "hints": hints}
+    return {"format": INDEX_FORMAT, "versions": versions, "present": present, "deprecated": deprecated, "hints": hints}
 
 
 def write_index(schema_dir: Path | None = None) -> Path:
@@ -158,13 +160,13 @@ def releases_with(name: str) -> list[str]:
     mask = data["present"].get(name)
     if mask is None:
         return []
-    return [v for v, bit in zip(data["versions"], mask) if bit == "1"]
+    return [v for v, bit in zip(data["versions"], mask, strict=True) if bit == "1"]
 
 
 def deprecated_in(name: str) -> list[str]:
     data = index()
-    mask = data["deprecated"].get(name, "")
-    return [v for v, bit in zip(data["versions"], mask) if bit == "1"]
+    mask = data["deprecated"].get(name, "0" * len(data["versions"]))
+    return [v for v, bit in zip(data["versions"], mask, strict=True) if bit == "1"]
 
 
 def replacement_for(name: str) -> Replacement | None:
@@ -219,11 +221,12 @@ def explain_missing_key(name: str, schema_version: str) -> str | None:
             text += f"; it is back from {newer[0]}"
         return text
     if newer:
-        return (f"`{name}` exists only from vLLM {newer[0]} (newer than the chosen {schema_version})"
-                + (f"; in {schema_version} use `{replacement.new}`" if use else ""))
+        return f"`{name}` exists only from vLLM {newer[0]} (newer than the chosen {schema_version})" + (
+            f"; in {schema_version} use `{replacement.new}`" if use else ""
+        )
     if replacement is not None and replacement.new in here:
         oldest = versions[0] if versions else "?"
-        return (f"`{name}` is an engine argument of vLLM releases older than {oldest} only{use}")
+        return f"`{name}` is an engine argument of vLLM releases older than {oldest} only{use}"
     return None
 
 

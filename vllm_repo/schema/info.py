@@ -33,8 +33,7 @@ def describe_key(name: str, vllm_version: str | None = None) -> KeyReport:
     choice = choose_schema_version(vllm_version)
     schema = load_schema(choice.schema_version)
     spec = schema.get(name)
-    report = KeyReport(name=name, choice=choice, found=spec is not None,
-                       releases=key_history.describe_releases(name))
+    report = KeyReport(name=name, choice=choice, found=spec is not None, releases=key_history.describe_releases(name))
     if spec is None:
         report.history = key_history.explain_missing_key(name, choice.schema_version)
         report.suggestions = difflib.get_close_matches(name, list(schema.fields), n=3, cutoff=0.7)
@@ -71,8 +70,11 @@ def format_key_report(report: KeyReport) -> str:
         return "\n".join(lines)
     default = json.dumps(report.default)
     if report.default_repr:
-        default = f"{report.default_repr} (built by vLLM; write an object to override)" \
-            if report.default is None else f"{default} ({report.default_repr})"
+        default = (
+            f"{report.default_repr} (built by vLLM; write an object to override)"
+            if report.default is None
+            else f"{default} ({report.default_repr})"
+        )
     lines.append(f"  type:     {' | '.join(report.types)}")
     lines.append(f"  default:  {default}")
     if report.choices:

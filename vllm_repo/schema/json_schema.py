@@ -26,7 +26,9 @@ def _property(field: EngineArgField, extra: dict[str, Any]) -> dict[str, Any]:
         prop["enum"] = allowed
     description = field.help or ""
     if field.flag:
-        description = f"{description}\n\n(command line: {field.flag})" if description else f"(command line: {field.flag})"
+        description = (
+            f"{description}\n\n(command line: {field.flag})" if description else f"(command line: {field.flag})"
+        )
     if description:
         prop["description"] = description
     if field.default is not None or "null" in field.types:

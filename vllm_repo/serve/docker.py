@@ -85,36 +85,71 @@ def docker_plan(
         raise UsageError(f"{repository}: no such directory")
     wanted = vllm_version or installed_vllm_version()
     match = container_for_vllm(wanted)
-    origin = "" if vllm_version else (f" (vLLM {wanted} is installed here)" if wanted else
-                                      "; pass --vllm-version X to pick the container for your vLLM")
+    origin = (
+        ""
+        if vllm_version
+        else (
+            f" (vLLM {wanted} is installed here)"
+            if wanted
+            else "; pass --vllm-version X to pick the container for your vLLM"
+        )
+    )
     notes = [f"container {match.release.image}: {match.reason}{origin}"]
     name = "vllm-repo-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", repo.name).strip("-.") or "server")
-    options = ["--rm", "--init", "--name", name, "--gpus", "all", f"--shm-size={SHM_SIZE}",
-               "-p", f"{host}:{http_port}:{http_port}", "-p", f"{host}:{grpc_port}:{grpc_port}",
-               "-p", f"{host}:{metrics_port}:{metrics_port}",
-               "-v", f"{repo}:{CONTAINER_REPOSITORY}:ro"]
+    options = [
+        "--rm",
+        "--init",
+        "--name",
+        name,
+        "--gpus",
+        "all",
+        f"--shm-size={SHM_SIZE}",
+        "-p",
+        f"{host}:{http_port}:{http_port}",
+        "-p",
+        f"{host}:{grpc_port}:{grpc_port}",
+        "-p",
+        f"{host}:{metrics_port}:{metrics_port}",
+        "-v",
+        f"{repo}:{CONTAINER_REPOSITORY}:ro",
+    ]
     for path in _local_paths(repo):
         options += ["-v", f"{path}:{path}:ro"]
     hf_cache = hf_cache or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
     options += ["-v", f"{hf_cache}:/root/.cache/huggingface"]
     if os.environ.get("HF_TOKEN"):
         options += ["-e", "HF_TOKEN"]  # passed by name: the token never appears on the command line
-    server_args = ["tritonserver", f"--model-repository={CONTAINER_REPOSITORY}", f"--http-port={http_port}",
-                   f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
-    return DockerPlan(options=options, image=match.release.image, server_args=server_args, match=match,
-                      container_name=name, notes=notes)
+    server_args = [
+        "tritonserver",
+        f"--model-repository={CONTAINER_REPOSITORY}",
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+    ]
+    return DockerPlan(
+        options=options,
+        image=match.release.image,
+        server_args=server_args,
+        match=match,
+        container_name=name,
+        notes=notes,
+    )
 
 
 def run_docker(plan: DockerPlan) -> int:
     """Run the container in the foreground; Ctrl-C / SIGTERM stop it with `docker stop`."""
     if shutil.which("docker") is None:
-        raise DockerError("docker is not installed or not on PATH",
-                          hint="use --dry-run to print the command, or run `vllm-repo launch` without --docker")
+        raise DockerError(
+            "docker is not installed or not on PATH",
+            hint="use --dry-run to print the command, or run `vllm-repo launch` without --docker",
+        )
     probe = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
     if probe.returncode != 0:
         reason = (probe.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise DockerError(f"the Docker daemon is not reachable: {reason}",
-                          hint="start Docker (and the NVIDIA Container Toolkit for --gpus), or use --dry-run")
+        raise DockerError(
+            f"the Docker daemon is not reachable: {reason}",
+            hint="start Docker (and the NVIDIA Container Toolkit for --gpus), or use --dry-run",
+        )
     proc = subprocess.Popen(plan.argv, start_new_session=True)
 
     def stop(signum, frame):

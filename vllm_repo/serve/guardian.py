@@ -59,8 +59,11 @@ class Guardian:
     def __init__(self, pgid: int, shm_prefix: str, grace_s: float = 20.0) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-c", _GUARDIAN, str(pgid), shm_prefix, str(grace_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
         )
 
     def release(self) -> None:

@@ -12,7 +12,8 @@ import http.client
 import json
 import socket
 import urllib.parse
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from vllm_repo.errors import UsageError
 from vllm_repo.serve.errors import InferError
@@ -30,8 +31,12 @@ class Completion:
     responses: int = 0  # how many responses (SSE events) carried it
 
     def outputs(self) -> dict[str, Any]:
-        return {"finish_reason": self.finish_reason, "num_input_tokens": self.num_input_tokens,
-                "num_output_tokens": self.num_output_tokens, "responses": self.responses}
+        return {
+            "finish_reason": self.finish_reason,
+            "num_input_tokens": self.num_input_tokens,
+            "num_output_tokens": self.num_output_tokens,
+            "responses": self.responses,
+        }
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -46,8 +51,9 @@ def parse_param(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def request_body(prompt: str, *, stream: bool, max_tokens: int, params: dict[str, Any] | None = None,
-                 outputs: bool = True) -> dict[str, Any]:
+def request_body(
+    prompt: str, *, stream: bool, max_tokens: int, params: dict[str, Any] | None = None, outputs: bool = True
+) -> dict[str, Any]:
     sampling = {"max_tokens": max_tokens, **(params or {})}
     body: dict[str, Any] = {
         "text_input": prompt,
@@ -102,8 +108,9 @@ def _error_text(raw: bytes) -> str:
         return raw.decode("utf-8", "replace").strip()
 
 
-def stream_events(url: str, model: str, body: dict[str, Any], *, stream: bool,
-                  timeout: float = 600.0) -> Iterator[dict[str, Any]]:
+def stream_events(
+    url: str, model: str, body: dict[str, Any], *, stream: bool, timeout: float = 600.0
+) -> Iterator[dict[str, Any]]:
     """POST the request and yield each response's JSON (one for generate, one per SSE event for generate_stream)."""
     conn, prefix = _connect(url, timeout)
     endpoint = "generate_stream" if stream else "generate"
@@ -112,15 +119,18 @@ def stream_events(url: str, model: str, body: dict[str, Any], *, stream: bool,
         try:
             conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
-        except (ConnectionRefusedError, socket.gaierror, socket.timeout, OSError) as exc:
-            raise InferError(f"no Triton server answers at {url} ({exc.strerror or exc})",
-                             hint="start one with `vllm-repo launch REPO`, or pass --url") from exc
+        except (TimeoutError, ConnectionRefusedError, socket.gaierror, OSError) as exc:
+            raise InferError(
+                f"no Triton server answers at {url} ({exc.strerror or exc})",
+                hint="start one with `vllm-repo launch REPO`, or pass --url",
+            ) from exc
         if resp.status != 200:
             message = _error_text(resp.read())
             if resp.status in (400, 404) and ("unknown model" in message or "not found" in message):
-                raise InferError(f"the server at {url} has no model '{model}': {message}",
-                                 hint=f"the model names are the directories of the repository; see {url}/v2/models/"
-                                      f"{model}/ready")
+                raise InferError(
+                    f"the server at {url} has no model '{model}': {message}",
+                    hint=f"the model names are the directories of the repository; see {url}/v2/models/{model}/ready",
+                )
             raise InferError(f"{endpoint} failed with HTTP {resp.status}: {message}")
         if not stream:
             yield json.loads(resp.read())

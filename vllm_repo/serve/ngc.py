@@ -75,24 +75,35 @@ def container_for_vllm(vllm_version: str | None) -> Match:
     one with the same major.minor, else the newest one older than it, else the oldest. None: the newest container."""
     if vllm_version is None:
         newest = RELEASES[0]
-        return Match(newest, False,
-                     f"no vLLM version known: the newest container, {newest.release} (vLLM {newest.vllm})")
+        return Match(
+            newest, False, f"no vLLM version known: the newest container, {newest.release} (vLLM {newest.vllm})"
+        )
     try:
         want = _base(vllm_version)
     except InvalidVersion:
-        raise UsageError(f"'{vllm_version}' is not a vLLM version number", hint="give a release such as 0.11.0") from None
+        raise UsageError(
+            f"'{vllm_version}' is not a vLLM version number", hint="give a release such as 0.11.0"
+        ) from None
     for rel in RELEASES:
         if _base(rel.vllm) == want:
             return Match(rel, True, f"{rel.release} carries vLLM {rel.vllm}")
     for rel in RELEASES:
         if _base(rel.vllm).release[:2] == want.release[:2]:
-            return Match(rel, False, f"no container has vLLM {want}; {rel.release} has the same minor release, "
-                                     f"{rel.vllm}")
+            return Match(
+                rel, False, f"no container has vLLM {want}; {rel.release} has the same minor release, {rel.vllm}"
+            )
     older = [rel for rel in RELEASES if _base(rel.vllm) < want]
     if older:
         rel = older[0]
-        return Match(rel, False, f"no container has vLLM {want} yet; the newest, {rel.release}, has vLLM {rel.vllm}: "
-                                 f"check the repository with `vllm-repo validate --vllm-version {rel.vllm}`")
+        return Match(
+            rel,
+            False,
+            f"no container has vLLM {want} yet; the newest, {rel.release}, has vLLM {rel.vllm}: "
+            f"check the repository with `vllm-repo validate --vllm-version {rel.vllm}`",
+        )
     rel = RELEASES[-1]
-    return Match(rel, False, f"vLLM {want} is older than any vllm-python-py3 container; the oldest is {rel.release} "
-                             f"(vLLM {rel.vllm})")
+    return Match(
+        rel,
+        False,
+        f"vLLM {want} is older than any vllm-python-py3 container; the oldest is {rel.release} (vLLM {rel.vllm})",
+    )

@@ -38,10 +38,14 @@ def check_ports(host: str, ports: dict[str, int]) -> None:
         if not 0 < port < 65536:
             raise LaunchError(f"{label} port {port} is not a TCP port number (1-65535)")
         if port in seen:
-            raise LaunchError(f"{label} port {port} is also the {seen[port]} port",
-                              hint="give each of --http-port, --grpc-port, --metrics-port its own port")
+            raise LaunchError(
+                f"{label} port {port} is also the {seen[port]} port",
+                hint="give each of --http-port, --grpc-port, --metrics-port its own port",
+            )
         seen[port] = label
         if not port_is_free(port, host):
             option = {"HTTP": "--http-port", "gRPC": "--grpc-port", "metrics": "--metrics-port"}[label]
-            raise LaunchError(f"{label} port {port} on {host} is already in use (another Triton server?)",
-                              hint=f"stop whatever listens there, or choose another port with {option} N")
+            raise LaunchError(
+                f"{label} port {port} on {host} is already in use (another Triton server?)",
+                hint=f"stop whatever listens there, or choose another port with {option} N",
+            )

@@ -13,20 +13,16 @@ any shared-memory segment left under this server's unique prefix.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.ports import free_port, port_is_free
@@ -151,7 +147,7 @@ class TritonServer:
             *self._extra_args,
         ]
 
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         if self.process is not None:
             raise TritonServerError("this server was already started")
         if not self.model_repository.is_dir():
@@ -171,7 +167,8 @@ class TritonServer:
         if self._log_path is None:
             self._log_path = self._own_workdir / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self._log_path, "ab")
+        # Open for the server's whole life, closed by stop(): not a with block.
+        self._log_file = open(self._log_path, "ab")  # noqa: SIM115
         env = serving_env(self.python, self.triton_home, overrides=self._env_overrides)
         self.process = subprocess.Popen(
             self.command(),
@@ -195,7 +192,7 @@ class TritonServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def wait_ready(self, timeout: float = 300.0, poll_s: float = 0.5) -> "TritonServer":
+    def wait_ready(self, timeout: float = 300.0, poll_s: float = 0.5) -> TritonServer:
         """Block until /v2/health/ready answers 200. Raises TritonServerError (with the end of the server log) when
         the server exits first or ``timeout`` passes."""
         if self.process is None:
@@ -277,7 +274,7 @@ class TritonServer:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         if self.process is None:
             self.start()
         return self

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.python_env import SERVING_PYTHON_ENV
@@ -173,8 +173,9 @@ def _system_triton(binary: Path) -> TritonHome:
     return SystemTriton(binary.resolve().parent.parent)
 
 
-def find_server(tritonserver: str | os.PathLike | None = None, *, download: bool = True,
-                progress: Progress | None = None) -> ServerChoice:
+def find_server(
+    tritonserver: str | os.PathLike | None = None, *, download: bool = True, progress: Progress | None = None
+) -> ServerChoice:
     """The server launch uses, in this order: ``tritonserver`` (a path), ``tritonserver`` on PATH,
     $VLLM_REPO_TRITON_HOME (an unpacked wheel), the cached embedded server, a fresh download of it."""
     if tritonserver is not None:
@@ -197,7 +198,7 @@ def find_server(tritonserver: str | os.PathLike | None = None, *, download: bool
     if not download:
         raise TritonServerError(
             "no Triton server found: no --tritonserver, none on PATH, and the embedded one is not downloaded yet",
-            )
+        )
     fetch_embedded_server(progress=progress)
     return ServerChoice(TritonHome(embedded_home()), "downloaded")
 
@@ -218,21 +219,33 @@ def fetch_embedded_server(progress: Progress | None = None, python: str | None =
     work = Path(tempfile.mkdtemp(prefix=".pytriton-download-", dir=dest.parent))
     try:
         say(f"downloading the Triton server files (nvidia-pytriton=={PYTRITON_VERSION} from PyPI, about 100 MB) ...")
-        cmd = [python or sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               f"nvidia-pytriton=={PYTRITON_VERSION}", "-d", str(work / "wheel")]
+        cmd = [
+            python or sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            f"nvidia-pytriton=={PYTRITON_VERSION}",
+            "-d",
+            str(work / "wheel"),
+        ]
         # pip draws its own progress bar on a terminal; its output goes to our stderr.
         done = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
         if done.returncode != 0:
             raise TritonServerError(
                 f"`{' '.join(cmd[2:])}` failed (exit {done.returncode}); check the network or PyPI access, or pass "
-                "--tritonserver PATH to use an installed server")
+                "--tritonserver PATH to use an installed server"
+            )
         wheels = list((work / "wheel").glob("nvidia_pytriton-*.whl"))
         if not wheels:
             raise TritonServerError("pip download finished but left no nvidia_pytriton wheel")
         unpacked = work / "unpacked"
         _unpack(wheels[0], unpacked, say)
-        for path in [TritonHome(unpacked).tritonserver, *TritonHome(unpacked).server_root.glob(
-                "python_backend_stubs/*/triton_python_backend_stub")]:
+        for path in [
+            TritonHome(unpacked).tritonserver,
+            *TritonHome(unpacked).server_root.glob("python_backend_stubs/*/triton_python_backend_stub"),
+        ]:
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         TritonHome(unpacked).check()
         try:

@@ -14,9 +14,11 @@ def report_text(result: ValidationResult, out: TextIO, err: TextIO) -> None:
         out.write(d.text() + "\n")
     c = result.counts()
     models = len(result.models)
-    err.write(f"vllm-repo: {models} model{'s' if models != 1 else ''} checked against vLLM "
-              f"{result.vllm_version.schema_version} EngineArgs ({result.vllm_version.reason}): "
-              f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info\n")
+    err.write(
+        f"vllm-repo: {models} model{'s' if models != 1 else ''} checked against vLLM "
+        f"{result.vllm_version.schema_version} EngineArgs ({result.vllm_version.reason}): "
+        f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info\n"
+    )
 
 
 def report_json(result: ValidationResult, out: TextIO, err: TextIO) -> None:
@@ -51,8 +53,10 @@ def report_github(result: ValidationResult, out: TextIO, err: TextIO) -> None:
         message = d.message + (f" (hint: {d.hint})" if d.hint else "")
         out.write(f"::{_GITHUB_LEVEL[d.severity]} {','.join(props)}::{_escape_data(message)}\n")
     counts = result.counts()
-    err.write(f"vllm-repo: {counts['error']} error(s), {counts['warning']} warning(s) "
-              f"(vLLM {result.vllm_version.schema_version})\n")
+    err.write(
+        f"vllm-repo: {counts['error']} error(s), {counts['warning']} warning(s) "
+        f"(vLLM {result.vllm_version.schema_version})\n"
+    )
 
 
 REPORTERS = {"text": report_text, "json": report_json, "github": report_github}

@@ -31,13 +31,24 @@ class ValidationResult:
         return counts
 
     def summary(self) -> dict:
-        return {**self.counts(), "models": len(self.models), "vllm_version": self.vllm_version.schema_version,
-                "vllm_version_reason": self.vllm_version.reason}
+        return {
+            **self.counts(),
+            "models": len(self.models),
+            "vllm_version": self.vllm_version.schema_version,
+            "vllm_version_reason": self.vllm_version.reason,
+        }
 
 
-def validate_paths(paths: Sequence[str | Path], *, vllm_version: str | None = None, strict: bool = False,
-                   gpu: str | None = None, num_gpus: int | None = None,
-                   select: Sequence[str] | None = None, ignore: Sequence[str] | None = None) -> ValidationResult:
+def validate_paths(
+    paths: Sequence[str | Path],
+    *,
+    vllm_version: str | None = None,
+    strict: bool = False,
+    gpu: str | None = None,
+    num_gpus: int | None = None,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+) -> ValidationResult:
     """Check model repositories, model directories or single files.
 
     gpu, num_gpus and vllm_version default to the project's [tool.vllm-repo] settings (pyproject.toml or

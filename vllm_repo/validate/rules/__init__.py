@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.repository.documents import Position
+from vllm_repo.validate.diagnostics import Severity
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ def positive_int(value: Any, default: int = 1) -> int:
 
 def parallel_size(engine_args: dict) -> int:
     """The GPUs one engine uses: tensor_parallel_size x pipeline_parallel_size."""
-    return positive_int(engine_args.get("tensor_parallel_size")) * positive_int(engine_args.get("pipeline_parallel_size"))
+    return positive_int(engine_args.get("tensor_parallel_size")) * positive_int(
+        engine_args.get("pipeline_parallel_size")
+    )
 
 
 def did_you_mean(word: str, candidates: Iterable[Any], cutoff: float = 0.75) -> str | None:

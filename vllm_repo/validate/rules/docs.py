@@ -18,10 +18,13 @@ from vllm_repo.validate.rules.common import did_you_mean
 EXAMPLE_MARKER = "Example::"
 _FILE_HEADER = re.compile(r"^# (\S+)$")
 FAMILIES = {
-    "VR1": "the repository's layout", "VR2": "config.pbtxt", "VR3": "model.json",
+    "VR1": "the repository's layout",
+    "VR2": "config.pbtxt",
+    "VR3": "model.json",
     "VR4": "the model's own config.json (checked when it is reachable offline: a local model directory or the local "
-           "Hugging Face cache)",
-    "VR5": "across files and models", "VR6": "memory fit (with --gpu, or gpu in [tool.vllm-repo])",
+    "Hugging Face cache)",
+    "VR5": "across files and models",
+    "VR6": "memory fit (with --gpu, or gpu in [tool.vllm-repo])",
 }
 
 
@@ -58,9 +61,9 @@ def find_rule(code: str) -> Rule:
     if wanted in rules:
         return rules[wanted]
     by_name = {r.name: r for r in rules.values()}
-    if code in by_name:
-        return by_name[code]
-    near = did_you_mean(wanted, rules, cutoff=0.6) or did_you_mean(code, by_name, cutoff=0.6)
+    if code.strip().lower() in by_name:
+        return by_name[code.strip().lower()]
+    near = did_you_mean(wanted, rules, cutoff=0.75) or did_you_mean(code.strip().lower(), by_name, cutoff=0.6)
     raise UsageError(f"no rule {code!r}", hint=f"did you mean {near}?" if near else "`vllm-repo rules` lists them")
 
 
@@ -86,7 +89,7 @@ def explain(code: str) -> str:
         lines += ["", "Example, a repository it reports:"]
         for path, text in doc.example.items():
             lines.append(f"  {path}")
-            lines += [f"    {line}" for line in text.splitlines()]
+            lines += [f"    {line}".rstrip() for line in text.splitlines()]
     lines += ["", f"Skip it with --ignore {rule.code}; run it alone with --select {rule.code}."]
     return "\n".join(lines)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, ModelDirectory, is_version_name
+from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean
 
@@ -31,11 +31,19 @@ def missing_config(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding
     """
     if model.config_path.is_file():
         return
-    look_alikes = [p.name for p in model.entries if p.is_file() and (p.suffix in (".pbtxt", ".pbxt") or
-                                                                     p.name.startswith("config"))]
-    hint = (f"rename {look_alikes[0]} to {CONFIG_FILE}" if look_alikes
-            else f"add {CONFIG_FILE} with at least `backend: \"vllm\"` (vllm-repo init writes a complete one)")
-    yield Finding(model.path, f"model directory '{model.name}' has no {CONFIG_FILE}; Triton will not load it", hint=hint)
+    look_alikes = [
+        p.name
+        for p in model.entries
+        if p.is_file() and (p.suffix in (".pbtxt", ".pbxt") or p.name.startswith("config"))
+    ]
+    hint = (
+        f"rename {look_alikes[0]} to {CONFIG_FILE}"
+        if look_alikes
+        else f'add {CONFIG_FILE} with at least `backend: "vllm"` (vllm-repo init writes a complete one)'
+    )
+    yield Finding(
+        model.path, f"model directory '{model.name}' has no {CONFIG_FILE}; Triton will not load it", hint=hint
+    )
 
 
 @rule("VR102", "no-version-directory", Severity.ERROR)
@@ -56,11 +64,18 @@ def no_version_directory(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
         return
     odd = [p.name for p in model.entries if p.is_dir() and (p / ENGINE_ARGS_FILE).is_file()]
     if odd:
-        yield Finding(model.path / odd[0], f"version directory '{odd[0]}' is not a number; Triton ignores it and "
-                      f"finds no version of '{model.name}' to load", hint=f"rename it to 1 (versions are 1, 2, ...)")
+        yield Finding(
+            model.path / odd[0],
+            f"version directory '{odd[0]}' is not a number; Triton ignores it and "
+            f"finds no version of '{model.name}' to load",
+            hint="rename it to 1 (versions are 1, 2, ...)",
+        )
     elif model.config is not None:
-        yield Finding(model.path, f"'{model.name}' has no version directory; Triton needs <model>/1/",
-                      hint=f"create {model.name}/1/{ENGINE_ARGS_FILE}")
+        yield Finding(
+            model.path,
+            f"'{model.name}' has no version directory; Triton needs <model>/1/",
+            hint=f"create {model.name}/1/{ENGINE_ARGS_FILE}",
+        )
 
 
 @rule("VR103", "engine-args-misplaced", Severity.ERROR)
@@ -83,9 +98,12 @@ def engine_args_misplaced(model: ModelDirectory, ctx: CheckContext) -> Iterator[
         path = model.path / name
         if path.is_file() and model.uses_vllm_backend:
             target = model.versions[-1].path.name if model.versions else "1"
-            yield Finding(path, f"{name} sits beside {CONFIG_FILE}; the vLLM backend reads "
-                          f"<model>/<version>/{name} and will not see this one",
-                          hint=f"move it to {model.name}/{target}/{name}")
+            yield Finding(
+                path,
+                f"{name} sits beside {CONFIG_FILE}; the vLLM backend reads "
+                f"<model>/<version>/{name} and will not see this one",
+                hint=f"move it to {model.name}/{target}/{name}",
+            )
 
 
 @rule("VR104", "missing-engine-args", Severity.ERROR)
@@ -110,10 +128,17 @@ def missing_engine_args(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fi
             continue
         jsons = [p.name for p in sorted(version.path.glob("*.json")) if p.name != LORA_FILE]
         near = did_you_mean(ENGINE_ARGS_FILE, jsons, cutoff=0.6) or (jsons[0] if len(jsons) == 1 else None)
-        hint = f"rename {near} to {ENGINE_ARGS_FILE}" if near else \
-            f"add {ENGINE_ARGS_FILE} with the vLLM engine arguments, at least {{\"model\": \"<HF id or path>\"}}"
-        yield Finding(version.path, f"version directory {model.name}/{version.path.name} has no {ENGINE_ARGS_FILE}; "
-                      f"the vLLM backend fails to initialize", hint=hint)
+        hint = (
+            f"rename {near} to {ENGINE_ARGS_FILE}"
+            if near
+            else f'add {ENGINE_ARGS_FILE} with the vLLM engine arguments, at least {{"model": "<HF id or path>"}}'
+        )
+        yield Finding(
+            version.path,
+            f"version directory {model.name}/{version.path.name} has no {ENGINE_ARGS_FILE}; "
+            f"the vLLM backend fails to initialize",
+            hint=hint,
+        )
 
 
 @rule("VR105", "stray-file", Severity.WARNING)
@@ -139,10 +164,17 @@ def stray_files(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
         except OSError:
             continue
         for child in children:
-            if child.name in JUNK_FILES or child.suffix in (".pyc", ".swp") or child.name.endswith("~") or \
-                    child.name == "__pycache__":
-                yield Finding(child, f"'{child.name}' does not belong in a model repository",
-                              hint="delete it and add it to .gitignore")
+            if (
+                child.name in JUNK_FILES
+                or child.suffix in (".pyc", ".swp")
+                or child.name.endswith("~")
+                or child.name == "__pycache__"
+            ):
+                yield Finding(
+                    child,
+                    f"'{child.name}' does not belong in a model repository",
+                    hint="delete it and add it to .gitignore",
+                )
 
 
 @rule("VR106", "backend-model-py", Severity.WARNING)
@@ -169,9 +201,12 @@ def backend_model_py(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
     for version in model.versions:
         path = version.path / "model.py"
         if path.is_file():
-            yield Finding(path, "a model.py in the version directory of a `backend: \"vllm\"` model is ignored: "
-                          "Triton runs the backend's model.py", hint="delete it, or set backend: \"python\" if it is "
-                          "your own backend")
+            yield Finding(
+                path,
+                'a model.py in the version directory of a `backend: "vllm"` model is ignored: '
+                "Triton runs the backend's model.py",
+                hint='delete it, or set backend: "python" if it is your own backend',
+            )
 
 
 @rule("VR107", "unsafe-model-name", Severity.WARNING)
@@ -191,8 +226,11 @@ def unsafe_model_name(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     """
     if not SAFE_NAME.match(model.name):
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model.name).strip("_") or "model"
-        yield Finding(model.path, f"model name '{model.name}' is not URL- and shell-safe; clients address it as "
-                      f"/v2/models/{model.name}/...", hint=f"rename the directory, e.g. to '{safe}'")
+        yield Finding(
+            model.path,
+            f"model name '{model.name}' is not URL- and shell-safe; clients address it as /v2/models/{model.name}/...",
+            hint=f"rename the directory, e.g. to '{safe}'",
+        )
 
 
 @rule("VR108", "non-numeric-directory", Severity.INFO)
@@ -213,6 +251,5 @@ def non_numeric_directory(model: ModelDirectory, ctx: CheckContext) -> Iterator[
     """
     for child in model.entries:
         reported_by_vr102 = not model.versions and (child / ENGINE_ARGS_FILE).is_file()
-        if child.is_dir() and not is_version_name(child.name) and child.name != "__pycache__" \
-                and not reported_by_vr102:
+        if child.is_dir() and not is_version_name(child.name) and child.name != "__pycache__" and not reported_by_vr102:
             yield Finding(child, f"'{child.name}' is not a version directory; Triton ignores it")

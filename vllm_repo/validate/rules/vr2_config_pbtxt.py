@@ -6,9 +6,9 @@ import re
 from collections.abc import Iterator
 
 from vllm_repo.backend import contract
-from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.repository.documents import PbtxtDocument
 from vllm_repo.repository import ModelDirectory
+from vllm_repo.repository.documents import PbtxtDocument
+from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean
 
@@ -80,9 +80,12 @@ def name_mismatch(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
     doc = _parsed(model)
     if doc is None or not doc.config.name or doc.config.name == model.name:
         return
-    yield Finding(doc.path, f"name \"{doc.config.name}\" does not match the directory '{model.name}'; Triton refuses "
-                  f"to load the model", doc.field_position("name"),
-                  hint=f"set name: \"{model.name}\" or remove the line (it defaults to the directory name)")
+    yield Finding(
+        doc.path,
+        f"name \"{doc.config.name}\" does not match the directory '{model.name}'; Triton refuses to load the model",
+        doc.field_position("name"),
+        hint=f'set name: "{model.name}" or remove the line (it defaults to the directory name)',
+    )
 
 
 @rule("VR203", "backend", Severity.ERROR)
@@ -91,7 +94,7 @@ def backend(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
 
     Triton takes the backend that runs a model from `backend` (or `platform`). A config.pbtxt with neither gives it
     nothing to run a model whose version directory holds only model.json. Any other backend is only reported as
-    information (backend: "python" only when the model has a model.json).
+    information, and a backend whose name does not start with "vllm" only when the model has a model.json.
 
     Example::
 
@@ -109,12 +112,28 @@ def backend(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     if not name and not doc.config.platform:
         yield Finding(doc.path, "config.pbtxt names no backend", hint='add backend: "vllm"')
     elif name == "python" and has_engine_args:
-        yield Finding(doc.path, 'backend is "python": Triton runs the model\'s own model.py, which may or may not '
-                      "read model.json", doc.field_position("backend"), severity=Severity.INFO,
-                      hint='use backend: "vllm" for the vLLM backend; the vLLM checks are skipped for this model')
-    elif name and name != "vllm":
-        yield Finding(doc.path, f"custom backend \"{name}\": checked as a vLLM model, but its own contract may differ",
-                      doc.field_position("backend"), severity=Severity.INFO)
+        yield Finding(
+            doc.path,
+            'backend is "python": Triton runs the model\'s own model.py, which may or may not read model.json',
+            doc.field_position("backend"),
+            severity=Severity.INFO,
+            hint='use backend: "vllm" for the vLLM backend; the vLLM checks are skipped for this model',
+        )
+    elif name and name != "vllm" and model.uses_vllm_backend:
+        yield Finding(
+            doc.path,
+            f'custom backend "{name}": checked as a vLLM model, but its own contract may differ',
+            doc.field_position("backend"),
+            severity=Severity.INFO,
+        )
+    elif name and not model.uses_vllm_backend and has_engine_args:
+        yield Finding(
+            doc.path,
+            f'backend is "{name}", which does not read model.json; the vLLM checks are skipped for this model',
+            doc.field_position("backend"),
+            severity=Severity.INFO,
+            hint='use backend: "vllm" if model.json is meant for the vLLM backend',
+        )
 
 
 @rule("VR204", "decoupled-false", Severity.ERROR)
@@ -137,9 +156,12 @@ def decoupled_false(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findin
     if doc is None or not doc.has_field("model_transaction_policy"):
         return
     if not doc.config.model_transaction_policy.decoupled:
-        yield Finding(doc.path, "model_transaction_policy sets decoupled false; the vLLM backend only works decoupled",
-                      doc.field_position("decoupled") or doc.field_position("model_transaction_policy"),
-                      hint="set decoupled: true, or remove model_transaction_policy (the backend fills it in)")
+        yield Finding(
+            doc.path,
+            "model_transaction_policy sets decoupled false; the vLLM backend only works decoupled",
+            doc.field_position("decoupled") or doc.field_position("model_transaction_policy"),
+            hint="set decoupled: true, or remove model_transaction_policy (the backend fills it in)",
+        )
 
 
 @rule("VR205", "max-batch-size", Severity.ERROR)
@@ -160,9 +182,13 @@ def max_batch_size(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding
     doc = _vllm_config(model)
     if doc is None or doc.config.max_batch_size == 0:
         return
-    yield Finding(doc.path, f"max_batch_size is {doc.config.max_batch_size}; the vLLM backend requires 0 "
-                  "(vLLM does its own continuous batching)", doc.field_position("max_batch_size"),
-                  hint="set max_batch_size: 0 or remove the line")
+    yield Finding(
+        doc.path,
+        f"max_batch_size is {doc.config.max_batch_size}; the vLLM backend requires 0 "
+        "(vLLM does its own continuous batching)",
+        doc.field_position("max_batch_size"),
+        hint="set max_batch_size: 0 or remove the line",
+    )
 
 
 def _dims(values) -> tuple[int, ...]:
@@ -196,8 +222,10 @@ def io_contract(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     doc = _vllm_config(model)
     if doc is None:
         return
-    sections = (("input", doc.config.input, contract.INPUTS_BY_NAME),
-                ("output", doc.config.output, contract.OUTPUTS_BY_NAME))
+    sections = (
+        ("input", doc.config.input, contract.INPUTS_BY_NAME),
+        ("output", doc.config.output, contract.OUTPUTS_BY_NAME),
+    )
     for kind, tensors, known in sections:
         section = doc.field_position(kind)
         section_line = section.line if section else 1
@@ -206,21 +234,39 @@ def io_contract(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             spec = known.get(tensor.name)
             if spec is None:
                 near = did_you_mean(tensor.name, known, cutoff=0.6)
-                yield Finding(doc.path, f"{kind} '{tensor.name}' is not part of the vLLM backend's contract; the "
-                              f"backend never reads it" + ("" if kind == "output" else
-                                                           " and clients following the contract will not send it"),
-                              where, hint=f"did you mean '{near}'?" if near else f"known {kind}s: {', '.join(known)}")
+                yield Finding(
+                    doc.path,
+                    f"{kind} '{tensor.name}' is not part of the vLLM backend's contract; the "
+                    f"backend never reads it"
+                    + ("" if kind == "output" else " and clients following the contract will not send it"),
+                    where,
+                    hint=f"did you mean '{near}'?" if near else f"known {kind}s: {', '.join(known)}",
+                )
                 continue
             if _dtype_name(tensor.data_type) != spec.data_type:
-                yield Finding(doc.path, f"{kind} '{tensor.name}' has data_type {_dtype_name(tensor.data_type)}; the "
-                              f"backend uses {spec.data_type}", where, hint=f"set data_type: {spec.data_type}")
+                yield Finding(
+                    doc.path,
+                    f"{kind} '{tensor.name}' has data_type {_dtype_name(tensor.data_type)}; the "
+                    f"backend uses {spec.data_type}",
+                    where,
+                    hint=f"set data_type: {spec.data_type}",
+                )
             dims = _dims(tensor.dims)
             if len(dims) != 1 or not (dims[0] == -1 or dims[0] >= 1):
-                yield Finding(doc.path, f"{kind} '{tensor.name}' has dims {list(dims)}; the backend exchanges one "
-                              f"value per request", where, hint=f"set dims: {list(spec.dims)}")
+                yield Finding(
+                    doc.path,
+                    f"{kind} '{tensor.name}' has dims {list(dims)}; the backend exchanges one value per request",
+                    where,
+                    hint=f"set dims: {list(spec.dims)}",
+                )
             if kind == "input" and spec.optional and not tensor.optional:
-                yield Finding(doc.path, f"input '{tensor.name}' is not marked optional, so every request must send "
-                              "it", where, severity=Severity.WARNING, hint="add optional: true")
+                yield Finding(
+                    doc.path,
+                    f"input '{tensor.name}' is not marked optional, so every request must send it",
+                    where,
+                    severity=Severity.WARNING,
+                    hint="add optional: true",
+                )
 
 
 @rule("VR207", "instance-group", Severity.WARNING)
@@ -247,23 +293,46 @@ def instance_group(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding
         where = doc.field_position("instance_group")
         kind = kinds.Name(group.kind)
         if group.count > 1:
-            yield Finding(doc.path, f"instance_group[{index}] has count {group.count}: each instance starts its own "
-                          "vLLM engine with the full model and its own KV cache", where,
-                          hint="use count: 1; vLLM batches concurrent requests itself")
+            yield Finding(
+                doc.path,
+                f"instance_group[{index}] has count {group.count}: each instance starts its own "
+                "vLLM engine with the full model and its own KV cache",
+                where,
+                hint="use count: 1; vLLM batches concurrent requests itself",
+            )
         if group.count < 0:
-            yield Finding(doc.path, f"instance_group[{index}] count {group.count} is negative", where,
-                          severity=Severity.ERROR, hint="use count: 1")
+            yield Finding(
+                doc.path,
+                f"instance_group[{index}] count {group.count} is negative",
+                where,
+                severity=Severity.ERROR,
+                hint="use count: 1",
+            )
         if kind == "KIND_CPU":
-            yield Finding(doc.path, "KIND_CPU instance: the vLLM engine still uses the GPUs it sees; Triton's kind "
-                          "only decides where the Python stub runs", where, severity=Severity.INFO,
-                          hint="use KIND_MODEL and let vLLM place the model")
+            yield Finding(
+                doc.path,
+                "KIND_CPU instance: the vLLM engine still uses the GPUs it sees; Triton's kind "
+                "only decides where the Python stub runs",
+                where,
+                severity=Severity.INFO,
+                hint="use KIND_MODEL and let vLLM place the model",
+            )
         if kind == "KIND_MODEL" and len(group.gpus):
-            yield Finding(doc.path, f"instance_group[{index}] lists gpus with KIND_MODEL; Triton ignores them",
-                          where, hint="use KIND_GPU with gpus: [...] to pin a single-GPU engine, or set "
-                          "CUDA_VISIBLE_DEVICES for the server")
+            yield Finding(
+                doc.path,
+                f"instance_group[{index}] lists gpus with KIND_MODEL; Triton ignores them",
+                where,
+                hint="use KIND_GPU with gpus: [...] to pin a single-GPU engine, or set "
+                "CUDA_VISIBLE_DEVICES for the server",
+            )
         if len(set(group.gpus)) != len(group.gpus) or any(g < 0 for g in group.gpus):
-            yield Finding(doc.path, f"instance_group[{index}] gpus {list(group.gpus)} has duplicates or negative ids",
-                          where, severity=Severity.ERROR, hint="list each GPU id once")
+            yield Finding(
+                doc.path,
+                f"instance_group[{index}] gpus {list(group.gpus)} has duplicates or negative ids",
+                where,
+                severity=Severity.ERROR,
+                hint="list each GPU id once",
+            )
 
 
 @rule("VR208", "backend-parameters", Severity.WARNING)
@@ -286,23 +355,44 @@ def backend_parameters(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
     if doc is None:
         return
     for key, value in doc.config.parameters.items():
-        where = doc.find(rf"[\"']?\bkey\b[\"']?\s*:\s*[\"']{re.escape(key)}[\"']") or \
-            doc.find(rf"[\"']{re.escape(key)}[\"']")
+        where = doc.find(rf"[\"']?\bkey\b[\"']?\s*:\s*[\"']{re.escape(key)}[\"']") or doc.find(
+            rf"[\"']{re.escape(key)}[\"']"
+        )
         text = value.string_value.strip()
         if key in contract.BOOLEAN_PARAMETERS:
             if text.lower() not in contract.TRUE_STRINGS | contract.FALSE_STRINGS:
-                yield Finding(doc.path, f"parameter {key} is \"{value.string_value}\", not a boolean", where,
-                              severity=Severity.ERROR, hint='use string_value: "true" or "false"')
+                yield Finding(
+                    doc.path,
+                    f'parameter {key} is "{value.string_value}", not a boolean',
+                    where,
+                    severity=Severity.ERROR,
+                    hint='use string_value: "true" or "false"',
+                )
         elif key in contract.INTEGER_PARAMETERS:
             if not text.isdigit() or int(text) < 1:
-                yield Finding(doc.path, f"parameter {key} is \"{value.string_value}\", not a positive integer", where,
-                              severity=Severity.ERROR, hint='e.g. string_value: "512"')
+                yield Finding(
+                    doc.path,
+                    f'parameter {key} is "{value.string_value}", not a positive integer',
+                    where,
+                    severity=Severity.ERROR,
+                    hint='e.g. string_value: "512"',
+                )
         elif ctx.schema is not None and ctx.schema.get(key) is not None:
-            yield Finding(doc.path, f"parameter '{key}' is a vLLM engine argument; the vLLM backend ignores engine "
-                          f"arguments in config.pbtxt", where, hint=f"set \"{key}\" in <version>/model.json instead")
+            yield Finding(
+                doc.path,
+                f"parameter '{key}' is a vLLM engine argument; the vLLM backend ignores engine "
+                f"arguments in config.pbtxt",
+                where,
+                hint=f'set "{key}" in <version>/model.json instead',
+            )
         else:
             near = did_you_mean(key, contract.KNOWN_PARAMETERS, cutoff=0.7)
-            yield Finding(doc.path, f"parameter '{key}' is not read by the vLLM backend", where,
-                          severity=Severity.WARNING if near else Severity.INFO,
-                          hint=f"did you mean '{near}'?" if near else
-                          f"the backend reads: {', '.join(contract.KNOWN_PARAMETERS)}")
+            yield Finding(
+                doc.path,
+                f"parameter '{key}' is not read by the vLLM backend",
+                where,
+                severity=Severity.WARNING if near else Severity.INFO,
+                hint=f"did you mean '{near}'?"
+                if near
+                else f"the backend reads: {', '.join(contract.KNOWN_PARAMETERS)}",
+            )

@@ -8,22 +8,45 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.schema.loader import accepts, json_type
-from vllm_repo.schema.history import explain_missing_key
 from vllm_repo.repository import ModelDirectory
+from vllm_repo.schema.history import explain_missing_key
+from vllm_repo.schema.loader import accepts, json_type
+from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, vllm_engine_args
 
 # Keys people put in model.json that are per-request sampling settings, not engine arguments.
 SAMPLING_KEYS = {
-    "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_new_tokens", "min_tokens", "repetition_penalty",
-    "presence_penalty", "frequency_penalty", "do_sample", "no_repeat_ngram_size", "stop", "n", "best_of",
-    "ignore_eos", "logprobs", "length_penalty", "num_beams",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "max_new_tokens",
+    "min_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "do_sample",
+    "no_repeat_ngram_size",
+    "stop",
+    "n",
+    "best_of",
+    "ignore_eos",
+    "logprobs",
+    "length_penalty",
+    "num_beams",
 }
 # Spellings that difflib can't connect to the real choice.
-CHOICE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "f16": "float16", "f32": "float32",
-                  "float8": "fp8", "int8": "fp8"}
+CHOICE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+    "f16": "float16",
+    "f32": "float32",
+    "float8": "fp8",
+    "int8": "fp8",
+}
 # (lower, lower_inclusive, upper, upper_inclusive, special values allowed)
 RANGES: dict[str, tuple[float | None, bool, float | None, bool, tuple]] = {
     "gpu_memory_utilization": (0.0, False, 1.0, True, ()),
@@ -65,11 +88,19 @@ def engine_args_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
     """
     for _, doc in vllm_engine_args(model):
         if not doc.ok:
-            yield Finding(doc.path, doc.problem.message, doc.problem.position,
-                          hint="model.json must be one JSON object of vLLM engine arguments")
+            yield Finding(
+                doc.path,
+                doc.problem.message,
+                doc.problem.position,
+                hint="model.json must be one JSON object of vLLM engine arguments",
+            )
         elif not isinstance(doc.data, dict):
-            yield Finding(doc.path, f"model.json holds a JSON {json_type(doc.data)}, not an object", None,
-                          hint='write {"model": "<HF id or path>", ...}')
+            yield Finding(
+                doc.path,
+                f"model.json holds a JSON {json_type(doc.data)}, not an object",
+                None,
+                hint='write {"model": "<HF id or path>", ...}',
+            )
 
 
 @rule("VR302", "unknown-engine-arg", Severity.ERROR)
@@ -95,8 +126,10 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
             history = explain_missing_key(key, schema.vllm_version)
             near = did_you_mean(key, schema.fields, cutoff=0.8)
             if key in SAMPLING_KEYS:
-                hint = (f"'{key}' is a sampling setting: send it per request in sampling_parameters (or set the "
-                        "backend's DEFAULT_MAX_TOKENS parameter for max_tokens)")
+                hint = (
+                    f"'{key}' is a sampling setting: send it per request in sampling_parameters (or set the "
+                    "backend's DEFAULT_MAX_TOKENS parameter for max_tokens)"
+                )
             elif near:
                 hint = f"did you mean '{near}'?"
             else:
@@ -160,8 +193,12 @@ def engine_arg_type(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findin
             expected = " or ".join(t for t in field.types if t != "null") or "null"
             if "null" in field.types:
                 expected += " (or null)"
-            yield Finding(doc.path, f"'{key}' must be {expected}, not {json_type(value)} {json.dumps(value)}",
-                          doc.position_of(key), _coercion_hint(value, field.types))
+            yield Finding(
+                doc.path,
+                f"'{key}' must be {expected}, not {json_type(value)} {json.dumps(value)}",
+                doc.position_of(key),
+                _coercion_hint(value, field.types),
+            )
 
 
 @rule("VR304", "engine-arg-choice", Severity.ERROR)
@@ -188,8 +225,12 @@ def engine_arg_choice(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
             alias = CHOICE_ALIASES.get(str(value).lower())
             near = alias if alias in field.choices else did_you_mean(str(value), field.choices, cutoff=0.6)
             choices = ", ".join(json.dumps(c) for c in field.choices)
-            yield Finding(doc.path, f"'{key}' is {json.dumps(value)}; vLLM {ctx.schema.vllm_version} accepts {choices}",
-                          doc.position_of(key), f"did you mean {json.dumps(near)}?" if near else None)
+            yield Finding(
+                doc.path,
+                f"'{key}' is {json.dumps(value)}; vLLM {ctx.schema.vllm_version} accepts {choices}",
+                doc.position_of(key),
+                f"did you mean {json.dumps(near)}?" if near else None,
+            )
 
 
 @rule("VR305", "engine-arg-range", Severity.ERROR)
@@ -217,11 +258,20 @@ def engine_arg_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
                 continue
             lo = "" if low is None else f"{'[' if low_incl else '('}{low:g}"
             hi = "" if high is None else f"{high:g}{']' if high_incl else ')'}"
-            bounds = f"in {lo}, {hi}" if lo and hi else (f">= {low:g}" if low_incl else f"> {low:g}") if lo \
+            bounds = (
+                f"in {lo}, {hi}"
+                if lo and hi
+                else (f">= {low:g}" if low_incl else f"> {low:g}")
+                if lo
                 else f"<= {high:g}"
+            )
             shown = f"{value:g}" if isinstance(value, float) else str(value)  # :g overflows on huge ints
-            yield Finding(doc.path, f"'{key}' is {shown}; it must be {bounds}", doc.position_of(key),
-                          hint="a fraction of GPU memory, e.g. 0.9" if key == "gpu_memory_utilization" else None)
+            yield Finding(
+                doc.path,
+                f"'{key}' is {shown}; it must be {bounds}",
+                doc.position_of(key),
+                hint="a fraction of GPU memory, e.g. 0.9" if key == "gpu_memory_utilization" else None,
+            )
 
 
 @rule("VR306", "model-missing", Severity.ERROR)
@@ -243,8 +293,12 @@ def model_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
         if value is None or (isinstance(value, str) and not value.strip()):
             default = ctx.schema.get("model").default if ctx.schema.get("model") else None
             suffix = f" ({default})" if default else ""
-            yield Finding(doc.path, f"no \"model\": vLLM would download its default model{suffix} instead of yours",
-                          doc.position_of("model"), hint='add "model": "<Hugging Face id or local path>"')
+            yield Finding(
+                doc.path,
+                f'no "model": vLLM would download its default model{suffix} instead of yours',
+                doc.position_of("model"),
+                hint='add "model": "<Hugging Face id or local path>"',
+            )
 
 
 @rule("VR307", "trust-remote-code", Severity.WARNING)
@@ -264,9 +318,12 @@ def trust_remote_code(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     """
     for doc in engine_args_objects(model):
         if doc.data.get("trust_remote_code") is True:
-            yield Finding(doc.path, "trust_remote_code is true: code from the model repository runs in the server",
-                          doc.position_of("trust_remote_code"),
-                          hint="pin the model with \"revision\" (a commit hash) and review its code")
+            yield Finding(
+                doc.path,
+                "trust_remote_code is true: code from the model repository runs in the server",
+                doc.position_of("trust_remote_code"),
+                hint='pin the model with "revision" (a commit hash) and review its code',
+            )
 
 
 @rule("VR308", "duplicate-key", Severity.WARNING)
@@ -290,8 +347,9 @@ def duplicate_key(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
     """
     for _, doc in vllm_engine_args(model):
         for key, position in doc.duplicate_keys:
-            yield Finding(doc.path, f"'{key}' appears more than once; only the last value is used", position,
-                          hint="keep one")
+            yield Finding(
+                doc.path, f"'{key}' appears more than once; only the last value is used", position, hint="keep one"
+            )
 
 
 @rule("VR309", "deprecated-engine-arg", Severity.WARNING)
@@ -313,8 +371,12 @@ def deprecated_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[
         for key in doc.data:
             field = ctx.schema.get(key)
             if field is not None and field.deprecated:
-                yield Finding(doc.path, f"'{key}' is deprecated in vLLM {ctx.schema.vllm_version}",
-                              doc.position_of(key), hint=_first_sentence(field.help))
+                yield Finding(
+                    doc.path,
+                    f"'{key}' is deprecated in vLLM {ctx.schema.vllm_version}",
+                    doc.position_of(key),
+                    hint=_first_sentence(field.help),
+                )
 
 
 def _first_sentence(text: str | None) -> str | None:

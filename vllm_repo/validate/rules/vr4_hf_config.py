@@ -56,9 +56,13 @@ def max_model_len_too_long(model, ctx: CheckContext) -> Iterator[Finding]:
         limit = hf.derived_max_model_len(config)
         if not isinstance(wanted, int) or isinstance(wanted, bool) or limit is None or wanted <= limit or wanted < 0:
             continue
-        yield Finding(doc.path, f"max_model_len {wanted} is above the model's maximum context {limit} "
-                      f"(from {config_path}); vLLM refuses to start", doc.position_of("max_model_len"),
-                      hint=f"set max_model_len to at most {limit}, or remove it to use the model's own")
+        yield Finding(
+            doc.path,
+            f"max_model_len {wanted} is above the model's maximum context {limit} "
+            f"(from {config_path}); vLLM refuses to start",
+            doc.position_of("max_model_len"),
+            hint=f"set max_model_len to at most {limit}, or remove it to use the model's own",
+        )
 
 
 @rule("VR402", "tensor-parallel-heads", Severity.ERROR)
@@ -95,6 +99,9 @@ def tensor_parallel_heads(model, ctx: CheckContext) -> Iterator[Finding]:
             continue
         # Bounded: a config with absurd head counts must not make this loop run for ever.
         fits = [n for n in range(1, min(heads, max(tp * 2, 8), 1024) + 1) if heads % n == 0]
-        yield Finding(doc.path, f"tensor_parallel_size {tp} does not divide the model's {heads} attention heads "
-                      f"(from {config_path})", doc.position_of("tensor_parallel_size"),
-                      hint=f"use one of {', '.join(map(str, fits))}")
+        yield Finding(
+            doc.path,
+            f"tensor_parallel_size {tp} does not divide the model's {heads} attention heads (from {config_path})",
+            doc.position_of("tensor_parallel_size"),
+            hint=f"use one of {', '.join(map(str, fits))}",
+        )

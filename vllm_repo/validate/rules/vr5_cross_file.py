@@ -7,12 +7,11 @@ from pathlib import Path
 
 from vllm_repo.backend import contract
 from vllm_repo.hf import is_repo_id
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository
-from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import count_text
 from vllm_repo.repository.documents import JsonDocument
-from vllm_repo.validate.rules.common import parallel_size, served_engine_args, vllm_engine_args
+from vllm_repo.validate.diagnostics import Severity
+from vllm_repo.validate.rules import CheckContext, Finding, rule
+from vllm_repo.validate.rules.common import count_text, parallel_size, served_engine_args, vllm_engine_args
 
 
 def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict] | None:
@@ -50,14 +49,22 @@ def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
         enabled = doc.data.get("enable_lora") is True
         lora = version.multi_lora
         if enabled and lora is None:
-            yield Finding(doc.path, f"enable_lora is true but {model.name}/{version.path.name}/{LORA_FILE} is "
-                          "missing; requests can't name an adapter", doc.position_of("enable_lora"),
-                          hint=f'add {LORA_FILE}: {{"<adapter name>": "<adapter path>"}}')
+            yield Finding(
+                doc.path,
+                f"enable_lora is true but {model.name}/{version.path.name}/{LORA_FILE} is "
+                "missing; requests can't name an adapter",
+                doc.position_of("enable_lora"),
+                hint=f'add {LORA_FILE}: {{"<adapter name>": "<adapter path>"}}',
+            )
         if lora is None:
             continue
         if not lora.ok:
-            yield Finding(lora.path, lora.problem.message, lora.problem.position,
-                          hint=f'{LORA_FILE} must be {{"<adapter name>": "<adapter path>", ...}}')
+            yield Finding(
+                lora.path,
+                lora.problem.message,
+                lora.problem.position,
+                hint=f'{LORA_FILE} must be {{"<adapter name>": "<adapter path>", ...}}',
+            )
             continue
         if not isinstance(lora.data, dict):
             yield Finding(lora.path, f"{LORA_FILE} must be a JSON object of adapter name -> path", None)
@@ -66,8 +73,13 @@ def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             if not isinstance(path, str) or not path.strip():
                 yield Finding(lora.path, f"adapter '{name}' must map to a path string", lora.position_of(name))
         if not enabled:
-            yield Finding(lora.path, f"{LORA_FILE} is ignored: model.json does not set enable_lora", None,
-                          severity=Severity.INFO, hint='add "enable_lora": true to use the adapters')
+            yield Finding(
+                lora.path,
+                f"{LORA_FILE} is ignored: model.json does not set enable_lora",
+                None,
+                severity=Severity.INFO,
+                hint='add "enable_lora": true to use the adapters',
+            )
 
 
 @rule("VR502", "lora-adapter-missing", Severity.WARNING)
@@ -98,9 +110,12 @@ def lora_adapter_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
                 continue
             if is_repo_id(path) or _exists_here(path):
                 continue
-            yield Finding(lora.path, f"adapter '{name}' points at {path}, which does not exist here",
-                          lora.position_of(name),
-                          hint="fine if the path exists inside the serving container; otherwise fix the path")
+            yield Finding(
+                lora.path,
+                f"adapter '{name}' points at {path}, which does not exist here",
+                lora.position_of(name),
+                hint="fine if the path exists inside the serving container; otherwise fix the path",
+            )
 
 
 def _exists_here(path: str) -> bool:
@@ -129,16 +144,19 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     both = _engine_args_and_config(model)
     if both is None:
         return
-    doc, data, doc_cfg = both
+    _, data, doc_cfg = both
     size = parallel_size(data)
     kinds = [g.kind for g in doc_cfg.config.instance_group]
     from vllm_repo.repository.model_config import model_config_pb2
 
     if size > 1 and model_config_pb2().ModelInstanceGroup.KIND_GPU in kinds:
-        yield Finding(doc_cfg.path, f"instance_group is KIND_GPU but model.json asks for {count_text(size)} GPUs "
-                      "(tensor_parallel_size x pipeline_parallel_size); a KIND_GPU instance sees one GPU",
-                      doc_cfg.field_position("KIND_GPU") or doc_cfg.field_position("kind"),
-                      hint="use kind: KIND_MODEL so vLLM places the model across GPUs")
+        yield Finding(
+            doc_cfg.path,
+            f"instance_group is KIND_GPU but model.json asks for {count_text(size)} GPUs "
+            "(tensor_parallel_size x pipeline_parallel_size); a KIND_GPU instance sees one GPU",
+            doc_cfg.field_position("KIND_GPU") or doc_cfg.field_position("kind"),
+            hint="use kind: KIND_MODEL so vLLM places the model across GPUs",
+        )
 
 
 MAX_GPU_IDS = 1024
@@ -220,11 +238,15 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
         parts = " + ".join(f"{m.name} {u:g}" for m, _, u in sharing)
         for model, doc, _ in sharing:
             if repo.is_selected(model):
-                yield Finding(doc.path, f"GPU {gpu} is shared by {len(sharing)} models whose gpu_memory_utilization "
-                              f"adds up to {total:.2f} ({parts}); the later ones fail with \"No available memory "
-                              "for the cache blocks\"", doc.position_of("gpu_memory_utilization"),
-                              hint="lower the fractions so they sum to at most 1.0 (leave room for CUDA contexts), "
-                              "or pin models to different GPUs with KIND_GPU gpus: [...]")
+                yield Finding(
+                    doc.path,
+                    f"GPU {gpu} is shared by {len(sharing)} models whose gpu_memory_utilization "
+                    f'adds up to {total:.2f} ({parts}); the later ones fail with "No available memory '
+                    'for the cache blocks"',
+                    doc.position_of("gpu_memory_utilization"),
+                    hint="lower the fractions so they sum to at most 1.0 (leave room for CUDA contexts), "
+                    "or pin models to different GPUs with KIND_GPU gpus: [...]",
+                )
 
 
 @rule("VR505", "metrics-without-stats", Severity.WARNING)
@@ -250,7 +272,11 @@ def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[
     if param is None or param.string_value.strip().lower() not in contract.TRUE_STRINGS:
         return
     if data.get("disable_log_stats") is True:
-        yield Finding(doc.path, "REPORT_CUSTOM_METRICS is on in config.pbtxt but disable_log_stats is true: vLLM "
-                      "collects no stats, so Triton's stock vLLM backend reports metrics that never move (the "
-                      "vllm-repo backend collects them regardless)", doc.position_of("disable_log_stats"),
-                      hint="set disable_log_stats to false, or turn REPORT_CUSTOM_METRICS off")
+        yield Finding(
+            doc.path,
+            "REPORT_CUSTOM_METRICS is on in config.pbtxt but disable_log_stats is true: vLLM "
+            "collects no stats, so Triton's stock vLLM backend reports metrics that never move (the "
+            "vllm-repo backend collects them regardless)",
+            doc.position_of("disable_log_stats"),
+            hint="set disable_log_stats to false, or turn REPORT_CUSTOM_METRICS off",
+        )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.repository import ModelDirectory
+from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import count_text, parallel_size, vllm_engine_args
 
@@ -52,20 +52,29 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
         parallel = parallel_size(doc.data)
         if ctx.num_gpus is not None and parallel > ctx.num_gpus:
             gpus = count_text(parallel)
-            yield Finding(doc.path, f"tensor_parallel_size x pipeline_parallel_size = {gpus} needs {gpus} "
-                          f"GPUs; {ctx.num_gpus} are configured", doc.position_of("tensor_parallel_size"),
-                          hint="lower tensor_parallel_size, or set num-gpus in [tool.vllm-repo]")
+            yield Finding(
+                doc.path,
+                f"tensor_parallel_size x pipeline_parallel_size = {gpus} needs {gpus} "
+                f"GPUs; {ctx.num_gpus} are configured",
+                doc.position_of("tensor_parallel_size"),
+                hint="lower tensor_parallel_size, or set num-gpus in [tool.vllm-repo]",
+            )
             continue
         try:
-            est = estimate_for_engine_args(doc.data, ctx.gpu, vllm_version=ctx.schema.vllm_version, offline=True,
-                                           base=model.path)
+            est = estimate_for_engine_args(
+                doc.data, ctx.gpu, vllm_version=ctx.schema.vllm_version, offline=True, base=model.path
+            )
         except (EstimateError, ValueError, ArithmeticError):  # ArithmeticError: numbers beyond float range
             continue  # settings vLLM rejects outright are the engine-args rules' findings
         if est is None or est.fits:
             continue
         hint = "; ".join(f"{r.setting}={r.value} ({r.reason})" for r in est.recommendations[:3]) or None
-        yield Finding(doc.path, f"on {est.gpu} this model won't start: weights {est.weights_gib:.1f} GiB, "
-                      f"activations {est.activation_gib:.1f} GiB, CUDA graphs {est.cudagraph_gib:.1f} GiB of a "
-                      f"{est.requested_gib:.1f} GiB budget leave {est.kv_cache_gib:.2f} GiB for the KV cache. "
-                      f"vLLM: {est.error}", doc.position_of("gpu_memory_utilization") or doc.position_of("model"),
-                      hint=hint)
+        yield Finding(
+            doc.path,
+            f"on {est.gpu} this model won't start: weights {est.weights_gib:.1f} GiB, "
+            f"activations {est.activation_gib:.1f} GiB, CUDA graphs {est.cudagraph_gib:.1f} GiB of a "
+            f"{est.requested_gib:.1f} GiB budget leave {est.kv_cache_gib:.2f} GiB for the KV cache. "
+            f"vLLM: {est.error}",
+            doc.position_of("gpu_memory_utilization") or doc.position_of("model"),
+            hint=hint,
+        )
