@@ -6,24 +6,13 @@ import json
 
 import pytest
 
+from tests.model_configs import published_config
 from vllm_repo.errors import UsageError
 from vllm_repo.estimate.fit import parse_gpu
 from vllm_repo.scaffold import init_model
 from vllm_repo.validate import validate_paths
 
-LLAMA_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "num_hidden_layers": 32,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-    "tie_word_embeddings": False,
-}
+LLAMA_8B = published_config("llama-3.1-8b")
 LLAMA_70B = {
     **LLAMA_8B,
     "hidden_size": 8192,

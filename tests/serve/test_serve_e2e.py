@@ -251,21 +251,10 @@ def test_infer_no_stream_gives_one_response(server):
 
 
 def test_infer_cli_streams_and_shows_outputs(server):
+    request = ["infer", "tiny", "The quick brown fox", "--url", server.url, "--max-tokens", "12"]
+    request += ["--param", "ignore_eos=true", "--param", "temperature=0"]
     done = subprocess.run(
-        vllm_repo_cli(
-            "infer",
-            "tiny",
-            "The quick brown fox",
-            "--url",
-            server.url,
-            "--max-tokens",
-            "12",
-            "--param",
-            "ignore_eos=true",
-            "--param",
-            "temperature=0",
-            "--show-outputs",
-        ),
+        vllm_repo_cli(*request, "--show-outputs"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -275,19 +264,7 @@ def test_infer_cli_streams_and_shows_outputs(server):
     assert "finish_reason=length" in done.stderr and "output_tokens=12" in done.stderr
     # temperature 0 is deterministic: the same request gives the same text.
     again = subprocess.run(
-        vllm_repo_cli(
-            "infer",
-            "tiny",
-            "The quick brown fox",
-            "--url",
-            server.url,
-            "--max-tokens",
-            "12",
-            "--param",
-            "ignore_eos=true",
-            "--param",
-            "temperature=0",
-        ),
+        vllm_repo_cli(*request),
         capture_output=True,
         text=True,
         timeout=120,

@@ -2,29 +2,12 @@
 
 import json
 
+from tests.model_configs import published_config
 from tests.validate.helpers import codes, only, run
 
 # Llama-3.1-8B's real architecture (config.json as published), without weights: the estimator derives the
 # parameter count from it.
-LLAMA_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "num_hidden_layers": 32,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-    "rope_scaling": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-}
+LLAMA_8B = published_config("llama-3.1-8b")
 
 
 def _model(tmp_path):

@@ -29,10 +29,10 @@ def max_model_len_too_long(model, ctx: CheckContext) -> Iterator[Finding]:
     """max_model_len above the model's own maximum context (vLLM refuses to start).
 
     vLLM derives the longest context a model supports from its config.json (max_position_embeddings and similar keys,
-    with RoPE scaling) and refuses a larger max_model_len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set.
-    The check needs the model's config.json offline: "model" is a local directory (a relative path is resolved
-    against the working directory) or a model in the local Hugging Face cache. Run the example from its root:
-    `vllm-repo validate model_repository`.
+    with RoPE scaling) and refuses a larger max_model_len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set. Like every
+    VR4 rule it reads config.json only where it is reachable offline: "model" a local directory (a relative path is
+    taken from the working directory: run the example from its root as `vllm-repo validate model_repository`) or a
+    model in the local Hugging Face cache.
 
     Example::
 
@@ -41,15 +41,7 @@ def max_model_len_too_long(model, ctx: CheckContext) -> Iterator[Finding]:
         # model_repository/llm/1/model.json
         {"model": "models/Qwen2.5-0.5B-Instruct", "max_model_len": 65536}
         # models/Qwen2.5-0.5B-Instruct/config.json
-        {
-          "architectures": ["Qwen2ForCausalLM"],
-          "model_type": "qwen2",
-          "hidden_size": 896,
-          "num_attention_heads": 14,
-          "num_key_value_heads": 2,
-          "num_hidden_layers": 24,
-          "max_position_embeddings": 32768
-        }
+        {"model_type": "qwen2", "num_attention_heads": 14, "max_position_embeddings": 32768}
     """
     for doc, config_path, config in _with_config(model, ctx):
         wanted = doc.data.get("max_model_len")
@@ -70,10 +62,7 @@ def tensor_parallel_heads(model, ctx: CheckContext) -> Iterator[Finding]:
     """tensor_parallel_size must divide the model's attention heads.
 
     vLLM splits the attention heads evenly across the tensor-parallel GPUs and refuses a tensor_parallel_size that does
-    not divide num_attention_heads; the hint lists sizes that do.
-    The check needs the model's config.json offline: "model" is a local directory (a relative path is resolved
-    against the working directory) or a model in the local Hugging Face cache. Run the example from its root:
-    `vllm-repo validate model_repository`.
+    not divide num_attention_heads; the hint lists sizes that do. Run the example from its root (see VR401).
 
     Example::
 
@@ -82,15 +71,7 @@ def tensor_parallel_heads(model, ctx: CheckContext) -> Iterator[Finding]:
         # model_repository/llm/1/model.json
         {"model": "models/Qwen2.5-0.5B-Instruct", "tensor_parallel_size": 4}
         # models/Qwen2.5-0.5B-Instruct/config.json
-        {
-          "architectures": ["Qwen2ForCausalLM"],
-          "model_type": "qwen2",
-          "hidden_size": 896,
-          "num_attention_heads": 14,
-          "num_key_value_heads": 2,
-          "num_hidden_layers": 24,
-          "max_position_embeddings": 32768
-        }
+        {"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14, "num_key_value_heads": 2}
     """
     for doc, config_path, config in _with_config(model, ctx):
         tp = doc.data.get("tensor_parallel_size")
