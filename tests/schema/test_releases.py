@@ -21,3 +21,14 @@ def test_every_ngc_container_maps_to_a_bundled_schema_of_its_own_minor_release()
         assert vllm <= newest, f"NGC {release.release} ships vLLM {release.vllm}, newer than every bundled schema"
         chosen = Version(choose_schema_version(release.vllm).schema_version)
         assert (chosen.major, chosen.minor) == (vllm.major, vllm.minor), (release, chosen)
+
+
+def test_the_schema_build_script_lists_exactly_the_bundled_releases():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build_schemas.py"
+    spec = importlib.util.spec_from_file_location("build_schemas", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert sorted(module.RELEASES, key=Version) == list(bundled_versions())
