@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
@@ -44,7 +45,7 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     if ctx.gpu is None:
         return
     # The estimator is imported only here: validate without a GPU never pays for it.
-    from vllm_repo.estimate import EstimateError, estimate_for_engine_args
+    from vllm_repo.estimate import estimate_for_engine_args
 
     for _, doc in vllm_engine_args(model):
         if not doc.ok or not isinstance(doc.data, dict):
@@ -64,8 +65,8 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             est = estimate_for_engine_args(
                 doc.data, ctx.gpu, vllm_version=ctx.schema.vllm_version, offline=True, base=model.path
             )
-        except (EstimateError, ValueError, ArithmeticError):  # ArithmeticError: numbers beyond float range
-            continue  # settings vLLM rejects outright are the engine-args rules' findings
+        except (UsageError, ArithmeticError):  # ArithmeticError: numbers beyond float range
+            continue  # settings vLLM rejects outright (EstimateError) are the engine-args rules' findings
         if est is None or est.fits:
             continue
         hint = "; ".join(f"{r.setting}={r.value} ({r.reason})" for r in est.recommendations[:3]) or None
