@@ -1,9 +1,8 @@
 """Run a real Triton Inference Server with the bundled vLLM backend, without Docker.
 
-The server files come from the ``nvidia-pytriton`` wheel (Triton 2.51): ``pytriton/tritonserver/bin/tritonserver``,
-the Python backend and one stub per Python version. The backend runs in a "serving" Python (a venv with vLLM and
-numpy<2) that need not be the Python running this module, so everything about that interpreter is probed by running
-it, never by importing anything here.
+The server's files (server_files.py: the ``nvidia-pytriton`` wheel's Triton 2.51, or a system Triton) are laid out
+into a backend directory for the run; the backend runs in the serving Python (python_env.py), with its bin first on
+PATH and its libpython on LD_LIBRARY_PATH (``serving_env``).
 
 The server runs in its own process group: the Python stub, vLLM's EngineCore and multiprocessing's resource tracker are
 all descendants, and stopping only ``tritonserver`` leaves them running. ``stop()`` ends the whole group and removes
