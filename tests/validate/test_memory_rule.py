@@ -23,6 +23,27 @@ def test_vr601_full_context_8b_does_not_fit_a_24gb_gpu(repo, tmp_path):
     assert "KV cache" in d.message and "max_model_len" in (d.hint or "") + d.message
 
 
+def test_vr601_points_at_the_setting_to_change(repo, tmp_path):
+    engine_args, model = repo.root / "llm" / "1" / "model.json", str(_model(tmp_path))
+    repo.model("llm", engine_args={"model": model, "max_model_len": 131072})
+    (d,) = only(run(repo.root, gpu="L4"), "VR601")
+    first_fix = d.hint.split("=")[0]
+    assert first_fix not in engine_args.read_text()  # not in the file: at max_model_len, the setting that is
+    assert "max_model_len" in engine_args.read_text().splitlines()[d.line - 1]
+    repo.model("llm", engine_args={"model": model, "max_model_len": 131072, first_fix: 1})
+    (d,) = only(run(repo.root, gpu="L4"), "VR601")
+    assert first_fix in engine_args.read_text().splitlines()[d.line - 1]
+
+
+def test_a_context_longer_than_the_model_allows_is_reported_once(repo, tmp_path):
+    repo.model("llm", engine_args={"model": str(_model(tmp_path)), "max_model_len": 200000})
+    result = run(repo.root, gpu="T4")
+    (d,) = only(result, "VR401")
+    assert "VR601" not in codes(result)
+    text = (repo.root / "llm" / "1" / "model.json").read_text().splitlines()
+    assert "max_model_len" in text[d.line - 1]
+
+
 def test_vr601_same_model_fits_an_h200_and_needs_a_gpu(repo, tmp_path):
     repo.model("llm", engine_args={"model": str(_model(tmp_path)), "max_model_len": 131072})
     assert "VR601" not in codes(run(repo.root, gpu="H200"))

@@ -71,6 +71,9 @@ class MemoryEstimate(BaseModel):
     fits: bool
     error: str | None = None
     estimated_max_model_len: int | None = None
+    model_max_model_len: int | None = Field(
+        default=None, description="the longest context the model's config.json allows (None where it names none)"
+    )
     approximate: dict[str, bool] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     weights_source: str = ""
@@ -277,6 +280,7 @@ def estimate(
         fits=error is None,
         error=error,
         estimated_max_model_len=est_len,
+        model_max_model_len=model_max,
         approximate=approximate,
         notes=notes,
         weights_source=weights.source,

@@ -17,7 +17,8 @@ def _with_config(model, ctx):
             continue
         revision = doc.data.get("revision") if isinstance(doc.data.get("revision"), str) else None
         try:
-            found = hf.find_local_config(name, revision, base=None)
+            # The working directory first, then the model directory: where the memory check (VR601) looks too.
+            found = hf.find_local_config(name, revision, base=model.path)
         except (OSError, RuntimeError, ValueError):  # a "model" no file system accepts (~unknown_user, too long)
             continue
         if found is not None:

@@ -69,13 +69,18 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             continue  # settings vLLM rejects outright (EstimateError) are the engine-args rules' findings
         if est is None or est.fits:
             continue
+        if est.model_max_model_len is not None and est.max_model_len > est.model_max_model_len:
+            continue  # a context longer than the model's own is VR401's finding, not a memory one
         hint = "; ".join(f"{r.setting}={r.value} ({r.reason})" for r in est.recommendations[:3]) or None
+        # At the setting the first recommendation changes, where the file has it.
+        keys = [r.setting for r in est.recommendations[:1]] + ["max_model_len", "gpu_memory_utilization", "model"]
+        where = next((doc.position_of(k) for k in keys if doc.position_of(k) is not None), None)
         yield Finding(
             doc.path,
             f"on {est.gpu} this model won't start: weights {est.weights_gib:.1f} GiB, "
             f"activations {est.activation_gib:.1f} GiB, CUDA graphs {est.cudagraph_gib:.1f} GiB of a "
             f"{est.requested_gib:.1f} GiB budget leave {est.kv_cache_gib:.2f} GiB for the KV cache. "
             f"vLLM: {est.error}",
-            doc.position_of("gpu_memory_utilization") or doc.position_of("model"),
+            where,
             hint=hint,
         )
