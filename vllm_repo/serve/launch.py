@@ -62,12 +62,14 @@ class LaunchPlan:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def validate_repository(repository: Path, vllm_version: str | None = None) -> list[Diagnostic]:
+def validate_repository(
+    repository: Path, vllm_version: str | None = None, vllm_version_origin: str | None = None
+) -> list[Diagnostic]:
     """validate's findings for the whole tree; raises LaunchError when there is an error (and validate's
     UsageError for a path that holds no models)."""
     from vllm_repo.validate import validate_paths
 
-    result = validate_paths([repository], vllm_version=vllm_version)
+    result = validate_paths([repository], vllm_version=vllm_version, vllm_version_origin=vllm_version_origin)
     diagnostics = list(result.diagnostics)
     if result.has_errors:
         count = sum(1 for d in diagnostics if d.severity.value == "error")
@@ -164,7 +166,10 @@ def prepare_launch(
         python_error = None
     except TritonServerError as exc:
         info, python_error = None, exc
-    diagnostics = validate_repository(repo, vllm_version or (info.vllm_version if info else None))
+    if vllm_version or info is None or info.vllm_version is None:
+        diagnostics = validate_repository(repo, vllm_version)
+    else:
+        diagnostics = validate_repository(repo, info.vllm_version, f"the backend Python's vLLM ({info.executable})")
     if info is None:
         raise python_error
     models = [model.name for model in open_repository(repo).models]

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelRepository, discover
 from vllm_repo.schema.loader import VersionChoice, choose_schema_version, load_schema
 from vllm_repo.settings import load_settings
@@ -48,23 +49,28 @@ def validate_paths(
     num_gpus: int | None = None,
     select: Sequence[str] | None = None,
     ignore: Sequence[str] | None = None,
+    vllm_version_origin: str | None = None,
 ) -> ValidationResult:
     """Check model repositories, model directories or single files.
 
-    gpu, num_gpus and vllm_version default to the project's [tool.vllm-repo] settings (pyproject.toml or
-    .vllm-repo.toml above the first path). Raises UsageError (PathError, SettingsError, UnknownGpuError) for paths
-    that name nothing to check, an unknown release or GPU, and unusable settings."""
-    settings = load_settings(Path(paths[0]) if paths else None)
-    vllm_version = vllm_version or settings.vllm_version
+    gpu and num_gpus default to the project's [tool.vllm-repo] settings (pyproject.toml or .vllm-repo.toml above the
+    first path); the release is the one every command checks against (schema.loader.target_vllm_version), and
+    ``vllm_version_origin`` says where a given ``vllm_version`` came from when it is not --vllm-version. Raises
+    UsageError (PathError, SettingsError, UnknownGpuError) for paths that name nothing to check, an unknown
+    release, rule code or GPU, and unusable settings."""
+    start = Path(paths[0]) if paths else None
+    settings = load_settings(start)
     gpu = gpu if gpu is not None else settings.gpu_spec
     num_gpus = num_gpus if num_gpus is not None else settings.num_gpus
     if gpu is not None:
         from vllm_repo.estimate import resolve_gpu
 
         gpu = resolve_gpu(gpu)  # an unknown GPU name is a usage error, raised before any check runs
-    choice = choose_schema_version(vllm_version)
+    choice = choose_schema_version(vllm_version, start=start, origin=vllm_version_origin)
     context = CheckContext(schema=load_schema(choice.schema_version), gpu=gpu, num_gpus=num_gpus)
     repositories = discover([Path(p) for p in paths])
+    _check_codes(select, "--select")
+    _check_codes(ignore, "--ignore")
     rules = [r for r in all_rules() if _enabled(r.code, select, ignore)]
     diagnostics: list[Diagnostic] = []
     models: list[str] = []
@@ -76,6 +82,18 @@ def validate_paths(
     unique = {(d.code, d.file, d.line, d.column, d.message): d for d in diagnostics}
     ordered = sorted(unique.values(), key=Diagnostic.sort_key)
     return ValidationResult(diagnostics=ordered, vllm_version=choice, models=models)
+
+
+def _check_codes(prefixes: Sequence[str] | None, option: str) -> None:
+    """A prefix that matches no rule is a typo that would silently check nothing (or skip nothing)."""
+    codes = [r.code for r in all_rules()]
+    for prefix in prefixes or ():
+        if not any(code.startswith(prefix) for code in codes):
+            families = sorted({code[:3] for code in codes})
+            raise UsageError(
+                f"{option} {prefix}: no rule code starts with it",
+                hint=f"codes are {', '.join(families)} followed by two digits (`vllm-repo rules` lists them)",
+            )
 
 
 def _enabled(code: str, select: Sequence[str] | None, ignore: Sequence[str] | None) -> bool:
