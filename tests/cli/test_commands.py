@@ -1,7 +1,9 @@
 """The CLI's command table: every command is reachable, and running one imports only its own module."""
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from vllm_repo.cli import COMMANDS, build_app
 
@@ -11,8 +13,6 @@ def test_command_table_wires_every_command_module_and_nothing_else():
     registered = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     assert registered == set(COMMANDS)
     modules = {module for module, _ in COMMANDS.values()}
-    from pathlib import Path
-
     import vllm_repo.cli as cli
 
     on_disk = {p.stem for p in Path(cli.__file__).parent.glob("*.py")} - {"__init__", "handler", "output"}
@@ -39,3 +39,27 @@ def test_running_a_command_imports_only_its_own_module():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == str(["vllm_repo.cli.handler", "vllm_repo.cli.validate"])
+
+
+def test_help_lists_the_commands_in_the_order_of_the_work_and_the_readme_has_each():
+    import re
+
+    top = subprocess.run([sys.executable, "-m", "vllm_repo", "--help"], capture_output=True, text=True).stdout
+    positions = [top.index(f" {name} ") for name in COMMANDS]
+    assert positions == sorted(positions)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[: readme.index("## Install")]
+    assert re.findall(r"^\| `vllm-repo (\w+)", table, re.M) == list(COMMANDS)
+
+
+def test_version_and_the_long_spellings_of_shared_options():
+    from vllm_repo import __version__
+
+    done = subprocess.run([sys.executable, "-m", "vllm_repo", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"vllm-repo {__version__}"
+    for command in ("init", "estimate"):
+        wide = {**os.environ, "COLUMNS": "200"}  # the help table would cut the long name at 80 columns
+        shown = subprocess.run(
+            [sys.executable, "-m", "vllm_repo", command, "--help"], capture_output=True, text=True, env=wide
+        )
+        assert "--tensor-parallel-size" in shown.stdout, command

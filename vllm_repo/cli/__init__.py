@@ -19,22 +19,35 @@ from vllm_repo.cli.handler import DEBUG_ENV, HandledGroup
 
 HELP = "Scaffold, validate, size and serve Triton Inference Server model repositories for the vLLM backend."
 
-# Command name -> (module in vllm_repo.cli, its function or command group).
+# Command name -> (module in vllm_repo.cli, its function or command group), in the order of a user's work: write
+# a repository, check it, size it, serve it; then the tools. --help lists them in this order.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("init", "init"),
     "validate": ("validate", "validate"),
     "rules": ("validate", "rules"),
-    "schema": ("schema", "schema_app"),
     "estimate": ("estimate", "estimate"),
     "gpus": ("estimate", "gpus"),
-    "init": ("init", "init"),
     "launch": ("launch", "launch"),
     "infer": ("infer", "infer"),
+    # Command groups: --help lists them after the commands.
+    "schema": ("schema", "schema_app"),
     "backend": ("backend", "backend_app"),
 }
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from vllm_repo import __version__
+
+        typer.echo(f"vllm-repo {__version__}")
+        raise typer.Exit()
+
+
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Print the traceback of an internal error.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"

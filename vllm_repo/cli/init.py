@@ -20,7 +20,7 @@ def init(
         str | None,
         typer.Option("--gpu", help="Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24)."),
     ] = None,
-    tp: Annotated[int | None, typer.Option("--tp", help="tensor_parallel_size.")] = None,
+    tp: Annotated[int | None, typer.Option("--tp", "--tensor-parallel-size", help="tensor_parallel_size.")] = None,
     max_model_len: Annotated[
         int | None, typer.Option("--max-model-len", help="Longest prompt + completion in tokens.")
     ] = None,

@@ -30,7 +30,7 @@ def generate(
         typer.Option("--output", "-o", help="File to write (default: ./vllm-<version>.json; '-' for stdout)."),
     ] = None,
     python: Annotated[
-        str | None, typer.Option("--python", help="Interpreter whose installed vLLM to read (default: this one).")
+        Path | None, typer.Option("--python", help="Interpreter whose installed vLLM to read (default: this one).")
     ] = None,
     from_wheel: Annotated[
         str | None,
@@ -52,9 +52,9 @@ def generate(
             "--from-wheel needs --python", hint="an interpreter with vLLM's dependencies (torch, transformers)"
         )
     if from_wheel:
-        document = schema_wheel.generate_from_wheel(from_wheel, python)
+        document = schema_wheel.generate_from_wheel(from_wheel, str(python))
     elif python:
-        document = schema_wheel.generate_installed(python)
+        document = schema_wheel.generate_installed(str(python))
     else:
         document = schema_gen.generate()
         document["vllm_version"] = schema_gen.base_version(document["vllm_version"])
