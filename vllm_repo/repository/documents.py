@@ -25,6 +25,7 @@ class Position:
 class SyntaxProblem:
     message: str
     position: Position | None
+    hint: str | None = None  # what to write instead, where the problem has one answer
 
 
 def read_text(path: Path) -> tuple[str | None, SyntaxProblem | None]:
@@ -75,7 +76,7 @@ class JsonDocument:
         try:
             doc.data = json.loads(doc.text, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
-            doc.problem = SyntaxProblem(f"invalid JSON: {exc.msg}", Position(exc.lineno, exc.colno))
+            doc.problem = json_problem(doc.text, exc)
             return doc
         except ValueError as exc:  # NaN / Infinity, which JSON does not allow
             doc.problem = SyntaxProblem(f"invalid JSON: {exc}", None)
@@ -86,6 +87,59 @@ class JsonDocument:
         if isinstance(doc.data, dict):
             doc.key_positions, doc.duplicate_keys = _top_level_keys(doc.text)
         return doc
+
+
+def json_problem(text: str, exc: json.JSONDecodeError) -> SyntaxProblem:
+    """What a JSON syntax error is, in the words a person would use, and where it is.
+
+    Python's decoder reports where it stopped ("Expecting property name enclosed in double quotes" on the line after
+    a trailing comma); the usual causes are recognised from the text around that place instead."""
+    pos = min(exc.pos, len(text))
+    before = text[:pos].rstrip()
+    here = text[pos : pos + 1]
+    at = offset_to_position(text, pos)
+
+    def problem(message: str, position: Position | None = at, hint: str | None = None) -> SyntaxProblem:
+        return SyntaxProblem(f"invalid JSON: {message}", position, hint)
+
+    if exc.msg.startswith("Invalid control character") and here in "\r\n":
+        # A line break inside a string: a string that was never closed on its line. Point at where it starts.
+        start = text.rfind('"', 0, pos)
+        return problem(
+            "a string is not closed before the end of its line",
+            offset_to_position(text, max(start, 0)),
+            'add the closing " (a line break in a string is \\n)',
+        )
+    if exc.msg.startswith("Invalid control character"):
+        return problem("a control character (a tab?) inside a string", hint="write it escaped, e.g. \\t")
+    if before.endswith(",") and here in "}]":
+        return problem(
+            f"a trailing comma before '{here}'",
+            offset_to_position(text, len(before) - 1),
+            "remove the comma after the last entry (JSON allows none)",
+        )
+    if exc.msg.startswith("Expecting") and text.startswith(("//", "/*", "#"), pos):
+        return problem("a comment", hint="JSON has no comments: remove it")
+    if exc.msg.startswith(("Expecting property name", "Expecting value")) and here == "'":
+        return problem("a string in single quotes", hint='JSON strings take double quotes: "..."')
+    if exc.msg == "Expecting ',' delimiter":
+        return problem(
+            "a comma is missing between two entries",
+            offset_to_position(text, len(before)),
+            "add a comma after the previous value",
+        )
+    if exc.msg.startswith("Unterminated string"):
+        return problem("a string is never closed", hint='add the closing "')
+    if exc.msg == "Extra data":
+        return problem(
+            "more text after the end of the JSON value",
+            hint="the file must hold one object, {...}: remove what follows it",
+        )
+    if exc.msg == "Expecting value" and not text.strip():
+        return problem("the file is empty", None, "write one JSON object, {...}")
+    if exc.msg == "Expecting value":
+        return problem('a value is missing, or is not JSON (true, false, null, a number, a "string", {...}, [...])')
+    return problem(exc.msg, Position(exc.lineno, exc.colno))
 
 
 def _reject_constant(name: str) -> Any:

@@ -92,7 +92,7 @@ def engine_args_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
                 doc.path,
                 doc.problem.message,
                 doc.problem.position,
-                hint="model.json must be one JSON object of vLLM engine arguments",
+                hint=doc.problem.hint or "model.json must be one JSON object of vLLM engine arguments",
             )
         elif not isinstance(doc.data, dict):
             yield Finding(

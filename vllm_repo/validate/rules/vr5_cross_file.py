@@ -63,7 +63,7 @@ def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
                 lora.path,
                 lora.problem.message,
                 lora.problem.position,
-                hint=f'{LORA_FILE} must be {{"<adapter name>": "<adapter path>", ...}}',
+                hint=lora.problem.hint or f'{LORA_FILE} must be {{"<adapter name>": "<adapter path>", ...}}',
             )
             continue
         if not isinstance(lora.data, dict):
