@@ -6,7 +6,8 @@ from tests.validate.helpers import codes, only, run
 def test_vr301_json_syntax_error_position(repo):
     repo.model("llm", engine_args='{\n  "model": "m",\n  "dtype": "auto"\n  "seed": 1\n}')
     (d,) = only(run(repo.root), "VR301")
-    assert (d.line, d.column) == (4, 3)
+    # Where the comma goes: right after "auto" on line 3, not where the decoder stopped.
+    assert (d.line, d.column) == (3, 18) and "comma is missing" in d.message
 
 
 def test_vr301_not_an_object(repo):
