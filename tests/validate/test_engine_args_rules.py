@@ -111,3 +111,21 @@ def test_vr309_reported_and_not_for_current_keys(repo):
     assert name in d.message
     repo.model("llm", engine_args={"model": "m", "enforce_eager": True})
     assert "VR309" not in codes(run(repo.root))
+
+
+def test_vr310_a_local_model_path_that_does_not_exist(repo, tmp_path):
+    missing = tmp_path / "models" / "gone"
+    repo.model("llm", engine_args={"model": str(missing), "tokenizer": "./tokenizers/also-gone"})
+    found = only(run(repo.root), "VR310")
+    assert {d.message.split("'")[1] for d in found} == {"model", "tokenizer"}
+    assert all("does not exist here" in d.message and "container" in d.hint for d in found)
+
+
+def test_vr310_existing_paths_and_repo_ids_are_fine(repo, tmp_path):
+    present = tmp_path / "models" / "here"
+    present.mkdir(parents=True)
+    repo.model("a", engine_args={"model": str(present), "tokenizer": "Qwen/Qwen2.5-0.5B-Instruct"})
+    repo.model("b", engine_args={"model": "gpt2"})
+    (repo.root / "c" / "1" / "weights").mkdir(parents=True)  # relative to the model directory
+    repo.model("c", engine_args={"model": "1/weights"})
+    assert "VR310" not in codes(run(repo.root))

@@ -70,3 +70,13 @@ def test_unknown_gpu_is_a_usage_error(repo):
     repo.model("llm")
     with pytest.raises(UsageError, match="unknown GPU"):
         run(repo.root, gpu="H2000")
+
+
+def test_vr602_says_when_the_memory_check_could_not_run(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
+    repo.model("remote", engine_args={"model": "example-org/never-downloaded-7b"})
+    repo.model("local", engine_args={"model": str(_model(tmp_path)), "max_model_len": 8192})
+    result = run(repo.root, gpu="L4")
+    (d,) = only(result, "VR602")
+    assert "remote" in d.file and "did not run" in d.message and "huggingface-cli download" in d.hint
+    assert "VR602" not in codes(run(repo.root))  # no GPU named: no memory check to miss

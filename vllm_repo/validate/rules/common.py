@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from vllm_repo.repository import ModelDirectory, VersionDirectory
@@ -29,6 +30,14 @@ def served_engine_args(model: ModelDirectory) -> JsonDocument | None:
     if not model.uses_vllm_backend or doc is None or not doc.ok or not isinstance(doc.data, dict):
         return None
     return doc
+
+
+def path_exists(path: str | Path) -> bool:
+    """Whether a path from a file exists on this machine; False for one no file system accepts."""
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # ~unknown_user, a name longer than the OS allows, a NUL byte
+        return False
 
 
 def positive_int(value: Any, default: int = 1) -> int:

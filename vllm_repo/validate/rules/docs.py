@@ -63,7 +63,10 @@ def find_rule(code: str) -> Rule:
     by_name = {r.name: r for r in rules.values()}
     if code.strip().lower() in by_name:
         return by_name[code.strip().lower()]
-    near = did_you_mean(wanted, rules, cutoff=0.75) or did_you_mean(code.strip().lower(), by_name, cutoff=0.6)
+    # Letters typed for the digits they look like (VR3O4) first; then the closest spelling.
+    lookalike = wanted[:2] + wanted[2:].translate(str.maketrans("OILS", "0115"))
+    near = (lookalike if lookalike in rules else None) or did_you_mean(wanted, rules, cutoff=0.75)
+    near = near or did_you_mean(code.strip().lower(), by_name, cutoff=0.6)
     raise UsageError(f"no rule {code!r}", hint=f"did you mean {near}?" if near else "`vllm-repo rules` lists them")
 
 

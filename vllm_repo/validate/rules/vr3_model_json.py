@@ -8,12 +8,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from vllm_repo import hf
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.schema.history import explain_missing_key
 from vllm_repo.schema.loader import accepts, json_type
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, vllm_engine_args
+from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, path_exists, vllm_engine_args
 
 # Keys people put in model.json that are per-request sampling settings, not engine arguments.
 SAMPLING_KEYS = {
@@ -383,3 +384,34 @@ def _first_sentence(text: str | None) -> str | None:
     if not text:
         return None
     return text.strip().split(". ")[0].rstrip(".") + "."
+
+
+@rule("VR310", "model-path-missing", Severity.WARNING)
+def model_path_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """`model` or `tokenizer` is a local path that does not exist here (fine if it exists in the serving container).
+
+    vLLM takes a value that is not an existing directory for a Hugging Face repo id, so a mistyped path fails at load
+    with "Repo id must be in the form 'repo_name' or 'namespace/repo_name'" instead of naming the missing directory.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "/models/no-such-directory/Qwen2.5-0.5B-Instruct"}
+    """
+    for doc in engine_args_objects(model):
+        for key in ("model", "tokenizer"):
+            value = doc.data.get(key)
+            if not isinstance(value, str) or not value.strip() or hf.is_repo_id(value, owner_required=False):
+                continue
+            if path_exists(value) or path_exists(model.path / value):
+                continue
+            yield Finding(
+                doc.path,
+                f"'{key}' is {value}, which does not exist here; vLLM would take it for a Hugging Face repo id and "
+                "fail at load",
+                doc.position_of(key),
+                hint="fine if the path exists inside the serving container; otherwise fix it, or give a repo id "
+                "(owner/name)",
+            )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 from vllm_repo.backend import contract
 from vllm_repo.hf import is_repo_id
@@ -11,7 +10,7 @@ from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import count_text, parallel_size, served_engine_args, vllm_engine_args
+from vllm_repo.validate.rules.common import count_text, parallel_size, path_exists, served_engine_args, vllm_engine_args
 
 
 def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict] | None:
@@ -108,7 +107,7 @@ def lora_adapter_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
         for name, path in lora.data.items():
             if not isinstance(path, str) or not path.strip():
                 continue
-            if is_repo_id(path) or _exists_here(path):
+            if is_repo_id(path) or path_exists(path):
                 continue
             yield Finding(
                 lora.path,
@@ -116,13 +115,6 @@ def lora_adapter_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
                 lora.position_of(name),
                 hint="fine if the path exists inside the serving container; otherwise fix the path",
             )
-
-
-def _exists_here(path: str) -> bool:
-    try:
-        return Path(path).expanduser().exists()
-    except (OSError, RuntimeError, ValueError):  # ~unknown_user, a name longer than the OS allows, a NUL byte
-        return False
 
 
 @rule("VR503", "kind-gpu-parallel", Severity.ERROR)

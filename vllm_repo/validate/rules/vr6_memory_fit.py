@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vllm_repo import hf
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import count_text, parallel_size, vllm_engine_args
+from vllm_repo.validate.rules.common import count_text, engine_args_objects, parallel_size, vllm_engine_args
 
 
 @rule("VR601", "does-not-fit", Severity.ERROR)
@@ -84,3 +85,46 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             where,
             hint=hint,
         )
+
+
+@rule("VR602", "memory-check-skipped", Severity.INFO)
+def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """A GPU is named but the model's config.json can't be read offline, so the memory check did not run.
+
+    validate never downloads: the memory check (VR601) needs the config in a local model directory or in the local
+    Hugging Face cache. Without this note a clean report would read as "fits". Run the example with --gpu L4.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "example-org/never-downloaded-7b"}
+    """
+    if ctx.gpu is None:
+        return
+    from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
+
+    for doc in engine_args_objects(model):
+        name = doc.data.get("model")
+        if not isinstance(name, str) or not name.strip():
+            continue  # VR306's finding
+        revision = doc.data.get("revision") if isinstance(doc.data.get("revision"), str) else None
+        try:
+            load_model_facts(name, offline=True, revision=revision, base=model.path).arch.check_decoder_shape()
+        except ArchitectureError as exc:
+            yield Finding(
+                doc.path,
+                f"the memory check on {ctx.gpu.name} did not run: the estimator can't size this model ({exc.message})",
+                doc.position_of("model"),
+            )
+        except ModelFactsError as exc:
+            yield Finding(
+                doc.path,
+                f"the memory check on {ctx.gpu.name} did not run: {exc.message}",
+                doc.position_of("model"),
+                hint=f'fetch the config once (`huggingface-cli download {name} config.json`), or point "model" at '
+                "a local directory"
+                if hf.is_repo_id(name)
+                else None,
+            )
