@@ -102,6 +102,11 @@ def test_triton_model_directory_supplies_the_settings(tmp_path, llama_dir):
     # a flag overrides model.json
     doc = json.loads(cli(str(version.parent), "--json", "--max-model-len", "2048", cwd=tmp_path).stdout)
     assert doc["max_model_len"] == 2048
+    # The table says where the settings came from, and does not call them defaults.
+    table = cli(str(version.parent), cwd=tmp_path)
+    assert "settings from" in table.stdout and "model.json" in table.stdout
+    header = table.stdout.splitlines()[1]
+    assert "engine defaults" not in header and "batch defaults of the engine usage context" in header
 
 
 @pytest.mark.parametrize(
@@ -153,6 +158,8 @@ def test_gpus_lists_the_catalog():
     lines = r.stdout.splitlines()
     assert any(line.startswith("H200") and "139.80 GiB" in line for line in lines)
     assert any(line.startswith("L4 ") and "approximate" in line for line in lines)
+    amd = [line for line in lines if line.startswith("MI300X")]
+    assert amd and "nvidia-smi" not in amd[0].split(";")[0]  # the label is the vendor's, the source says which tool
 
 
 def test_out_of_range_number_in_model_json_is_a_clear_error(tmp_path, llama_dir):

@@ -142,5 +142,5 @@ def gpus() -> None:
     from vllm_repo.estimate.gpus import CATALOG
 
     for gpu in CATALOG:
-        how = "measured" if gpu.measured else "nvidia-smi less the usual runtime gap (approximate)"
+        how = "measured" if gpu.measured else "the board's memory less the usual runtime gap (approximate)"
         typer.echo(f"{gpu.name:<14} {gpu.total_gib:>7.2f} GiB  {how}; {gpu.source}")

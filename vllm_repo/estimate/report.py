@@ -13,7 +13,7 @@ def render(est: MemoryEstimate) -> str:
     rank = "per GPU rank" if est.tensor_parallel_size * est.pipeline_parallel_size > 1 else "on the GPU"
     lines = [
         f"{est.model} on {est.gpu} ({est.gpu_total_gib:.2f} GiB{_mark(est, 'gpu')}), vLLM {est.vllm_version} "
-        f"({est.vllm_version_reason}), {est.usage_context} defaults",
+        f"({est.vllm_version_reason}), batch defaults of the {est.usage_context} usage context",
         f"tensor_parallel_size {est.tensor_parallel_size}, pipeline_parallel_size {est.pipeline_parallel_size}, "
         f"gpu_memory_utilization {est.gpu_memory_utilization}, max_model_len {est.max_model_len:,}, "
         f"max_num_batched_tokens {est.max_num_batched_tokens:,}, max_num_seqs {est.max_num_seqs}",
