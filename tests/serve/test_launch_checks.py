@@ -6,9 +6,11 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -316,3 +318,36 @@ def test_docker_without_a_reachable_daemon_is_a_clear_error(repo):
     assert done.returncode == 1
     expected = "Docker daemon is not reachable" if docker else "docker is not installed"
     assert expected in done.stderr and "--dry-run" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_launch_stops_on_sigint_even_when_started_with_sigint_ignored():
+    # A non-interactive shell starts `vllm-repo launch ... &` with SIGINT ignored; launch's own handler undoes that.
+    child = textwrap.dedent(
+        """
+        import signal, sys, time
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        from vllm_repo.serve import launch
+        previous = launch._install_stop_handlers()
+        print("ready", flush=True)
+        try:
+            time.sleep(60)
+        except launch._Stop as stop:
+            print("stopped by", stop, flush=True)
+        finally:
+            launch._restore_handlers(previous)
+        sys.exit(0 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 1)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert "stopped by SIGINT" in out and proc.returncode == 0  # and the ignored disposition is restored after

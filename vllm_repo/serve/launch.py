@@ -460,19 +460,16 @@ def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: fl
 
 
 def _install_stop_handlers() -> dict:
-    """SIGTERM and SIGHUP end launch the way Ctrl-C does (the finally block stops the server group). Only possible in
-    the main thread; elsewhere the caller owns signals."""
+    """SIGINT, SIGTERM and SIGHUP end launch (the finally block stops the server group). SIGINT gets a handler of its
+    own too: a script that starts launch in the background (`launch ... &`) starts it with SIGINT ignored, and
+    `kill -INT` must still stop it. Only possible in the main thread; elsewhere the caller owns signals."""
     if threading.current_thread() is not threading.main_thread():
         return {}
 
     def stop(signum, frame):
         raise _Stop(signal.Signals(signum).name)
 
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, stop)
-    previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
-    return previous
+    return {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
 
 def _ignore_stop_signals(previous: dict) -> None:
