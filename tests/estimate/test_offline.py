@@ -172,3 +172,27 @@ def test_config_without_a_decoder_shape_is_skipped(tmp_path):
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "whisper-ish", "d_model": 512}))
     assert estimate_for_engine_args({"model": str(d)}, "L4") is None
+
+
+def test_an_unreachable_hub_fails_at_once_with_the_offline_way_out(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_CACHE": str(tmp_path / "hf")}
+    env.pop("HF_HUB_OFFLINE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "estimate", "example-org/never-downloaded-7b", "--gpu", "L4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "can't reach the Hugging Face Hub" in done.stderr and "Connection refused" in done.stderr
+    assert "--offline" in done.stderr and "Retrying" not in done.stderr  # one attempt, not huggingface_hub's five
+    assert "Error)" not in done.stderr  # no bare exception class name in place of a reason

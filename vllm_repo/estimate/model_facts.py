@@ -195,11 +195,39 @@ def _load_from_hub(repo_id: str, *, offline: bool, revision: str | None, token: 
             "(HF_HUB_OFFLINE or offline mode); download it first (huggingface-cli download "
             f"{repo_id} config.json) or pass a local model directory"
         )
+    _check_hub_reachable(repo_id)
     config_path = _hub_download_config(repo_id, revision, token)
     config = _read_config(config_path)
     return ModelFacts(
         repo_id, config, f"Hugging Face Hub ({repo_id})", _hub_weights(repo_id, revision, token), from_config(config)
     )
+
+
+OFFLINE_HINT = (
+    "use a local model directory, or work offline (estimate --offline, or HF_HUB_OFFLINE=1) with the model's "
+    "config.json in the local Hugging Face cache; behind a proxy, set HTTPS_PROXY"
+)
+
+
+def _check_hub_reachable(repo_id: str, timeout: float = 5.0) -> None:
+    """One quick connection to the Hub before huggingface_hub's own requests, which retry a refused or unresolvable
+    connection five times with back-off (about 25 s) before giving up. Any HTTP answer, even an error, means it is
+    reachable: huggingface_hub then reports gated, missing and private models in its own words."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    url = f"{constants.ENDPOINT.rstrip('/')}/api/models/{repo_id}"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return
+    except OSError as exc:  # URLError (refused, unresolvable), a timeout
+        reason = getattr(exc, "reason", exc)
+        raise ModelFactsError(
+            f"{repo_id}: can't reach the Hugging Face Hub at {constants.ENDPOINT} ({reason})", hint=OFFLINE_HINT
+        ) from None
 
 
 def _hub_download_config(repo_id: str, revision: str | None, token: str | None) -> Path:
@@ -216,10 +244,9 @@ def _hub_download_config(repo_id: str, revision: str | None, token: str | None) 
         ) from None
     except HfHubHTTPError as exc:
         raise ModelFactsError(f"{repo_id}: the Hugging Face Hub refused config.json ({exc})") from None
-    except Exception as exc:  # connection errors come in many types
+    except Exception:  # connection errors come in many types
         raise ModelFactsError(
-            f"{repo_id}: can't reach the Hugging Face Hub ({type(exc).__name__}); pass a local "
-            "model directory, or set HF_HUB_OFFLINE=1 with the model in the HF cache"
+            f"{repo_id}: can't fetch config.json from the Hugging Face Hub", hint=OFFLINE_HINT
         ) from None
 
 
