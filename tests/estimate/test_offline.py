@@ -25,6 +25,14 @@ def hf_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def hub_answers(monkeypatch):
+    """The Hub is taken as reachable: the tests below fake huggingface_hub's own answers."""
+    import vllm_repo.estimate.model_facts as model_facts
+
+    monkeypatch.setattr(model_facts, "_check_hub_reachable", lambda repo_id: None)
+
+
+@pytest.fixture
 def no_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the network was used")
@@ -106,7 +114,7 @@ def test_relative_model_path_resolved_against_base(tmp_path, no_network):
 
 
 # --- the online path, with huggingface_hub's two calls answered locally --------------------------------------
-def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, monkeypatch, tiny_llama):
+def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, hub_answers, monkeypatch, tiny_llama):
     """The Hub answers with config.json and the safetensors headers; no weights are downloaded."""
     from huggingface_hub.utils._safetensors import SafetensorsFileMetadata, SafetensorsRepoMetadata, TensorInfo
 
@@ -141,7 +149,7 @@ def test_online_reads_config_and_safetensors_metadata(tmp_path, hf_cache, monkey
     assert calls == [("org/tiny", "config.json", "hf_x"), ("org/tiny", "safetensors", "hf_x")]
 
 
-def test_gated_and_missing_repos_are_explained(hf_cache, monkeypatch):
+def test_gated_and_missing_repos_are_explained(hf_cache, hub_answers, monkeypatch):
     from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError
 
     from vllm_repo.estimate.model_facts import ModelFactsError

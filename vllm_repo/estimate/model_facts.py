@@ -246,7 +246,7 @@ def _hub_download_config(repo_id: str, revision: str | None, token: str | None) 
         raise ModelFactsError(f"{repo_id}: the Hugging Face Hub refused config.json ({exc})") from None
     except Exception:  # connection errors come in many types
         raise ModelFactsError(
-            f"{repo_id}: can't fetch config.json from the Hugging Face Hub", hint=OFFLINE_HINT
+            f"{repo_id}: can't reach the Hugging Face Hub for config.json", hint=OFFLINE_HINT
         ) from None
 
 
