@@ -32,7 +32,12 @@ echo "serving Python: $VLLM_REPO_SERVING_PYTHON" >&2
 
 step "3/7 build a tiny model offline (random weights, real tokenizer)"
 mkdir -p "$work"
-"$VLLM_REPO_SERVING_PYTHON" scripts/make_tiny_model.py "$work/tiny-llama" >&2
+if [ -f "$work/tiny-llama/config.json" ] && [ -f "$work/tiny-llama/model.safetensors" ]; then
+  echo "reusing $work/tiny-llama from an earlier run" >&2
+else
+  rm -rf "$work/tiny-llama"  # what an interrupted earlier run left
+  "$VLLM_REPO_SERVING_PYTHON" scripts/make_tiny_model.py "$work/tiny-llama" >&2
+fi
 
 step "4/7 vllm-repo init"
 # uni: one engine process, no extra worker (fastest start on a small CPU machine).
@@ -71,5 +76,7 @@ step "stop"
 kill -TERM "$launch_pid"
 wait "$launch_pid"
 trap - EXIT
-echo "done: the server is stopped. Serve your own model with:" >&2
+# What a new shell needs for the commands below: this checkout's vllm-repo on PATH and the serving Python.
+echo "done: the server is stopped. Serve your own model from a new shell with:" >&2
+echo "  export PATH=\"$root/.venv/bin:\$PATH\" VLLM_REPO_SERVING_PYTHON=\"$VLLM_REPO_SERVING_PYTHON\"" >&2
 echo "  vllm-repo init model_repository --model Qwen/Qwen2.5-0.5B-Instruct && vllm-repo launch model_repository" >&2

@@ -49,16 +49,20 @@ def test_quickstart_runs_end_to_end_from_a_fresh_copy(tmp_path):
     env.update(
         QUICKSTART_HTTP_PORT=str(_free()), QUICKSTART_GRPC_PORT=str(_free()), QUICKSTART_METRICS_PORT=str(_free())
     )
-    done = subprocess.run(
-        ["bash", "scripts/quickstart.sh"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        start_new_session=True,
-    )
-    log = done.stdout + done.stderr
+
+    def quickstart() -> tuple[subprocess.CompletedProcess, str]:
+        done = subprocess.run(
+            ["bash", "scripts/quickstart.sh"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            start_new_session=True,
+        )
+        return done, done.stdout + done.stderr
+
+    done, log = quickstart()
     assert done.returncode == 0, log[-6000:]
     for step in ("vllm-repo init", "vllm-repo validate", "vllm-repo launch", "vllm-repo infer", "stop"):
         assert step in log
@@ -68,3 +72,14 @@ def test_quickstart_runs_end_to_end_from_a_fresh_copy(tmp_path):
     assert "finish_reason=length input_tokens=" in log and "output_tokens=48" in log
     assert "stopped (" in log
     assert (project / "quickstart" / "model_repository" / "tiny" / "1" / "model.json").is_file()
+
+    # The closing lines work as printed in a new shell: vllm-repo on PATH, and the serving Python launch needs.
+    export = next(line.strip() for line in log.splitlines() if line.strip().startswith("export PATH="))
+    check = f'{export}; vllm-repo --version && "$VLLM_REPO_SERVING_PYTHON" -c "import vllm"'
+    shell = subprocess.run(["bash", "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    assert shell.returncode == 0 and shell.stdout.startswith("vllm-repo "), shell.stderr[-2000:]
+
+    # A second run, as the README promises, reuses what the first one built.
+    again, log = quickstart()
+    assert again.returncode == 0, log[-6000:]
+    assert "reusing" in log and "replaced model 'tiny'" in log and "output_tokens=48" in log

@@ -290,8 +290,11 @@ def test_engine_metrics_are_on_the_metrics_port(server):
 
 
 def test_infer_unknown_model_and_no_server_are_clear_errors(server):
-    with pytest.raises(InferError, match="no model 'nope'"):
+    with pytest.raises(InferError, match="no model 'nope'") as unknown:
         infer("nope", "Hello", url=server.url)
+    assert unknown.value.hint == "its models: tiny"  # what the server does serve
+    with pytest.raises(InferError, match="no model 'nope'"):
+        infer("nope", "Hello", url=server.url, wait=30)  # a running server that lacks it: no point waiting
     done = subprocess.run(
         vllm_repo_cli("infer", "tiny", "Hello", "--url", f"http://127.0.0.1:{free_port()}"),
         capture_output=True,
@@ -299,6 +302,24 @@ def test_infer_unknown_model_and_no_server_are_clear_errors(server):
         timeout=60,
     )
     assert done.returncode == 1 and "no Triton server answers" in done.stderr and "Traceback" not in done.stderr
+    assert "--wait" in done.stderr and not done.stdout  # the hint says how to wait; no stray blank line
+    waited = subprocess.run(
+        vllm_repo_cli("infer", "tiny", "Hello", "--url", f"http://127.0.0.1:{free_port()}", "--wait", "2"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert waited.returncode == 1 and "after waiting 2 s" in waited.stderr and "waiting up to 2 s" in waited.stderr
+
+
+def test_infer_wait_goes_ahead_once_the_model_is_ready(server):
+    done = subprocess.run(
+        vllm_repo_cli("infer", "tiny", "Hello", "--url", server.url, "--wait", "60", "--max-tokens", "4"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

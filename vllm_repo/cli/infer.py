@@ -28,13 +28,23 @@ def infer(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object (text and outputs) at the end.")
     ] = False,
+    wait: Annotated[
+        float,
+        typer.Option("--wait", help="Seconds to wait for the model to be ready first (a launch still loading it)."),
+    ] = 0.0,
 ) -> None:
     """Send PROMPT to MODEL and print the completion as it streams in."""
     from vllm_repo.serve import infer as client
 
+    streamed = []
+
     def write(piece: str) -> None:
+        streamed.append(piece)
         sys.stdout.write(piece)
         sys.stdout.flush()
+
+    def progress(message: str) -> None:
+        typer.echo(message, err=True)
 
     sampling = dict(client.parse_param(p) for p in params or [])
     try:
@@ -46,9 +56,11 @@ def infer(
             stream=not no_stream,
             params=sampling,
             on_text=None if json_output else write,
+            wait=wait,
+            on_wait=progress,
         )
     except InferError:
-        if not json_output:
+        if streamed:
             sys.stdout.write("\n")  # end the text streamed so far before the error
         raise
     if json_output:

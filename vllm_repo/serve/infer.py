@@ -11,6 +11,7 @@ import dataclasses
 import http.client
 import json
 import socket
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -108,6 +109,67 @@ def _error_text(raw: bytes) -> str:
         return raw.decode("utf-8", "replace").strip()
 
 
+def _get(url: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """One request to the server; (0, b"") when nothing answers (refused, unresolvable, timed out)."""
+    conn, prefix = _connect(url, timeout)
+    try:
+        conn.request("GET" if not path.endswith("/index") else "POST", prefix + path, body=None)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except OSError:
+        return 0, b""
+    finally:
+        conn.close()
+
+
+def loaded_models(url: str) -> list[str]:
+    """The models the server has ready (Triton's repository index), [] when it can't say."""
+    status, raw = _get(url, "/v2/repository/index")
+    try:
+        index = json.loads(raw) if status == 200 else []
+    except ValueError:
+        return []
+    return sorted(m["name"] for m in index if isinstance(m, dict) and m.get("state") == "READY" and "name" in m)
+
+
+def wait_until_ready(
+    url: str, model: str, wait: float, on_wait: Callable[[str], None] | None = None, poll: float = 1.0
+) -> None:
+    """Wait up to ``wait`` seconds for ``model`` to be ready: while launch is still loading it, Triton answers
+    nothing (its endpoints open once the models are loaded) or says the model is not ready yet."""
+    deadline = time.monotonic() + wait
+    path = f"/v2/models/{urllib.parse.quote(model, safe='')}/ready"
+    said = False
+    while True:
+        status, _ = _get(url, path)
+        if status == 200:
+            return
+        if status and _get(url, "/v2/health/ready")[0] == 200:
+            # The server is up and done loading, and this model is not among its models.
+            raise unknown_model(url, model)
+        if time.monotonic() >= deadline:
+            what = f"no Triton server answers at {url}" if not status else f"model '{model}' is not ready at {url}"
+            raise InferError(f"{what} after waiting {wait:g} s", hint=NO_SERVER_HINT)
+        if on_wait and not said:
+            on_wait(f"waiting up to {wait:g} s for model '{model}' at {url} to be ready ...")
+            said = True
+        time.sleep(poll)
+
+
+NO_SERVER_HINT = (
+    "if `vllm-repo launch` is still loading the model, wait for its 'Triton is ready' line or pass --wait SECONDS; "
+    "otherwise start one with `vllm-repo launch REPO`, or pass --url"
+)
+
+
+def unknown_model(url: str, model: str, detail: str = "") -> InferError:
+    names = loaded_models(url)
+    return InferError(
+        f"the server at {url} has no model '{model}'" + (f": {detail}" if detail else ""),
+        hint=f"its models: {', '.join(names)}" if names else "the model names are the directories of the repository",
+    )
+
+
 def stream_events(
     url: str, model: str, body: dict[str, Any], *, stream: bool, timeout: float = 600.0
 ) -> Iterator[dict[str, Any]]:
@@ -120,17 +182,11 @@ def stream_events(
             conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
         except (TimeoutError, ConnectionRefusedError, socket.gaierror, OSError) as exc:
-            raise InferError(
-                f"no Triton server answers at {url} ({exc.strerror or exc})",
-                hint="start one with `vllm-repo launch REPO`, or pass --url",
-            ) from exc
+            raise InferError(f"no Triton server answers at {url} ({exc.strerror or exc})", hint=NO_SERVER_HINT) from exc
         if resp.status != 200:
             message = _error_text(resp.read())
             if resp.status in (400, 404) and ("unknown model" in message or "not found" in message):
-                raise InferError(
-                    f"the server at {url} has no model '{model}': {message}",
-                    hint=f"the model names are the directories of the repository; see {url}/v2/models/{model}/ready",
-                )
+                raise unknown_model(url, model, message)
             raise InferError(f"{endpoint} failed with HTTP {resp.status}: {message}")
         if not stream:
             yield json.loads(resp.read())
@@ -157,14 +213,19 @@ def infer(
     params: dict[str, Any] | None = None,
     on_text: Callable[[str], None] | None = None,
     timeout: float = 600.0,
+    wait: float = 0.0,
+    on_wait: Callable[[str], None] | None = None,
 ) -> Completion:
     """Run one completion; ``on_text`` receives each piece of text as it arrives. Returns the whole completion with
-    its finish reason and token counts."""
+    its finish reason and token counts. ``wait``: seconds to wait first for the model to be ready (a launch that is
+    still loading)."""
     if max_tokens < 1:
         raise InferError(f"--max-tokens must be at least 1, not {max_tokens}")
     if params and "max_tokens" in params:
         raise InferError("give max_tokens with --max-tokens, not --param")
     body = request_body(prompt, stream=stream, max_tokens=max_tokens, params=params)
+    if wait > 0:
+        wait_until_ready(url, model, wait, on_wait)
     completion = Completion()
     for event in stream_events(url, model, body, stream=stream, timeout=timeout):
         piece = _merge(completion, event)
