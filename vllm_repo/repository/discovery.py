@@ -119,6 +119,14 @@ class ModelDirectory:
         docs = self.engine_args_documents()
         return docs[0][1] if docs else None
 
+    def checked_engine_args(self) -> JsonDocument | None:
+        """The model.json the checks across files and models compare (the served one, else a misplaced one), when it
+        is a readable JSON object of a vLLM-backend model."""
+        doc = self.primary_engine_args()
+        if not self.uses_vllm_backend or doc is None or not doc.ok or not isinstance(doc.data, dict):
+            return None
+        return doc
+
     def engine_args_data(self) -> dict:
         """The served model.json's object, {} when there is none or it is not a readable JSON object."""
         doc = self.served_engine_args()

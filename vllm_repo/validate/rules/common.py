@@ -23,15 +23,6 @@ def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
             yield doc
 
 
-def served_engine_args(model: ModelDirectory) -> JsonDocument | None:
-    """The model.json of the version Triton serves (else a misplaced one) when it is a JSON object of a
-    vLLM-backend model: what the checks across files and models compare."""
-    doc = model.primary_engine_args()
-    if not model.uses_vllm_backend or doc is None or not doc.ok or not isinstance(doc.data, dict):
-        return None
-    return doc
-
-
 def path_exists(path: str | Path) -> bool:
     """Whether a path from a file exists on this machine; False for one no file system accepts."""
     try:

@@ -6,15 +6,15 @@ from collections.abc import Iterator
 
 from vllm_repo.backend import contract
 from vllm_repo.hf import is_repo_id
-from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository
+from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import count_text, parallel_size, path_exists, served_engine_args, vllm_engine_args
+from vllm_repo.validate.rules.common import count_text, parallel_size, path_exists, vllm_engine_args
 
 
 def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict] | None:
-    doc = served_engine_args(model)
+    doc = model.checked_engine_args()
     return None if doc is None else (doc, doc.data)
 
 
@@ -151,39 +151,7 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
         )
 
 
-MAX_GPU_IDS = 1024
-
-
-def _devices(model: ModelDirectory) -> frozenset[int] | None:
-    """The GPU ids an engine of this model allocates on; None means every visible GPU."""
-    found = _engine_args(model)
-    if found is None:
-        return frozenset()
-    _, data = found
-    size = parallel_size(data)
-    cfg = model.config.config if model.config is not None else None
-    groups = list(cfg.instance_group) if cfg is not None else []
-    from vllm_repo.repository.model_config import model_config_pb2
-
-    kinds = model_config_pb2().ModelInstanceGroup
-    gpus: set[int] = set()
-    for group in groups:
-        if group.kind == kinds.KIND_GPU:
-            if not group.gpus:
-                return None  # one instance on every GPU
-            gpus.update(group.gpus)
-        elif group.kind in (kinds.KIND_MODEL, kinds.KIND_AUTO):
-            # vLLM takes the first visible GPUs (capped: an absurd tensor_parallel_size must not build a huge set)
-            gpus.update(range(min(size, MAX_GPU_IDS)))
-    if not groups:
-        return None  # Triton's default: one instance per GPU
-    return frozenset(gpus)
-
-
-def _utilization(data: dict, ctx: CheckContext) -> float:
-    value = data.get("gpu_memory_utilization")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(max(min(value, 1e300), -1e300))  # ints beyond float range: just "far too much/little"
+def _default_fraction(ctx: CheckContext) -> float:
     field = ctx.schema.get("gpu_memory_utilization")
     default = field.default if field is not None else None
     return float(default) if isinstance(default, (int, float)) else 0.9
@@ -208,27 +176,23 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
         # coder/1/model.json
         {"model": "Qwen/Qwen2.5-Coder-1.5B-Instruct", "gpu_memory_utilization": 0.6}
     """
-    engines = []
-    for model in repo.models:
-        found = _engine_args(model)
-        if found is None:
-            continue
-        engines.append((model, found[0], _utilization(found[1], ctx), _devices(model)))
-    if len(engines) < 2:
+    found = placement.engines(repo.models, _default_fraction(ctx))
+    if len(found) < 2:
         return
-    gpu_ids = set().union(*(d for *_, d in engines if d)) or {0}
+    gpu_ids = set().union(*(e.gpus for e in found if e.gpus)) or {0}
     reported: set[frozenset[str]] = set()
     for gpu in sorted(gpu_ids):
-        sharing = [(m, doc, u) for m, doc, u, d in engines if d is None or gpu in d]
-        total = sum(u for *_, u in sharing)
-        names = frozenset(m.name for m, *_ in sharing)
+        sharing = placement.sharing(found, gpu)
+        total = sum(e.fraction for e in sharing)
+        names = frozenset(e.model.name for e in sharing)
         if len(sharing) < 2 or total <= 1.0 + 1e-9 or names in reported:
             continue
-        if not any(repo.is_selected(m) for m, *_ in sharing):
+        if not any(repo.is_selected(e.model) for e in sharing):
             continue
         reported.add(names)
-        parts = " + ".join(f"{m.name} {u:g}" for m, _, u in sharing)
-        for model, doc, _ in sharing:
+        parts = " + ".join(f"{e.model.name} {e.fraction:g}" for e in sharing)
+        for engine in sharing:
+            model, doc = engine.model, engine.engine_args
             if repo.is_selected(model):
                 yield Finding(
                     doc.path,
