@@ -185,17 +185,25 @@ def test_a_bad_setting_is_refused_with_validate_findings_and_nothing_is_written(
     assert not (repo / "tiny-llama").exists()
 
 
-def test_a_second_model_that_would_overcommit_the_gpu_is_refused(tmp_path, hf_model):
+def test_a_model_on_a_gpu_others_use_gets_what_they_leave(tmp_path, hf_model):
     repo = tmp_path / "repo"
-    init_model(repo, str(hf_model), name="first")
-    with pytest.raises(InitError) as err:
-        init_model(repo, str(hf_model), name="second")
-    assert any("gpu_memory_utilization" in d.message for d in err.value.diagnostics)
-    assert not (repo / "second").exists()
-    # With fractions that fit, it is accepted.
-    init_model(repo, str(hf_model), name="third", settings={"gpu_memory_utilization": 0.05})
-    init_model(repo, str(hf_model), name="first", settings={"gpu_memory_utilization": 0.5}, force=True)
+    init_model(repo, str(hf_model), name="first", settings={"gpu_memory_utilization": 0.6})
+    second = init_model(repo, str(hf_model), name="second")
+    assert second.engine_args["gpu_memory_utilization"] == 0.4
+    assert any("what the other models on the same GPU leave (first 0.6)" in note for note in second.notes)
     assert not validate_paths([repo]).has_errors
+    # Replacing a model: its own share is not counted against it.
+    again = init_model(repo, str(hf_model), name="second", force=True)
+    assert again.engine_args["gpu_memory_utilization"] == 0.4
+    # Nothing left: refused before anything is written, saying what to change.
+    with pytest.raises(InitError) as err:
+        init_model(repo, str(hf_model), name="third")
+    assert "first 0.6 + second 0.4" in err.value.message and "--set gpu_memory_utilization" in err.value.hint
+    assert not (repo / "third").exists()
+    # A share the user gives is theirs: validate's finding refuses it when it overcommits the GPU.
+    with pytest.raises(InitError) as err:
+        init_model(repo, str(hf_model), name="third", settings={"gpu_memory_utilization": 0.5})
+    assert any(d.code == "VR504" for d in err.value.diagnostics)
 
 
 def test_lora_adapters_go_to_multi_lora_json(tmp_path, hf_model):

@@ -104,3 +104,12 @@ def test_an_unknown_gpu_is_a_clear_error(tmp_path, model_dir):
 )
 def test_gpu_counts_are_read_from_the_name(text, expected):
     assert parse_gpu(text) == expected
+
+
+def test_gpu_sizing_fits_into_what_the_other_models_leave(tmp_path, hf_model):
+    repo = tmp_path / "repo"
+    init_model(repo, str(hf_model), name="chat", settings={"gpu_memory_utilization": 0.5})
+    result = init_model(repo, str(hf_model), name="coder", gpu="L4")
+    assert result.engine_args["gpu_memory_utilization"] == 0.5  # not the default 0.9 / 0.92, which VR504 refuses
+    assert any("sized for L4" in note for note in result.notes), result.notes
+    assert not validate_paths([repo]).has_errors

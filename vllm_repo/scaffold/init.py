@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -179,6 +180,42 @@ def plan_engine(
     return plan
 
 
+# The least share of a GPU worth starting an engine with: below it the weights of any model worth serving don't fit.
+MIN_SHARE = 0.05
+
+
+def share_of_shared_gpus(
+    repo: Path, name: str, tp: int | None, settings: dict[str, Any], vllm_version: str | None
+) -> tuple[float, str] | None:
+    """gpu_memory_utilization for a new model whose GPUs other models of the repository already use: what they leave
+    (rounded down to a hundredth), with a note that says so. None when the GPUs are free enough for vLLM's default or
+    the user set it. Raises InitError when they leave too little."""
+    if "gpu_memory_utilization" in settings or not repo.is_dir():
+        return None
+    from vllm_repo.repository import open_repository, placement
+    from vllm_repo.schema.loader import choose_schema_version, load_schema
+
+    field_ = load_schema(choose_schema_version(vllm_version, start=repo).schema_version).get("gpu_memory_utilization")
+    default = float(field_.default) if field_ is not None and isinstance(field_.default, (int, float)) else 0.9
+    size = (tp or settings.get("tensor_parallel_size") or 1) * (settings.get("pipeline_parallel_size") or 1)
+    gpus = range(min(int(size), placement.MAX_GPU_IDS)) if isinstance(size, int) and size > 0 else range(1)
+    left, on_it = placement.fraction_left(open_repository(repo), gpus, default, without=name)
+    if left >= default:
+        return None
+    parts = " + ".join(f"{e.model.name} {e.fraction:g}" for e in on_it)
+    share = math.floor(left * 100 + 1e-9) / 100
+    if share < MIN_SHARE:
+        raise InitError(
+            f"the GPU '{name}' would run on is taken: {parts} of its memory leave {max(left, 0):.2f}",
+            hint="lower gpu_memory_utilization in those models' model.json, or pin models to different GPUs "
+            "(instance_group KIND_GPU gpus: [...]) and give this one --set gpu_memory_utilization=X",
+        )
+    return share, (
+        f"gpu_memory_utilization {share:g}: what the other models on the same GPU leave ({parts}); "
+        "--set gpu_memory_utilization=X to choose"
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------------------------------------
@@ -339,8 +376,14 @@ def init_model(
         raise InitError(f"{target} exists and is not a directory; remove it first")
 
     model_ref = resolve_model(model)
+    settings = dict(settings or {})
+    shared = share_of_shared_gpus(repo, name, tensor_parallel_size, settings, vllm_version)
+    if shared is not None:
+        settings["gpu_memory_utilization"], share_note = shared
     plan = plan_engine(model_ref, gpu, tensor_parallel_size, max_model_len, settings)
-    engine_args = render_engine_args(model_ref, plan, dict(settings or {}), dict(loras or {}), vllm_version)
+    if shared is not None:
+        plan.notes.insert(0, share_note)
+    engine_args = render_engine_args(model_ref, plan, settings, dict(loras or {}), vllm_version)
     config_text = render_config(name, model, engine_args)
 
     repo.mkdir(parents=True, exist_ok=True)
