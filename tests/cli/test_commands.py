@@ -63,3 +63,14 @@ def test_version_and_the_long_spellings_of_shared_options():
             [sys.executable, "-m", "vllm_repo", command, "--help"], capture_output=True, text=True, env=wide
         )
         assert "--tensor-parallel-size" in shown.stdout, command
+
+
+def test_flags_read_as_flags_and_repeatable_options_show_their_form():
+    helps = {}
+    for name in COMMANDS:
+        helps[name] = subprocess.run(
+            [sys.executable, "-m", "vllm_repo", name, "--help"], capture_output=True, text=True
+        ).stdout
+    assert all("<bool>" not in text for text in helps.values()), [n for n, t in helps.items() if "<bool>" in t]
+    assert "--force " in helps["init"] and "--set KEY=VALUE" in helps["init"] and "--lora NAME=PATH" in helps["init"]
+    assert "--select CODE" in helps["validate"] and "--param KEY=VALUE" in helps["infer"]

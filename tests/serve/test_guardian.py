@@ -33,24 +33,31 @@ def test_when_launch_dies_the_guardian_stops_the_group_and_removes_tritons_regio
     prefix = f"vllm_repo_test_{os.getpid()}_guardian_"
     region = Path("/dev/shm") / f"{prefix}region"
     region.write_bytes(b"x")
+    workdir, log = tmp_path / "vllm-repo-triton-x", tmp_path / "launch.log"
+    (workdir / "backends" / "vllm").mkdir(parents=True)
+    log.write_text("I1201 server log\n")
     try:
-        guardian = Guardian(server.pid, prefix, grace_s=5)
+        guardian = Guardian(server.pid, prefix, grace_s=5, remove=[workdir, log])
         guardian.process.stdin.close()  # what launch's death looks like from the guardian's side
         guardian.process.wait(timeout=30)
         server.wait(timeout=10)
         assert process_group_members(server.pid) == []
         assert not region.exists()
+        assert not workdir.exists() and not log.exists()  # what launch would have removed at a normal stop
     finally:
         region.unlink(missing_ok=True)
         if process_group_members(server.pid):
             os.killpg(server.pid, signal.SIGKILL)
 
 
-def test_after_a_normal_stop_the_guardian_touches_nothing():
+def test_after_a_normal_stop_the_guardian_touches_nothing(tmp_path):
     server = start_group()
+    kept = tmp_path / "log"
+    kept.write_text("x")
     try:
-        guardian = Guardian(server.pid, "vllm_repo_test_unused_", grace_s=5)
+        guardian = Guardian(server.pid, "vllm_repo_test_unused_", grace_s=5, remove=[kept])
         guardian.release()
+        assert kept.exists()
         assert guardian.process.returncode == 0
         time.sleep(0.3)
         assert len(process_group_members(server.pid)) == 2  # still running: only launch decides to stop it

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -386,7 +387,10 @@ def test_sigterm_while_the_model_is_still_loading_stops_everything(tiny_reposito
 
 def test_a_killed_launch_does_not_orphan_the_server(tiny_repository):
     """SIGKILL runs no handler in launch: its guardian process stops the server group instead."""
+    workdirs_before = set(Path(tempfile.gettempdir()).glob("vllm-repo-triton-*"))
     launched = start_launch(tiny_repository)
+    log = Path(next(line.split("log:", 1)[1].strip() for line in launched.lines if line.strip().startswith("log:")))
+    assert log.exists()
     try:
         os.kill(launched.proc.pid, signal.SIGKILL)  # launch alone, not its group
         launched.proc.wait(10)
@@ -394,5 +398,13 @@ def test_a_killed_launch_does_not_orphan_the_server(tiny_repository):
         while process_group_members(launched.server_pid) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert_nothing_left(launched)
+        # Nor the files a normal stop removes: the server's work directory and launch's log.
+        deadline = time.monotonic() + 20
+        while (log.exists() or set(Path(tempfile.gettempdir()).glob("vllm-repo-triton-*")) - workdirs_before) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        assert not log.exists()
+        assert set(Path(tempfile.gettempdir()).glob("vllm-repo-triton-*")) - workdirs_before == set()
     finally:
         launched.kill_everything()

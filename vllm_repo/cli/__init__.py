@@ -59,6 +59,8 @@ def build_app(names: Iterable[str] | None = None) -> typer.Typer:
         name="vllm-repo",
         help=HELP,
         cls=HandledGroup,
+        # Plain help: rich mode labels every flag <bool> ("--force <bool>"), which reads as if it took a value.
+        rich_markup_mode=None,
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,

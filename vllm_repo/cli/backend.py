@@ -9,7 +9,9 @@ import typer
 
 from vllm_repo.backend import bundled_backend_path, install_backend
 
-backend_app = typer.Typer(help="The bundled Triton backend (model.py driving vLLM's AsyncLLM).", no_args_is_help=True)
+backend_app = typer.Typer(
+    help="The bundled Triton backend (model.py driving vLLM's AsyncLLM).", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @backend_app.command("install")

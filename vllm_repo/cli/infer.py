@@ -20,7 +20,7 @@ def infer(
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate.")] = DEFAULT_MAX_TOKENS,
     no_stream: Annotated[bool, typer.Option("--no-stream", help="Wait for the whole completion (generate).")] = False,
     params: Annotated[
-        list[str] | None, typer.Option("--param", help="Sampling parameter KEY=VALUE, e.g. temperature=0.7.")
+        list[str] | None, typer.Option("--param", metavar="KEY=VALUE", help="Sampling parameter, e.g. temperature=0.7.")
     ] = None,
     show_outputs: Annotated[
         bool, typer.Option("--show-outputs", help="Print finish reason and token counts after.")

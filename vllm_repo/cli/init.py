@@ -25,10 +25,12 @@ def init(
         int | None, typer.Option("--max-model-len", help="Longest prompt + completion in tokens.")
     ] = None,
     settings: Annotated[
-        list[str] | None, typer.Option("--set", help="Extra engine argument KEY=VALUE for model.json (repeatable).")
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="Extra engine argument for model.json (repeatable)."),
     ] = None,
     loras: Annotated[
-        list[str] | None, typer.Option("--lora", help="LoRA adapter NAME=PATH for multi_lora.json (repeatable).")
+        list[str] | None,
+        typer.Option("--lora", metavar="NAME=PATH", help="LoRA adapter for multi_lora.json (repeatable)."),
     ] = None,
     vllm_version: Annotated[
         str | None, typer.Option("--vllm-version", help="vLLM release to check settings against.")

@@ -11,7 +11,9 @@ import typer
 from vllm_repo.errors import UsageError, VllmRepoError
 
 schema_app = typer.Typer(
-    help="vLLM EngineArgs schemas: generate, list, show a key, JSON Schema for editors.", no_args_is_help=True
+    help="vLLM EngineArgs schemas: generate, list, show a key, JSON Schema for editors.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 

@@ -37,10 +37,10 @@ def validate(
         str | None, typer.Option("--gpu", help="GPU the models run on (e.g. 'H100 80GB'), for the memory check.")
     ] = None,
     select: Annotated[
-        list[str] | None, typer.Option("--select", help="Only run rules whose code starts with this.")
+        list[str] | None, typer.Option("--select", metavar="CODE", help="Only run rules whose code starts with this.")
     ] = None,
     ignore: Annotated[
-        list[str] | None, typer.Option("--ignore", help="Skip rules whose code starts with this.")
+        list[str] | None, typer.Option("--ignore", metavar="CODE", help="Skip rules whose code starts with this.")
     ] = None,
 ) -> None:
     """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""

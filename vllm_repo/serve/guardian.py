@@ -4,17 +4,20 @@ killer): no signal handler runs then, so nothing else would.
 The guardian runs in its own session and holds the read end of a pipe whose write end only launch has. When launch
 stops the server normally it writes "done" and the guardian exits quietly. When launch dies, the pipe closes without
 "done": the guardian sends SIGTERM to the server's process group, SIGKILL to what is left after a grace period, and
-removes Triton's shared-memory regions (named with the server's unique prefix).
+removes Triton's shared-memory regions (named with the server's unique prefix) and the files launch would have
+removed at a normal stop (the server's work directory, launch's own log).
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 _GUARDIAN = r"""
-import os, signal, sys, time
-pgid, prefix, grace = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+import os, shutil, signal, sys, time
+pgid, prefix, grace, remove = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4:]
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 message = sys.stdin.read()
 if message.strip() == "done":
@@ -52,13 +55,22 @@ if os.path.isdir("/dev/shm"):
                 os.unlink(os.path.join("/dev/shm", name))
             except OSError:
                 pass
+for path in remove:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 """
 
 
 class Guardian:
-    def __init__(self, pgid: int, shm_prefix: str, grace_s: float = 20.0) -> None:
+    def __init__(self, pgid: int, shm_prefix: str, grace_s: float = 20.0, remove: Sequence[Path] = ()) -> None:
+        """``remove``: files and directories to delete once the group is stopped (only if launch died)."""
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _GUARDIAN, str(pgid), shm_prefix, str(grace_s)],
+            [sys.executable, "-I", "-c", _GUARDIAN, str(pgid), shm_prefix, str(grace_s), *map(str, remove)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

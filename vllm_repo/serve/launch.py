@@ -362,7 +362,9 @@ def run_server(
             server.start()
         except OSError as exc:  # the backend directory could not be laid out
             raise LaunchError(f"could not set up the server: {exc}") from exc
-        guardian = Guardian(server.pgid, server.shm_prefix)
+        # Should launch be killed, the guardian also removes what a normal stop would: the work directory, our log.
+        leftovers = [p for p in (server.work_directory, log_path if own_log else None) if p is not None]
+        guardian = Guardian(server.pgid, server.shm_prefix, remove=leftovers)
         watch = SharedMemoryWatch(server.pgid)
         took = _wait_ready(server, plan, out, ready_timeout, watch)
         print(f"Triton is ready ({took:.0f} s):", file=out)

@@ -123,6 +123,12 @@ class TritonServer:
         return self._log_path
 
     @property
+    def work_directory(self) -> Path | None:
+        """The temporary directory this server made for itself (its backend directory, its log unless one was
+        given), removed by stop(); None before start() or when a backend directory was given."""
+        return self._own_workdir
+
+    @property
     def pgid(self) -> int | None:
         # start_new_session makes the server the leader of a new group whose id is its pid.
         return self.process.pid if self.process else None
