@@ -352,6 +352,12 @@ def test_bad_sampling_parameters_get_an_error_naming_the_field(triton, sampling,
     assert fragment in body["error"], body
 
 
+def test_an_empty_prompt_is_blamed_on_text_input(triton):
+    status, body = generate(triton, {"text_input": "", "sampling_parameters": json.dumps({"max_tokens": 2})})
+    assert status == 400 and "text_input" in body["error"] and "empty" in body["error"], body
+    assert "sampling_parameters" not in body["error"], body
+
+
 def test_bad_image_is_an_error_naming_the_input(triton):
     status, body = generate(triton, {"text_input": "Hi", "image": ["not base64 !!"]})
     assert status == 400 and "image[0]" in body["error"], body

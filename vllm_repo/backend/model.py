@@ -1115,6 +1115,10 @@ class TritonPythonModel:
                 text = bytes(text).decode("utf-8")
             except UnicodeDecodeError:
                 raise RequestError("text_input", "is not valid UTF-8") from None
+        if text == "":
+            # vLLM rejects an empty prompt with a validation error the request would otherwise blame on
+            # sampling_parameters.
+            raise RequestError("text_input", "is empty: give a prompt of at least one token")
         stream_value = _first(_input(request, "stream"))
         stream = parse_bool(stream_value, "stream") if stream_value is not None else False
         exclude_value = _first(_input(request, "exclude_input_in_output"))
