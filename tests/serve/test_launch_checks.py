@@ -115,6 +115,29 @@ def test_cpu_settings_bound_the_kv_cache_unless_the_user_did(repo):
     assert "VLLM_CPU_KVCACHE_SPACE" not in env
 
 
+def test_a_cpu_with_amx_gets_a_note_for_models_running_eager_bfloat16(repo, tmp_path):
+    engine_args = repo / "tiny" / "1" / "model.json"
+    data = json.loads(engine_args.read_text())
+    amx = frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    engine_args.write_text(json.dumps({**data, "enforce_eager": True}))
+    _, notes = cpu_settings(repo, {}, flags=amx)
+    (note,) = [n for n in notes if "SIGILL" in n]
+    assert "amx_bf16, amx_tile" in note and "tiny runs it" in note and '"dtype": "float32"' in note
+    # Not on a CPU without AMX (avx512_bf16 alone ran the tests here), nor for float32 or compiled models.
+    assert not [n for n in cpu_settings(repo, {}, flags=frozenset({"avx512f", "avx512_bf16"}))[1] if "SIGILL" in n]
+    engine_args.write_text(json.dumps({**data, "enforce_eager": True, "dtype": "float32"}))
+    assert not [n for n in cpu_settings(repo, {}, flags=amx)[1] if "SIGILL" in n]
+    engine_args.write_text(json.dumps({**data, "enforce_eager": False}))
+    assert not [n for n in cpu_settings(repo, {}, flags=amx)[1] if "SIGILL" in n]
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512_bf16 amx_tile amx_bf16\n\nprocessor\t: 1\n")
+    assert launch.cpu_flags(cpuinfo) == {"fpu", "sse", "avx512_bf16", "amx_tile", "amx_bf16"}
+    assert launch.cpu_flags(tmp_path / "missing") == frozenset()
+
+
 REAL_FAILURE_LOG = r"""I1129 20:07:54.860242 12727 pb_stub.cc:366] "Failed to initialize Python stub: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
 E1129 20:07:55.144148 12727 backend_model.cc:692] "ERROR: Failed to create instance: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
 E1129 20:07:55.144330 12727 model_lifecycle.cc:642] "failed to load 'tiny' version 1: Internal: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"

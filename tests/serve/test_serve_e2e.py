@@ -313,6 +313,13 @@ def test_infer_unknown_model_and_no_server_are_clear_errors(server):
     assert waited.returncode == 1 and "after waiting 2 s" in waited.stderr and "waiting up to 2 s" in waited.stderr
 
 
+def test_a_refused_request_shows_the_servers_words_without_sse_framing(server):
+    for stream in (True, False):
+        with pytest.raises(InferError) as refused:
+            infer("tiny", "Hello", url=server.url, stream=stream, params={"temprature": 0.5})
+        assert "did you mean" in refused.value.message and "data:" not in refused.value.message
+
+
 def test_infer_wait_goes_ahead_once_the_model_is_ready(server):
     done = subprocess.run(
         vllm_repo_cli("infer", "tiny", "Hello", "--url", server.url, "--wait", "60", "--max-tokens", "4"),

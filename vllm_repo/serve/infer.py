@@ -102,11 +102,15 @@ def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]
 
 
 def _error_text(raw: bytes) -> str:
+    """The server's own words from an error answer: generate_stream frames even its error as an SSE event."""
+    text = raw.decode("utf-8", "replace").strip()
+    if text.startswith("data:"):
+        text = text[5:].strip()
     try:
-        data = json.loads(raw)
-        return str(data.get("error", data))
+        data = json.loads(text)
     except ValueError:
-        return raw.decode("utf-8", "replace").strip()
+        return text
+    return str(data.get("error", data)) if isinstance(data, dict) else text
 
 
 def _get(url: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:

