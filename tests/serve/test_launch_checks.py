@@ -138,6 +138,28 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     assert launch.cpu_flags(tmp_path / "missing") == frozenset()
 
 
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (
+            "(EngineCore pid=77) ERROR 12-01 09:20:15 [multiproc_executor.py:155] Worker proc VllmWorker-0 died "
+            "unexpectedly (exit code: -4), shutting down executor.",
+            "Worker proc VllmWorker-0 died, killed by SIGILL",
+        ),
+        (
+            "ERROR 12-01 09:20:15 [core_client.py:564] Engine core proc EngineCore_DP0 died unexpectedly, shutting "
+            "down client.",
+            "Engine core proc EngineCore_DP0 died",
+        ),
+        ("Worker proc VllmWorker-1 died unexpectedly (exit code: 1)", "Worker proc VllmWorker-1 died (exit code 1)"),
+    ],
+)
+def test_the_death_of_an_engine_process_is_read_from_the_log(line, reason):
+    log = "I1201 09:20:00.000 1 server.cc:1] started\n" + line + "\nE1201 [vllm] the vLLM engine has died\n"
+    assert launch.engine_death_reason(log) == reason
+    assert launch.engine_death_reason("I1201 all is well\n") is None
+
+
 REAL_FAILURE_LOG = r"""I1129 20:07:54.860242 12727 pb_stub.cc:366] "Failed to initialize Python stub: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
 E1129 20:07:55.144148 12727 backend_model.cc:692] "ERROR: Failed to create instance: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"
 E1129 20:07:55.144330 12727 model_lifecycle.cc:642] "failed to load 'tiny' version 1: Internal: ValueError: bad\n\nAt:\n  /x/model.py(4): initialize\n"

@@ -392,6 +392,29 @@ def test_sigterm_while_the_model_is_still_loading_stops_everything(tiny_reposito
         launched.kill_everything()
 
 
+def test_launch_says_on_its_console_when_a_model_stops_serving(tiny_repository):
+    launched = start_launch(tiny_repository)
+    try:
+        engine = next(
+            pid
+            for pid in process_group_members(launched.server_pid)
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore")
+        )
+        os.kill(engine, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while "is no longer serving" not in launched.output and time.monotonic() < deadline:
+            time.sleep(0.5)
+        report = launched.output[launched.output.index("model 'tiny' is no longer serving") :]
+        first = report.splitlines()[0]
+        assert "unexpectedly" in first and "engine core" in first and "log:" in report, report  # vLLM's own cause
+        assert launched.proc.poll() is None  # still serving the repository's other endpoints until stopped
+        launched.send(signal.SIGINT)
+        launched.proc.wait(60)
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
+
+
 def test_a_killed_launch_does_not_orphan_the_server(tiny_repository):
     """SIGKILL runs no handler in launch: its guardian process stops the server group instead."""
     workdirs_before = set(Path(tempfile.gettempdir()).glob("vllm-repo-triton-*"))

@@ -1068,7 +1068,8 @@ class TritonPythonModel:
             "the vLLM engine has died (see the Triton server log for the cause); "
             "this model must be reloaded or the server restarted"
         )
-        _log("error", f"[vllm] {self._dead_reason}")
+        # Named, so that whoever reads the log (launch does) knows which model stopped serving.
+        _log("error", f"[vllm] model {self.model_name}: {self._dead_reason}")
         for job in list(self._live.values()):
             if job.task is not None and not job.task.done():
                 job.cancel_reason = self._dead_reason

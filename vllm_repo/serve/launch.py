@@ -320,6 +320,37 @@ def root_error(log: str) -> str | None:
     return last_error
 
 
+_MODEL_DEAD = re.compile(r"\[vllm\] model (?P<name>\S+): the vLLM engine has died")
+_DIED = re.compile(
+    r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
+    r"|(?P<client>engine core) exited unexpectedly"
+)
+
+
+def engine_death_reason(log: str) -> str | None:
+    """Why a running model's vLLM engine died, from the server log: the process vLLM saw die and the signal that
+    killed it ("Worker proc VllmWorker-0 died unexpectedly (exit code: -4)" reads "... killed by SIGILL")."""
+    found = None
+    for line in log.splitlines():
+        match = _DIED.search(line)
+        if match:
+            found = match
+    if found is None:
+        return None
+    if found["client"]:
+        return "vLLM's engine core process exited unexpectedly"
+    reason = f"{found['who'].strip()} died"
+    code = int(found["code"]) if found["code"] else None
+    if code is not None and code < 0:
+        try:
+            reason += f", killed by {signal.Signals(-code).name}"
+        except ValueError:
+            reason += f" (exit code {code})"
+    elif code is not None:
+        reason += f" (exit code {code})"
+    return reason
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------------------------------
@@ -408,11 +439,15 @@ def run_server(
         if on_ready:
             on_ready(server)
         polled = 0.0
+        serving = set(plan.models)
+        followed = _LogFollower(server.log_path)
+        followed.new_text()  # what loading wrote: only what comes after it can be a death
         while server.is_running():
             if stop_event is not None and stop_event.is_set():
                 break
             if time.monotonic() - polled > 2:
                 watch.poll()
+                _report_models_gone(server, serving, out, followed)
                 polled = time.monotonic()
             time.sleep(0.25)
         else:
@@ -458,6 +493,46 @@ def run_server(
                 log_path.unlink(missing_ok=True)
         finally:
             _restore_handlers(previous)
+
+
+class _LogFollower:
+    """The text a log gained since the last call (a running server's log only grows), and the lines before it that a
+    cause may be on."""
+
+    def __init__(self, path: Path | None, keep: int = 400) -> None:
+        self.path, self.offset, self.recent, self.keep = path, 0, "", keep
+
+    def new_text(self) -> str:
+        if self.path is None:
+            return ""
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self.offset)
+                raw = log.read()
+        except OSError:
+            return ""
+        self.offset += len(raw)
+        text = raw.decode("utf-8", "replace")
+        self.recent = "\n".join((self.recent + text).splitlines()[-self.keep :])
+        return text
+
+
+def _report_models_gone(server: TritonServer, serving: set[str], out: TextIO, log: _LogFollower) -> None:
+    """Say on launch's own console when a model stops serving, with the cause from the log, rather than look ready
+    while every request to it fails: the backend logs the death of a model's engine (and, with its health check on,
+    unloads the model)."""
+    dead = {m["name"] for m in _MODEL_DEAD.finditer(log.new_text())}
+    for name in sorted(serving):
+        if name not in dead and (server.model_ready(name) or not server.is_running()):
+            continue
+        serving.discard(name)
+        why = engine_death_reason(log.recent) or "its vLLM engine stopped"
+        print(
+            f"model '{name}' is no longer serving: {why}; requests to it fail until launch is restarted\n"
+            f"  log: {server.log_path}",
+            file=out,
+            flush=True,
+        )
 
 
 def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: float, watch: SharedMemoryWatch) -> float:

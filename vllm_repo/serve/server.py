@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -193,6 +194,15 @@ class TritonServer:
     def is_ready(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def model_ready(self, name: str) -> bool:
+        """Whether Triton says model ``name`` is ready (its backend unloads a model whose engine died)."""
+        try:
+            url = f"{self.http_url}/v2/models/{urllib.parse.quote(name, safe='')}/ready"
+            with urllib.request.urlopen(url, timeout=2) as resp:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False
