@@ -20,7 +20,7 @@ def test_exit_codes_and_json_shape(repo):
     bad = vllm_repo("validate", "--vllm-version", "0.32.0", "--format", "json", str(repo.root))
     assert bad.returncode == 1
     (d,) = json.loads(bad.stdout)["diagnostics"]
-    assert set(d) == {"code", "severity", "file", "line", "column", "message", "hint"}
+    assert set(d) == {"code", "severity", "file", "line", "column", "message", "hint", "fix"}
     assert d["code"] == "VR304" and d["line"] >= 1 and d["column"] >= 1
 
 

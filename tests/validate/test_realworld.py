@@ -87,3 +87,27 @@ def test_string_booleans_are_flagged_where_the_key_exists():
     result = check("17_hamelsmu__llama-inference", having[-1])
     assert found(result, "VR303", text="disable_log_requests")
     assert not found(result, "VR302", text="disable_log_requests")
+
+
+@pytest.mark.parametrize("folder", [p.name for p in folders()])
+def test_fix_on_a_copy_changes_only_the_fixed_lines_and_its_findings_go(folder, tmp_path):
+    import difflib
+    import shutil
+
+    from vllm_repo.validate.fixes import fix_paths
+
+    copy = tmp_path / folder
+    shutil.copytree(CORPUS / folder, copy, symlinks=True)
+    repo = copy / "model_repository"
+    plan, after = fix_paths([repo], vllm_version="0.32.0")
+    fixed_lines: dict[str, set[int]] = {}
+    for diagnostic, _ in plan.applied:
+        fixed_lines.setdefault(str(Path(diagnostic.file).resolve()), set()).add(diagnostic.line)
+    for path, (old, new) in plan.texts.items():
+        assert path.read_text(encoding="utf-8-sig") == new
+        matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines())
+        changed = {i + 1 for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal" for i in range(i1, i2)}
+        assert changed <= fixed_lines[str(path.resolve())], (path, changed)  # nothing else in the file moved
+    fixed = {(d.code, d.file, d.line) for d, _ in plan.applied}
+    left = {(d.code, d.file, d.line) for d in after.diagnostics}
+    assert not fixed & left, fixed & left  # what was fixed is no longer found

@@ -42,6 +42,10 @@ def validate(
     ignore: Annotated[
         list[str] | None, typer.Option("--ignore", metavar="CODE", help="Skip rules whose code starts with this.")
     ] = None,
+    fix: Annotated[
+        bool, typer.Option("--fix", help="Rewrite what has one right answer (files keep their formatting).")
+    ] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Show what --fix would change, write nothing.")] = False,
 ) -> None:
     """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""
     from vllm_repo.validate import validate_paths
@@ -53,8 +57,24 @@ def validate(
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
 
-    result = validate_paths(paths, vllm_version=vllm_version, strict=strict, gpu=gpu, select=select, ignore=ignore)
-    REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
+    options = {"vllm_version": vllm_version, "strict": strict, "gpu": gpu, "select": select, "ignore": ignore}
+    if not (fix or diff):
+        result = validate_paths(paths, **options)
+        REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
+        raise typer.Exit(1 if result.has_errors else 0)
+
+    from vllm_repo.validate.diagnostics import display_path
+    from vllm_repo.validate.fixes import fix_paths
+
+    plan, result = fix_paths(paths, write=not diff, **options)
+    if diff:
+        sys.stdout.write(plan.diff({path: display_path(path) for path in plan.texts}))
+        raise typer.Exit(1 if plan.texts or result.has_errors else 0)
+    for diagnostic, change in plan.applied:
+        typer.echo(f"fixed {diagnostic.location()}: [{diagnostic.code}] {change.description}", err=True)
+    for diagnostic, _, why in plan.skipped:
+        typer.echo(f"not fixed {diagnostic.location()}: [{diagnostic.code}] {why}", err=True)
+    REPORTERS[output_format.value](result, sys.stdout, sys.stderr)  # what is left
     raise typer.Exit(1 if result.has_errors else 0)
 
 

@@ -21,6 +21,14 @@ class Position:
     column: int  # 1-based
 
 
+@dataclass(frozen=True)
+class Span:
+    """Where something is written in a file's text: character offsets, end exclusive."""
+
+    start: int
+    end: int
+
+
 @dataclass
 class SyntaxProblem:
     message: str
@@ -59,6 +67,8 @@ class JsonDocument:
     problem: SyntaxProblem | None = None
     key_positions: dict[str, Position] = field(default_factory=dict)
     duplicate_keys: list[tuple[str, Position]] = field(default_factory=list)
+    # The key (quotes included) and the value of each top-level key's first occurrence, for fixes that edit the text.
+    key_spans: dict[str, tuple[Span, Span]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -85,7 +95,7 @@ class JsonDocument:
             doc.problem = SyntaxProblem("invalid JSON: nested too deeply", None)
             return doc
         if isinstance(doc.data, dict):
-            doc.key_positions, doc.duplicate_keys = _top_level_keys(doc.text)
+            doc.key_positions, doc.duplicate_keys, doc.key_spans = _top_level_keys(doc.text)
         return doc
 
 
@@ -146,13 +156,18 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _top_level_keys(text: str) -> tuple[dict[str, Position], list[tuple[str, Position]]]:
-    """Positions of the keys of the top-level object of valid JSON text (first occurrence), and repeated keys.
+def _top_level_keys(
+    text: str,
+) -> tuple[dict[str, Position], list[tuple[str, Position]], dict[str, tuple[Span, Span]]]:
+    """Positions of the keys of the top-level object of valid JSON text (first occurrence), repeated keys, and the
+    spans of each key and its value.
 
     A small scanner rather than a second parser: the text is already known to be valid JSON, so it only has to
     track nesting depth and strings."""
     positions: dict[str, Position] = {}
     duplicates: list[tuple[str, Position]] = []
+    spans: dict[str, tuple[Span, Span]] = {}
+    decoder = json.JSONDecoder()
     depth = 0
     i, n = 0, len(text)
     expect_key = False
@@ -167,6 +182,10 @@ def _top_level_keys(text: str) -> tuple[dict[str, Position], list[tuple[str, Pos
                     duplicates.append((key, pos))
                 else:
                     positions[key] = pos
+                    start = text.index(":", end + 1) + 1
+                    while text[start] in " \t\r\n":
+                        start += 1
+                    spans[key] = (Span(i, end + 1), Span(start, decoder.raw_decode(text, start)[1]))
                 expect_key = False
             i = end + 1
             continue
@@ -178,7 +197,7 @@ def _top_level_keys(text: str) -> tuple[dict[str, Position], list[tuple[str, Pos
         elif ch == "," and depth == 1:
             expect_key = True
         i += 1
-    return positions, duplicates
+    return positions, duplicates, spans
 
 
 def _string_end(text: str, start: int) -> int:

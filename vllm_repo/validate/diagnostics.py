@@ -34,6 +34,7 @@ class Diagnostic:
     column: int | None = None
     message: str
     hint: str | None = None
+    fix: Any = dataclasses.field(default=None, compare=False)  # validate.fixes.Fix: what --fix would do
 
     def sort_key(self) -> tuple:
         return (self.file or "", self.line or 0, self.column or 0, self.code, self.message)
@@ -60,7 +61,8 @@ class Diagnostic:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (validate --format json)."""
-        return {**dataclasses.asdict(self), "severity": self.severity.value}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**fields, "severity": self.severity.value, "fix": self.fix.description if self.fix else None}
 
 
 def display_path(path: Path | str | None, base: Path | None = None) -> str | None:

@@ -123,4 +123,5 @@ def _stamp(rule: Rule, finding: Finding) -> Diagnostic:
         column=position.column if position else None,
         message=finding.message,
         hint=finding.hint,
+        fix=finding.fix,
     )

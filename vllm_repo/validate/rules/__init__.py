@@ -29,6 +29,7 @@ class Finding:
     position: Position | None = None
     hint: str | None = None
     severity: Severity | None = None  # None: the rule's own severity
+    fix: Any = None  # validate.fixes.Fix, where the finding has one right answer
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from typing import Any
 
 from vllm_repo import hf
 from vllm_repo.repository import ModelDirectory
-from vllm_repo.schema.history import explain_missing_key
+from vllm_repo.schema.history import explain_missing_key, replacement_for
 from vllm_repo.schema.loader import accepts, json_type
+from vllm_repo.validate import fixes
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, path_exists, vllm_engine_args
@@ -138,7 +139,37 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
             message = f"'{key}' is not an engine argument of vLLM {schema.vllm_version}"
             if history:
                 message += f": {history}"
-            yield Finding(doc.path, message, doc.position_of(key), hint)
+            yield Finding(doc.path, message, doc.position_of(key), hint, fix=_rename_fix(doc, key, schema))
+
+
+def _rename_fix(doc: Any, key: str, schema: Any) -> fixes.Fix | None:
+    """A key vLLM renamed, with nothing else about it changed: the one right answer is the new name."""
+    replacement = replacement_for(key)
+    if replacement is None or replacement.how or schema.get(replacement.new) is None:
+        return None
+    return fixes.rename_json_key(doc, key, replacement.new, f"rename to {replacement.new}")
+
+
+def _coerced(value: Any, types: list[str]) -> Any:
+    """The JSON value a quoted true/false or number stands for, where the field takes it; None otherwise (a size
+    such as "8k" has more than one reading)."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if "boolean" in types and text in ("true", "false"):
+        return text == "true"
+    try:
+        number = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(number, (int, float)) and not isinstance(number, bool) and accepts(types, number):
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _same_but_case(value: Any, choices: list[Any]) -> Any:
+    same = [c for c in choices if isinstance(c, str) and isinstance(value, str) and c.lower() == value.lower()]
+    return same[0] if len(same) == 1 else None
 
 
 def _coercion_hint(value: Any, types: list[str]) -> str | None:
@@ -194,11 +225,15 @@ def engine_arg_type(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findin
             expected = " or ".join(t for t in field.types if t != "null") or "null"
             if "null" in field.types:
                 expected += " (or null)"
+            coerced = _coerced(value, field.types)
             yield Finding(
                 doc.path,
                 f"'{key}' must be {expected}, not {json_type(value)} {json.dumps(value)}",
                 doc.position_of(key),
                 _coercion_hint(value, field.types),
+                fix=None
+                if coerced is None
+                else fixes.replace_json_value(doc, key, coerced, f"write {json.dumps(coerced)} without quotes"),
             )
 
 
@@ -226,11 +261,16 @@ def engine_arg_choice(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
             alias = CHOICE_ALIASES.get(str(value).lower())
             near = alias if alias in field.choices else did_you_mean(str(value), field.choices, cutoff=0.6)
             choices = ", ".join(json.dumps(c) for c in field.choices)
+            # One right answer: a known abbreviation (bf16) or the same name in other letter case (BFloat16).
+            certain = alias if alias in field.choices else _same_but_case(value, field.choices)
             yield Finding(
                 doc.path,
                 f"'{key}' is {json.dumps(value)}; vLLM {ctx.schema.vllm_version} accepts {choices}",
                 doc.position_of(key),
                 f"did you mean {json.dumps(near)}?" if near else None,
+                fix=fixes.replace_json_value(doc, key, certain, f"write {json.dumps(certain)}")
+                if certain is not None
+                else None,
             )
 
 

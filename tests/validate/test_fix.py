@@ -1,0 +1,117 @@
+"""validate --fix: what has one right answer is rewritten in place (nothing else in the file changes), --diff shows it
+without writing, what has no single answer is left for the user, and the exit code says whether errors remain."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.validate.helpers import VERSION
+from vllm_repo.schema.loader import load_schema
+from vllm_repo.validate.fixes import fix_paths
+
+CONFIG = """# the chat model
+name: "chat-old"   # renamed directory
+backend: "vllm"
+max_batch_size: 8
+model_transaction_policy {
+  decoupled: False  # streaming needs true
+}
+"""
+# Formatting a tool would not write: two-space and tab indentation, keys out of order, an odd spacing.
+ENGINE_ARGS = (
+    '{\n  "model": "Qwen/Qwen2.5-0.5B-Instruct",\n\t"dtype" :  "bf16",\n  "gpu_memory_utilization": "0.5",\n'
+    '  "enforce_eager": "true",\n  "max_model_len": "8k"\n}\n'
+)
+
+
+def write_repo(root: Path) -> Path:
+    model = root / "repo" / "chat"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(CONFIG)
+    (model / "1" / "model.json").write_text(ENGINE_ARGS)
+    return root / "repo"
+
+
+def test_fix_rewrites_only_what_has_one_answer_and_keeps_the_rest(tmp_path):
+    repo = write_repo(tmp_path)
+    plan, after = fix_paths([repo], vllm_version=VERSION)
+    codes = sorted(d.code for d, _ in plan.applied)
+    assert codes == ["VR202", "VR204", "VR205", "VR303", "VR303", "VR304"]
+    engine_args = (repo / "chat" / "1" / "model.json").read_text()
+    assert engine_args == ENGINE_ARGS.replace('"bf16"', '"bfloat16"').replace('"0.5"', "0.5").replace(
+        '"true"', "true"
+    )  # byte for byte: only the values changed
+    assert json.loads(engine_args)["max_model_len"] == "8k"  # 8192 or 8000? not one answer: left, and reported
+    config = (repo / "chat" / "config.pbtxt").read_text()
+    assert config == CONFIG.replace('"chat-old"', '"chat"').replace("8", "0", 1).replace("False", "true")
+    assert [d.code for d in after.diagnostics if d.severity.value == "error"] == ["VR303"]
+
+
+def test_diff_shows_the_fixes_and_writes_nothing(tmp_path):
+    repo = write_repo(tmp_path)
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "validate", "--diff", "--vllm-version", VERSION, str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert '-\t"dtype" :  "bf16",' in done.stdout and '+\t"dtype" :  "bfloat16",' in done.stdout
+    assert "+  decoupled: true  # streaming needs true" in done.stdout
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+
+
+def test_the_cli_reports_each_fix_and_exits_by_what_is_left(tmp_path):
+    repo = write_repo(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "validate", "--fix", "--vllm-version", VERSION, str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1  # "8k" is still an error
+    assert "fixed " in done.stderr and '[VR304] write "bfloat16"' in done.stderr
+    assert "max_model_len" in done.stdout and "VR304" not in done.stdout
+    model_json = repo / "chat" / "1" / "model.json"
+    model_json.write_text(model_json.read_text().replace('"8k"', "8192"))
+    again = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "validate", "--fix", "--vllm-version", VERSION, str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0 and "fixed " not in again.stderr, again.stdout + again.stderr
+
+
+def test_a_renamed_engine_argument_takes_its_new_name(tmp_path):
+    from vllm_repo.schema.history import CURATED, releases_with
+
+    plain = [
+        (old, r.new)
+        for old, r in CURATED.items()
+        if not r.how and old not in load_schema(VERSION).fields and r.new in load_schema(VERSION).fields
+    ]
+    assert plain, "the key history names no plain rename for this release"
+    old, new = plain[0]
+    assert releases_with(old)  # a key some bundled release has
+    model = tmp_path / "llm"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('backend: "vllm"\n')
+    (model / "1" / "model.json").write_text(json.dumps({"model": "m", old: None}, indent=2))
+    plan, after = fix_paths([model], vllm_version=VERSION)
+    assert [d.code for d, _ in plan.applied] == ["VR302"]
+    assert set(json.loads((model / "1" / "model.json").read_text())) == {"model", new}
+    assert not after.has_errors
+
+
+def test_keys_with_no_single_answer_and_unparsable_files_are_left_alone(tmp_path):
+    model = tmp_path / "llm"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('backend: "vllm"\nmax_batch_size: 4\nunknown_field: 1\n')  # does not parse
+    text = '{"model": "m", "dtype": "bf-sixteen", "disable_log_requests": true, "gpu_memory_utilisation": 0.5}'
+    (model / "1" / "model.json").write_text(text)
+    plan, _ = fix_paths([model], vllm_version=VERSION)
+    assert plan.applied == [] and plan.texts == {}
+    assert (model / "1" / "model.json").read_text() == text  # a guess, an inverted meaning, a typo: the user's call
+    assert "unknown_field" in (model / "config.pbtxt").read_text()

@@ -1,0 +1,157 @@
+"""validate --fix: the findings that have one right answer carry a Fix, a set of edits to a file's text; this module
+applies them without touching anything else in the file (formatting, key order, comments stay) and writes each file
+atomically, or shows them as a diff.
+
+A fix is applied only when its file still parses afterwards, and never to a file that does not parse to begin with
+(rules give no fix there). Two fixes that would edit the same place are not both applied: the second waits for the
+next run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from vllm_repo.repository.documents import JsonDocument, PbtxtDocument, Span
+
+
+@dataclasses.dataclass(frozen=True)
+class TextEdit:
+    path: Path
+    span: Span
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    """What the fix does, in a few words ("write bfloat16"), and the edits that do it."""
+
+    description: str
+    edits: tuple[TextEdit, ...]
+
+
+def replace_json_value(doc: JsonDocument, key: str, value: Any, description: str) -> Fix | None:
+    """Write ``value`` in place of a top-level key's value, as JSON, leaving the rest of the text as it is."""
+    spans = doc.key_spans.get(key)
+    if spans is None:
+        return None
+    return Fix(description, (TextEdit(doc.path, spans[1], json.dumps(value, ensure_ascii=False)),))
+
+
+def rename_json_key(doc: JsonDocument, key: str, new_key: str, description: str) -> Fix | None:
+    spans = doc.key_spans.get(key)
+    if spans is None or new_key in doc.data:
+        return None
+    return Fix(description, (TextEdit(doc.path, spans[0], json.dumps(new_key, ensure_ascii=False)),))
+
+
+def replace_pbtxt_field(doc: PbtxtDocument, field: str, new: str, description: str) -> Fix | None:
+    """Write ``new`` as the value of the first ``field: value`` config.pbtxt has outside comments."""
+    position = doc.field_position(field)
+    if position is None or doc.text is None:
+        return None
+    line_start = sum(len(line) for line in doc.text.splitlines(keepends=True)[: position.line - 1])
+    value = _PBTXT_VALUE.match(doc.text, line_start + position.column - 1)
+    if value is None:
+        return None
+    return Fix(description, (TextEdit(doc.path, Span(value.start("value"), value.end("value")), new),))
+
+
+_PBTXT_VALUE = re.compile(r"\w+\s*:\s*(?P<value>\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[^\s,}\]#]+)")
+
+
+@dataclasses.dataclass
+class FixPlan:
+    """The new text of every file the fixes change, and which fixes made it into it."""
+
+    texts: dict[Path, tuple[str, str]] = dataclasses.field(default_factory=dict)  # path -> (old, new)
+    applied: list[tuple[Any, Fix]] = dataclasses.field(default_factory=list)  # (diagnostic, fix)
+    skipped: list[tuple[Any, Fix, str]] = dataclasses.field(default_factory=list)  # (diagnostic, fix, why)
+
+    def diff(self, display: dict[Path, str] | None = None) -> str:
+        import difflib
+
+        out = []
+        for path, (old, new) in sorted(self.texts.items()):
+            name = (display or {}).get(path, str(path))
+            out.extend(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"))
+        return "".join(out)
+
+    def write(self) -> None:
+        from vllm_repo.schema.generate import write_atomic
+
+        for path, (_, new) in sorted(self.texts.items()):
+            write_atomic(path, new)
+
+
+def plan(fixes: Iterable[tuple[Any, Fix]]) -> FixPlan:
+    """Apply ``fixes`` (each with the diagnostic it answers) to the files' current text, in memory."""
+    result = FixPlan()
+    by_file: dict[Path, list[tuple[Any, Fix]]] = {}
+    for diagnostic, fix in fixes:
+        paths = {edit.path for edit in fix.edits}
+        if len(paths) != 1:
+            result.skipped.append((diagnostic, fix, "a fix must edit one file"))
+            continue
+        by_file.setdefault(paths.pop(), []).append((diagnostic, fix))
+    for path, wanted in by_file.items():
+        old = path.read_text(encoding="utf-8-sig")
+        taken: list[Span] = []
+        accepted: list[tuple[Any, Fix]] = []
+        for diagnostic, fix in wanted:
+            if any(_overlaps(edit.span, span) for edit in fix.edits for span in taken):
+                result.skipped.append((diagnostic, fix, "another fix edits the same place; run --fix again"))
+                continue
+            taken.extend(edit.span for edit in fix.edits)
+            accepted.append((diagnostic, fix))
+        new = old
+        for edit in sorted((e for _, f in accepted for e in f.edits), key=lambda e: e.span.start, reverse=True):
+            new = new[: edit.span.start] + edit.text + new[edit.span.end :]
+        problem = _parse_problem(path, new)
+        if problem:
+            result.skipped.extend((d, f, f"the fixed file would not parse ({problem})") for d, f in accepted)
+            continue
+        if new != old:
+            result.texts[path] = (old, new)
+            result.applied.extend(accepted)
+    return result
+
+
+def _overlaps(a: Span, b: Span) -> bool:
+    return a.start < b.end and b.start < a.end
+
+
+def _parse_problem(path: Path, text: str) -> str | None:
+    if path.suffix == ".json":
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            return str(exc)
+        return None
+    from google.protobuf import text_format
+
+    from vllm_repo.repository.model_config import model_config_pb2
+
+    try:
+        text_format.Parse(text, model_config_pb2().ModelConfig())
+    except text_format.ParseError as exc:
+        return str(exc)
+    return None
+
+
+def fix_paths(paths: Iterable[str | Path], *, write: bool = True, **options: Any) -> tuple[FixPlan, Any]:
+    """validate ``paths``, apply the fixes its findings carry (``write``; else only plan them, for a diff), and return
+    the plan with what validate finds afterwards (before, when nothing was written). ``options`` are validate_paths'."""
+    from vllm_repo.validate.runner import validate_paths
+
+    paths = list(paths)
+    before = validate_paths(paths, **options)
+    fixes = plan((d, d.fix) for d in before.diagnostics if d.fix is not None)
+    if not write or not fixes.texts:
+        return fixes, before
+    fixes.write()
+    return fixes, validate_paths(paths, **options)
