@@ -23,6 +23,13 @@ def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
             yield doc
 
 
+def fixes() -> Any:
+    """vllm_repo.validate.fixes, imported when a finding has a fix to offer: a clean run never pays for it."""
+    from vllm_repo.validate import fixes as module
+
+    return module
+
+
 def path_exists(path: str | Path) -> bool:
     """Whether a path from a file exists on this machine; False for one no file system accepts."""
     try:

@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from vllm_repo.backend import contract
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import PbtxtDocument
-from vllm_repo.validate import fixes
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import did_you_mean
+from vllm_repo.validate.rules.common import did_you_mean, fixes
 
 _UNKNOWN_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
 
@@ -87,7 +86,7 @@ def name_mismatch(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
         f"name \"{doc.config.name}\" does not match the directory '{model.name}'; Triton refuses to load the model",
         doc.field_position("name"),
         hint=f'set name: "{model.name}" or remove the line (it defaults to the directory name)',
-        fix=fixes.replace_pbtxt_field(doc, "name", json.dumps(model.name), f'write name: "{model.name}"'),
+        fix=fixes().replace_pbtxt_field(doc, "name", json.dumps(model.name), f'write name: "{model.name}"'),
     )
 
 
@@ -164,7 +163,7 @@ def decoupled_false(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findin
             "model_transaction_policy sets decoupled false; the vLLM backend only works decoupled",
             doc.field_position("decoupled") or doc.field_position("model_transaction_policy"),
             hint="set decoupled: true, or remove model_transaction_policy (the backend fills it in)",
-            fix=fixes.replace_pbtxt_field(doc, "decoupled", "true", "write decoupled: true"),
+            fix=fixes().replace_pbtxt_field(doc, "decoupled", "true", "write decoupled: true"),
         )
 
 
@@ -192,7 +191,7 @@ def max_batch_size(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding
         "(vLLM does its own continuous batching)",
         doc.field_position("max_batch_size"),
         hint="set max_batch_size: 0 or remove the line",
-        fix=fixes.replace_pbtxt_field(doc, "max_batch_size", "0", "write max_batch_size: 0"),
+        fix=fixes().replace_pbtxt_field(doc, "max_batch_size", "0", "write max_batch_size: 0"),
     )
 
 

@@ -12,10 +12,9 @@ from vllm_repo import hf
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.schema.history import explain_missing_key, replacement_for
 from vllm_repo.schema.loader import accepts, json_type
-from vllm_repo.validate import fixes
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, path_exists, vllm_engine_args
+from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, fixes, path_exists, vllm_engine_args
 
 # Keys people put in model.json that are per-request sampling settings, not engine arguments.
 SAMPLING_KEYS = {
@@ -142,12 +141,12 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
             yield Finding(doc.path, message, doc.position_of(key), hint, fix=_rename_fix(doc, key, schema))
 
 
-def _rename_fix(doc: Any, key: str, schema: Any) -> fixes.Fix | None:
+def _rename_fix(doc: Any, key: str, schema: Any) -> Any:
     """A key vLLM renamed, with nothing else about it changed: the one right answer is the new name."""
     replacement = replacement_for(key)
     if replacement is None or replacement.how or schema.get(replacement.new) is None:
         return None
-    return fixes.rename_json_key(doc, key, replacement.new, f"rename to {replacement.new}")
+    return fixes().rename_json_key(doc, key, replacement.new, f"rename to {replacement.new}")
 
 
 def _coerced(value: Any, types: list[str]) -> Any:
@@ -233,7 +232,7 @@ def engine_arg_type(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findin
                 _coercion_hint(value, field.types),
                 fix=None
                 if coerced is None
-                else fixes.replace_json_value(doc, key, coerced, f"write {json.dumps(coerced)} without quotes"),
+                else fixes().replace_json_value(doc, key, coerced, f"write {json.dumps(coerced)} without quotes"),
             )
 
 
@@ -268,7 +267,7 @@ def engine_arg_choice(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
                 f"'{key}' is {json.dumps(value)}; vLLM {ctx.schema.vllm_version} accepts {choices}",
                 doc.position_of(key),
                 f"did you mean {json.dumps(near)}?" if near else None,
-                fix=fixes.replace_json_value(doc, key, certain, f"write {json.dumps(certain)}")
+                fix=fixes().replace_json_value(doc, key, certain, f"write {json.dumps(certain)}")
                 if certain is not None
                 else None,
             )
