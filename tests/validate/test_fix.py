@@ -115,3 +115,42 @@ def test_keys_with_no_single_answer_and_unparsable_files_are_left_alone(tmp_path
     assert plan.applied == [] and plan.texts == {}
     assert (model / "1" / "model.json").read_text() == text  # a guess, an inverted meaning, a typo: the user's call
     assert "unknown_field" in (model / "config.pbtxt").read_text()
+
+
+def test_files_in_the_wrong_place_or_under_a_misspelled_name_are_moved_never_over_another(tmp_path):
+    repo = tmp_path / "repo"
+    beside = repo / "beside"
+    beside.mkdir(parents=True)
+    (beside / "config.pbtxt").write_text('backend: "vllm"\n')
+    # Three models on one GPU: each takes 0.3 of it, so the GPU-sharing check has nothing to say.
+    (beside / "model.json").write_text('{"model": "m", "dtype": "bf16", "gpu_memory_utilization": 0.3}\n')
+    misspelled = repo / "misspelled"
+    (misspelled / "1").mkdir(parents=True)
+    (misspelled / "config.pbtxt").write_text('backend: "vllm"\n')
+    (misspelled / "1" / "models.json").write_text('{"model": "m", "gpu_memory_utilization": 0.3}\n')
+    lone = repo / "lone"
+    (lone / "1").mkdir(parents=True)
+    (lone / "config.pbtxt").write_text('backend: "vllm"\n')
+    (lone / "1" / "engine.json").write_text(
+        '{"model": "m", "gpu_memory_utilization": 0.3}\n'
+    )  # not a misspelling: which file is meant is a guess
+
+    diff = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "validate", "--diff", "--vllm-version", VERSION, str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    assert "rename from" in diff.stdout and "models.json" in diff.stdout and (misspelled / "1" / "models.json").exists()
+
+    plan, after = fix_paths([repo], vllm_version=VERSION)
+    assert sorted(d.code for d, _ in plan.applied) == ["VR103", "VR104", "VR304"]
+    assert json.loads((beside / "1" / "model.json").read_text())["dtype"] == "bfloat16"
+    assert not (beside / "model.json").exists()
+    assert (misspelled / "1" / "model.json").read_text() == '{"model": "m", "gpu_memory_utilization": 0.3}\n'
+    assert (lone / "1" / "engine.json").exists() and not (lone / "1" / "model.json").exists()
+    assert {d.code for d in after.diagnostics if d.severity.value == "error"} == {"VR104"}  # only the lone guess
+
+    # A misplaced file whose target exists is left where it is: the user decides which one is right.
+    (beside / "model.json").write_text('{"model": "other"}\n')
+    plan, _ = fix_paths([repo], vllm_version=VERSION)
+    assert not plan.moves and (beside / "model.json").exists()

@@ -69,7 +69,7 @@ def validate(
     plan, result = fix_paths(paths, write=not diff, **options)
     if diff:
         sys.stdout.write(plan.diff({path: display_path(path) for path in plan.texts}))
-        raise typer.Exit(1 if plan.texts or result.has_errors else 0)
+        raise typer.Exit(1 if plan.changes or result.has_errors else 0)
     for diagnostic, change in plan.applied:
         typer.echo(f"fixed {diagnostic.location()}: [{diagnostic.code}] {change.description}", err=True)
     for diagnostic, _, why in plan.skipped:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,11 +28,27 @@ class TextEdit:
 
 
 @dataclasses.dataclass(frozen=True)
+class Move:
+    """A file that belongs elsewhere in the model directory (its content is right)."""
+
+    path: Path
+    target: Path
+
+
+@dataclasses.dataclass(frozen=True)
 class Fix:
-    """What the fix does, in a few words ("write bfloat16"), and the edits that do it."""
+    """What the fix does, in a few words ("write bfloat16"), and the edits that do it (text edits, or one move)."""
 
     description: str
-    edits: tuple[TextEdit, ...]
+    edits: tuple[TextEdit, ...] = ()
+    move: Move | None = None
+
+
+def move_file(path: Path, target: Path, description: str) -> Fix | None:
+    """Move ``path`` to ``target``, never over an existing file."""
+    if not path.is_file() or target.exists() or target.is_symlink():
+        return None
+    return Fix(description, move=Move(path, target))
 
 
 def replace_json_value(doc: JsonDocument, key: str, value: Any, description: str) -> Fix | None:
@@ -69,6 +86,7 @@ class FixPlan:
     """The new text of every file the fixes change, and which fixes made it into it."""
 
     texts: dict[Path, tuple[str, str]] = dataclasses.field(default_factory=dict)  # path -> (old, new)
+    moves: list[Move] = dataclasses.field(default_factory=list)
     applied: list[tuple[Any, Fix]] = dataclasses.field(default_factory=list)  # (diagnostic, fix)
     skipped: list[tuple[Any, Fix, str]] = dataclasses.field(default_factory=list)  # (diagnostic, fix, why)
 
@@ -79,13 +97,25 @@ class FixPlan:
         for path, (old, new) in sorted(self.texts.items()):
             name = (display or {}).get(path, str(path))
             out.extend(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"))
+        for move in self.moves:
+            source, target = ((display or {}).get(p, str(p)) for p in (move.path, move.target))
+            out.append(f"rename from {source}\nrename to {target}\n")
         return "".join(out)
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.texts or self.moves)
 
     def write(self) -> None:
         from vllm_repo.schema.generate import write_atomic
 
         for path, (_, new) in sorted(self.texts.items()):
             write_atomic(path, new)
+        for move in self.moves:  # after the text edits, which address files where they are now
+            move.target.parent.mkdir(parents=True, exist_ok=True)
+            if move.target.exists():  # appeared meanwhile: keep both, the user decides
+                continue
+            os.rename(move.path, move.target)
 
 
 def plan(fixes: Iterable[tuple[Any, Fix]]) -> FixPlan:
@@ -93,6 +123,13 @@ def plan(fixes: Iterable[tuple[Any, Fix]]) -> FixPlan:
     result = FixPlan()
     by_file: dict[Path, list[tuple[Any, Fix]]] = {}
     for diagnostic, fix in fixes:
+        if fix.move is not None:
+            if any(m.target == fix.move.target or m.path == fix.move.path for m in result.moves):
+                result.skipped.append((diagnostic, fix, "another fix moves the same file; run --fix again"))
+            else:
+                result.moves.append(fix.move)
+                result.applied.append((diagnostic, fix))
+            continue
         paths = {edit.path for edit in fix.edits}
         if len(paths) != 1:
             result.skipped.append((diagnostic, fix, "a fix must edit one file"))
@@ -151,7 +188,7 @@ def fix_paths(paths: Iterable[str | Path], *, write: bool = True, **options: Any
     paths = list(paths)
     before = validate_paths(paths, **options)
     fixes = plan((d, d.fix) for d in before.diagnostics if d.fix is not None)
-    if not write or not fixes.texts:
+    if not write or not fixes.changes:
         return fixes, before
     fixes.write()
     return fixes, validate_paths(paths, **options)

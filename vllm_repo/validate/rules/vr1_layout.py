@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, ModelDirectory, is_version_name
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import did_you_mean
+from vllm_repo.validate.rules.common import did_you_mean, fixes
 
 # Files people commit into model directories that Triton ignores and nobody meant to ship.
 JUNK_FILES = {".DS_Store", "Thumbs.db", "desktop.ini"}
@@ -103,6 +103,7 @@ def engine_args_misplaced(model: ModelDirectory, ctx: CheckContext) -> Iterator[
                 f"{name} sits beside {CONFIG_FILE}; the vLLM backend reads "
                 f"<model>/<version>/{name} and will not see this one",
                 hint=f"move it to {model.name}/{target}/{name}",
+                fix=fixes().move_file(path, model.path / target / name, f"move it to {model.name}/{target}/{name}"),
             )
 
 
@@ -128,6 +129,8 @@ def missing_engine_args(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fi
             continue
         jsons = [p.name for p in sorted(version.path.glob("*.json")) if p.name != LORA_FILE]
         near = did_you_mean(ENGINE_ARGS_FILE, jsons, cutoff=0.6) or (jsons[0] if len(jsons) == 1 else None)
+        # A fix only for a misspelling of the name itself (models.json, Model.json), not any lone JSON file.
+        misspelled = did_you_mean(ENGINE_ARGS_FILE, jsons, cutoff=0.85)
         hint = (
             f"rename {near} to {ENGINE_ARGS_FILE}"
             if near
@@ -138,6 +141,11 @@ def missing_engine_args(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fi
             f"version directory {model.name}/{version.path.name} has no {ENGINE_ARGS_FILE}; "
             f"the vLLM backend fails to initialize",
             hint=hint,
+            fix=fixes().move_file(
+                version.path / misspelled, version.path / ENGINE_ARGS_FILE, f"rename {misspelled} to {ENGINE_ARGS_FILE}"
+            )
+            if misspelled
+            else None,
         )
 
 
