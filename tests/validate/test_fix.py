@@ -154,3 +154,14 @@ def test_files_in_the_wrong_place_or_under_a_misspelled_name_are_moved_never_ove
     (beside / "model.json").write_text('{"model": "other"}\n')
     plan, _ = fix_paths([repo], vllm_version=VERSION)
     assert not plan.moves and (beside / "model.json").exists()
+
+
+def test_the_name_fix_edits_the_models_name_not_an_inputs(tmp_path):
+    model = tmp_path / "chat"
+    (model / "1").mkdir(parents=True)
+    config = 'input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]\nbackend: "vllm"\nname: "old"\n'
+    (model / "config.pbtxt").write_text(config)
+    (model / "1" / "model.json").write_text('{"model": "m"}\n')
+    plan, _ = fix_paths([model], vllm_version=VERSION)
+    assert [d.code for d, _ in plan.applied] == ["VR202"]
+    assert (model / "config.pbtxt").read_text() == config.replace('name: "old"', 'name: "chat"')

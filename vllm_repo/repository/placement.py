@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 from vllm_repo.repository.discovery import ModelDirectory, ModelRepository
 from vllm_repo.repository.documents import JsonDocument
@@ -21,14 +22,30 @@ class Engine:
     gpus: frozenset[int] | None  # the GPU ids it allocates on; None: every visible GPU
 
 
-def _positive(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+def positive_int(value: Any, default: int = 1) -> int:
+    """An engine argument that must be a positive integer, or ``default`` where the file has something else (a
+    wrong value is VR303/VR305's finding, not a reason for the other checks to stop)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def parallel_size(engine_args: dict) -> int:
+    """The GPUs one engine uses: tensor_parallel_size x pipeline_parallel_size."""
+    return positive_int(engine_args.get("tensor_parallel_size")) * positive_int(
+        engine_args.get("pipeline_parallel_size")
+    )
+
+
+def default_memory_fraction(schema: Any) -> float:
+    """vLLM's default gpu_memory_utilization in the release ``schema`` describes (0.9 where it says none)."""
+    field = schema.get("gpu_memory_utilization") if schema is not None else None
+    default = field.default if field is not None else None
+    return float(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else 0.9
 
 
 def engine_gpus(model: ModelDirectory, engine_args: dict) -> frozenset[int] | None:
     """The GPUs an engine of ``model`` allocates on; None means every visible GPU (Triton's default instance group,
     or KIND_GPU without gpus: one instance per GPU)."""
-    size = _positive(engine_args.get("tensor_parallel_size")) * _positive(engine_args.get("pipeline_parallel_size"))
+    size = parallel_size(engine_args)
     config = model.config.config if model.config is not None else None
     groups = list(config.instance_group) if config is not None else []
     if not groups:

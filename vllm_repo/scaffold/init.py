@@ -195,10 +195,11 @@ def share_of_shared_gpus(
     from vllm_repo.repository import open_repository, placement
     from vllm_repo.schema.loader import choose_schema_version, load_schema
 
-    field_ = load_schema(choose_schema_version(vllm_version, start=repo).schema_version).get("gpu_memory_utilization")
-    default = float(field_.default) if field_ is not None and isinstance(field_.default, (int, float)) else 0.9
-    size = (tp or settings.get("tensor_parallel_size") or 1) * (settings.get("pipeline_parallel_size") or 1)
-    gpus = range(min(int(size), placement.MAX_GPU_IDS)) if isinstance(size, int) and size > 0 else range(1)
+    default = placement.default_memory_fraction(
+        load_schema(choose_schema_version(vllm_version, start=repo).schema_version)
+    )
+    size = placement.parallel_size({**settings, **({"tensor_parallel_size": tp} if tp else {})})
+    gpus = range(min(size, placement.MAX_GPU_IDS))
     left, on_it = placement.fraction_left(open_repository(repo), gpus, default, without=name)
     if left >= default:
         return None

@@ -161,15 +161,18 @@ def serving_python_vllm_version(environ: dict[str, str] | None = None) -> str | 
     return None
 
 
-def target_vllm_version(requested: str | None = None, start: Path | None = None) -> tuple[str | None, str]:
+def target_vllm_version(
+    requested: str | None = None, start: Path | None = None, settings: Any = None
+) -> tuple[str | None, str]:
     """Which vLLM release a command checks against, and why. One rule for every command: --vllm-version, else
-    ``vllm-version`` in the project settings above ``start``, else the serving Python's vLLM, else the vLLM installed
-    beside vllm-repo; (None, why) when there is none of them."""
+    ``vllm-version`` in the project settings above ``start`` (``settings``, when the caller has read them already),
+    else the serving Python's vLLM, else the vLLM installed beside vllm-repo; (None, why) when there is none."""
     if requested:
         return requested, "--vllm-version"
-    from vllm_repo.settings import load_settings
+    if settings is None:
+        from vllm_repo.settings import load_settings
 
-    settings = load_settings(start)
+        settings = load_settings(start)
     if settings.vllm_version:
         return settings.vllm_version, f"{settings.source}: vllm-version"
     serving = serving_python_vllm_version()
@@ -191,7 +194,7 @@ class VersionChoice:
 
 
 def choose_schema_version(
-    requested: str | None, *, start: Path | None = None, origin: str | None = None
+    requested: str | None, *, start: Path | None = None, origin: str | None = None, settings: Any = None
 ) -> VersionChoice:
     """The bundled schema for the release :func:`target_vllm_version` picks (``origin`` names where ``requested``
     came from when it is not --vllm-version, e.g. the serving Python launch probed).
@@ -205,7 +208,7 @@ def choose_schema_version(
             f"no EngineArgs schema is bundled in {_schema_dir()}",
             hint="the installation is incomplete: reinstall vllm-repo",
         )
-    wanted, why = target_vllm_version(requested, start)
+    wanted, why = target_vllm_version(requested, start, settings)
     origin = origin or why
     if wanted is None:
         return VersionChoice(requested=None, schema_version=available[-1], reason=f"{why}: newest bundled schema")

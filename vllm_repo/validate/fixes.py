@@ -66,9 +66,12 @@ def rename_json_key(doc: JsonDocument, key: str, new_key: str, description: str)
     return Fix(description, (TextEdit(doc.path, spans[0], json.dumps(new_key, ensure_ascii=False)),))
 
 
-def replace_pbtxt_field(doc: PbtxtDocument, field: str, new: str, description: str) -> Fix | None:
-    """Write ``new`` as the value of the first ``field: value`` config.pbtxt has outside comments."""
-    position = doc.field_position(field)
+def replace_pbtxt_field(
+    doc: PbtxtDocument, field: str, new: str, description: str, current: str | None = None
+) -> Fix | None:
+    """Write ``new`` as the value of the first ``field: value`` config.pbtxt has outside comments; with ``current``,
+    of the first whose value is that (``name`` also names every input and output)."""
+    position = doc.field_position(field, current)
     if position is None or doc.text is None:
         return None
     line_start = sum(len(line) for line in doc.text.splitlines(keepends=True)[: position.line - 1])

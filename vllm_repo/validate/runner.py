@@ -66,7 +66,7 @@ def validate_paths(
         from vllm_repo.estimate import resolve_gpu
 
         gpu = resolve_gpu(gpu)  # an unknown GPU name is a usage error, raised before any check runs
-    choice = choose_schema_version(vllm_version, start=start, origin=vllm_version_origin)
+    choice = choose_schema_version(vllm_version, start=start, origin=vllm_version_origin, settings=settings)
     context = CheckContext(schema=load_schema(choice.schema_version), gpu=gpu, num_gpus=num_gpus)
     repositories = discover([Path(p) for p in paths])
     _check_codes(select, "--select")

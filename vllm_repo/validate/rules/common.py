@@ -38,19 +38,6 @@ def path_exists(path: str | Path) -> bool:
         return False
 
 
-def positive_int(value: Any, default: int = 1) -> int:
-    """An engine argument that must be a positive integer, or ``default`` where the file has something else (a
-    wrong value is VR303/VR305's finding, not a reason for the other checks to stop)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-
-def parallel_size(engine_args: dict) -> int:
-    """The GPUs one engine uses: tensor_parallel_size x pipeline_parallel_size."""
-    return positive_int(engine_args.get("tensor_parallel_size")) * positive_int(
-        engine_args.get("pipeline_parallel_size")
-    )
-
-
 def did_you_mean(word: str, candidates: Iterable[Any], cutoff: float = 0.75) -> str | None:
     import difflib
 

@@ -86,7 +86,9 @@ def name_mismatch(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
         f"name \"{doc.config.name}\" does not match the directory '{model.name}'; Triton refuses to load the model",
         doc.field_position("name"),
         hint=f'set name: "{model.name}" or remove the line (it defaults to the directory name)',
-        fix=fixes().replace_pbtxt_field(doc, "name", json.dumps(model.name), f'write name: "{model.name}"'),
+        fix=fixes().replace_pbtxt_field(
+            doc, "name", json.dumps(model.name), f'write name: "{model.name}"', current=doc.config.name
+        ),
     )
 
 

@@ -10,7 +10,7 @@ from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, pla
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import count_text, parallel_size, path_exists, vllm_engine_args
+from vllm_repo.validate.rules.common import count_text, path_exists, vllm_engine_args
 
 
 def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict] | None:
@@ -137,7 +137,7 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     if both is None:
         return
     _, data, doc_cfg = both
-    size = parallel_size(data)
+    size = placement.parallel_size(data)
     kinds = [g.kind for g in doc_cfg.config.instance_group]
     from vllm_repo.repository.model_config import model_config_pb2
 
@@ -149,12 +149,6 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
             doc_cfg.field_position("KIND_GPU") or doc_cfg.field_position("kind"),
             hint="use kind: KIND_MODEL so vLLM places the model across GPUs",
         )
-
-
-def _default_fraction(ctx: CheckContext) -> float:
-    field = ctx.schema.get("gpu_memory_utilization")
-    default = field.default if field is not None else None
-    return float(default) if isinstance(default, (int, float)) else 0.9
 
 
 @rule("VR504", "gpu-oversubscribed", Severity.ERROR, scope="repository")
@@ -176,7 +170,7 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
         # coder/1/model.json
         {"model": "Qwen/Qwen2.5-Coder-1.5B-Instruct", "gpu_memory_utilization": 0.6}
     """
-    found = placement.engines(repo.models, _default_fraction(ctx))
+    found = placement.engines(repo.models, placement.default_memory_fraction(ctx.schema))
     if len(found) < 2:
         return
     gpu_ids = set().union(*(e.gpus for e in found if e.gpus)) or {0}
