@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from vllm_repo.files import write_atomic
 from vllm_repo.schema import generate as schema_gen
 from vllm_repo.schema import history as key_history
 from vllm_repo.schema import wheel as schema_wheel
@@ -119,7 +120,7 @@ def main() -> int:
                 break
             continue
         document["vllm_version"] = version
-        schema_gen.write_atomic(args.out / f"vllm-{version}.json", schema_gen.dump(document))
+        write_atomic(args.out / f"vllm-{version}.json", schema_gen.dump(document))
         print(
             f"{version}: {len(document['fields'])} keys via {document['source']} ({time.monotonic() - started:.1f} s)",
             file=sys.stderr,

@@ -165,3 +165,13 @@ def test_the_name_fix_edits_the_models_name_not_an_inputs(tmp_path):
     plan, _ = fix_paths([model], vllm_version=VERSION)
     assert [d.code for d, _ in plan.applied] == ["VR202"]
     assert (model / "config.pbtxt").read_text() == config.replace('name: "old"', 'name: "chat"')
+
+
+def test_a_fixed_file_keeps_its_permissions(tmp_path):
+    import stat
+
+    repo = write_repo(tmp_path)
+    model_json = repo / "chat" / "1" / "model.json"
+    model_json.chmod(0o640)
+    fix_paths([repo], vllm_version=VERSION)
+    assert '"bfloat16"' in model_json.read_text() and stat.S_IMODE(model_json.stat().st_mode) == 0o640

@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from vllm_repo.errors import UsageError, VllmRepoError
+from vllm_repo.files import write_atomic
 
 BACKEND_FILE = "model.py"
 
@@ -55,16 +55,7 @@ def install_backend(directory: str | os.PathLike, *, name: str = "vllm", force: 
                 f"{target} already exists and differs from the bundled backend", hint="pass --force to replace it"
             )
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".model.py.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(source)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(target, source, mode=0o644)  # a server starting meanwhile sees the old file or the new one
     except OSError as exc:
         raise BackendInstallError(f"could not write {target}: {exc.strerror or exc}") from exc
     return target, True

@@ -18,7 +18,7 @@ schema_app = typer.Typer(
 
 
 def _write(path: Path, text: str, force: bool) -> None:
-    from vllm_repo.schema.generate import write_atomic
+    from vllm_repo.files import write_atomic
 
     if path.exists() and not force:
         raise VllmRepoError(f"{path} exists", hint="pass --force to replace it")

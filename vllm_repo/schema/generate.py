@@ -28,13 +28,13 @@ import math
 import os
 import re
 import sys
-import tempfile
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from vllm_repo.errors import VllmRepoError
+from vllm_repo.files import write_atomic
 from vllm_repo.schema.json_types import JSON_TYPES, json_type
 
 FORMAT = 1
@@ -616,22 +616,6 @@ def base_version(version: str) -> str:
 
 def dump(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; a schema is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def default_output(version: str) -> Path:

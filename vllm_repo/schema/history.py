@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_repo.files import write_atomic
 from vllm_repo.schema.loader import _schema_dir, bundled_versions, release_key
 
 INDEX_FORMAT = 1
@@ -134,9 +135,7 @@ def write_index(schema_dir: Path | None = None) -> Path:
     schema_dir = schema_dir or _schema_dir()
     path = schema_dir / INDEX_NAME
     text = json.dumps(build_index(schema_dir), indent=0, sort_keys=True) + "\n"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, text)
     return path
 
 

@@ -110,7 +110,7 @@ class FixPlan:
         return bool(self.texts or self.moves)
 
     def write(self) -> None:
-        from vllm_repo.schema.generate import write_atomic
+        from vllm_repo.files import write_atomic
 
         for path, (_, new) in sorted(self.texts.items()):
             write_atomic(path, new)
