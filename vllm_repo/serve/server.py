@@ -192,16 +192,15 @@ class TritonServer:
         return self.process is not None and self.process.poll() is None
 
     def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return self._answers(f"{self.http_url}/v2/health/ready")
 
     def model_ready(self, name: str) -> bool:
         """Whether Triton says model ``name`` is ready (its backend unloads a model whose engine died)."""
+        return self._answers(f"{self.http_url}/v2/models/{urllib.parse.quote(name, safe='')}/ready")
+
+    @staticmethod
+    def _answers(url: str) -> bool:
         try:
-            url = f"{self.http_url}/v2/models/{urllib.parse.quote(name, safe='')}/ready"
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):

@@ -10,8 +10,9 @@ from typing import Any
 
 from vllm_repo import hf
 from vllm_repo.repository import ModelDirectory
+from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.history import explain_missing_key, replacement_for
-from vllm_repo.schema.loader import accepts, json_type
+from vllm_repo.schema.loader import EngineArgsSchema, accepts, json_type
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, fixes, path_exists, vllm_engine_args
@@ -141,7 +142,7 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
             yield Finding(doc.path, message, doc.position_of(key), hint, fix=_rename_fix(doc, key, schema))
 
 
-def _rename_fix(doc: Any, key: str, schema: Any) -> Any:
+def _rename_fix(doc: JsonDocument, key: str, schema: EngineArgsSchema) -> Any:
     """A key vLLM renamed, with nothing else about it changed: the one right answer is the new name."""
     replacement = replacement_for(key)
     if replacement is None or replacement.how or schema.get(replacement.new) is None:
