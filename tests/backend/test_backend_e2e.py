@@ -536,7 +536,9 @@ def test_engine_death_gives_clear_errors_and_the_model_goes_unready(triton):
             break
         assert time.monotonic() < deadline, "requests still succeed after the engine was killed"
         time.sleep(0.2)
-    assert "vLLM engine has died" in body["error"], body
+    # The error names what died, as vLLM logged it, and the log to read.
+    assert "vLLM engine has died: " in body["error"] and "engine core" in body["error"], body
+    assert f"(log: {triton.log_path})" in body["error"], body
     while http(triton, f"/v2/models/{MODEL}/ready")[0] == 200:
         assert time.monotonic() < deadline, "the model still reports ready with a dead engine"
         time.sleep(0.2)

@@ -568,3 +568,52 @@ def test_the_cancellation_watcher_never_asks_a_finished_request():
         model._loop.close()
     assert all(job.finished for job in jobs)
     assert sum(job.sender.checks_after_free for job in jobs) == 0
+
+
+# -- what killed the engine ------------------------------------------------------------------------------------------
+
+_DEATH_LINES = [
+    (
+        "(EngineCore pid=77) ERROR 12-01 09:20:15 [multiproc_executor.py:155] Worker proc VllmWorker-0 died "
+        "unexpectedly (exit code: -4), shutting down executor.",
+        "Worker proc VllmWorker-0 died, killed by SIGILL",
+    ),
+    ("Worker proc VllmWorker-1 died unexpectedly (exit code: 1)", "Worker proc VllmWorker-1 died (exit code 1)"),
+    ("Worker proc VllmWorker-1 died unexpectedly (exit code: -99)", "Worker proc VllmWorker-1 died (exit code -99)"),
+    (
+        "ERROR 12-01 [core_client.py:564] Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
+        "Engine core proc EngineCore_DP0 died",
+    ),
+]
+
+
+@pytest.mark.parametrize("line, cause", _DEATH_LINES)
+def test_the_engine_death_cause_is_the_last_process_death_in_the_log(line, cause):
+    earlier = "Worker proc VllmWorker-9 died unexpectedly (exit code: -9)\n"
+    assert backend.engine_death_cause(f"{earlier}I1201 started\n{line}\nE1201 [vllm] engine dead\n") == cause
+    assert backend.engine_death_cause("I1201 all is well\n") is None
+
+
+def test_launch_reads_a_death_from_the_log_as_the_backend_does():
+    # The backend names the cause in its error responses, launch on its console: one wording for both.
+    from vllm_repo.serve import launch
+
+    for line, _ in _DEATH_LINES:
+        assert launch.engine_death_reason(line) == backend.engine_death_cause(line)
+
+
+def test_the_server_log_is_found_only_when_output_goes_to_a_file(tmp_path):
+    import os
+
+    log = tmp_path / "server.log"
+    with open(log, "w") as out:
+        assert backend.server_log_file(out.fileno()) == str(log)
+    read, write = os.pipe()
+    try:
+        assert backend.server_log_file(write) is None
+    finally:
+        os.close(read)
+        os.close(write)
+    log.write_text("x" * 10 + "tail")
+    assert backend.read_log_tail(str(log), size=4) == "tail"
+    assert backend.read_log_tail(str(tmp_path / "missing")) == ""

@@ -407,6 +407,10 @@ def test_launch_says_on_its_console_when_a_model_stops_serving(tiny_repository):
         report = launched.output[launched.output.index("model 'tiny' is no longer serving") :]
         first = report.splitlines()[0]
         assert "unexpectedly" in first and "engine core" in first and "log:" in report, report  # vLLM's own cause
+        # infer (and any HTTP client) gets the same cause, and where the log is.
+        url = f"http://127.0.0.1:{launched.ports[0]}"
+        infer = subprocess.run(vllm_repo_cli("infer", "tiny", "Hello", "--url", url), capture_output=True, text=True)
+        assert infer.returncode == 1 and "engine core" in infer.stderr and "log: " in infer.stderr, infer.stderr
         assert launched.proc.poll() is None  # still serving the repository's other endpoints until stopped
         launched.send(signal.SIGINT)
         launched.proc.wait(60)

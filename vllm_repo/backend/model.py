@@ -35,7 +35,10 @@ import logging
 import math
 import os
 import re
+import signal
+import stat
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -486,6 +489,52 @@ def plan_visible_devices(
     if index > 0:
         return ",".join(str(i) for i in range(index * world_size, (index + 1) * world_size))
     return None
+
+
+# vLLM's lines when one of its processes dies: the multiproc executor's worker monitor ("Worker proc VllmWorker-0 died
+# unexpectedly (exit code: -4)"), and the engine client's monitor of the engine core process.
+_PROCESS_DIED = re.compile(
+    r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
+    r"|(?P<client>engine core) exited unexpectedly"
+)
+
+
+def engine_death_cause(log: str) -> str | None:
+    """The last vLLM process death in a log, in words: "Worker proc VllmWorker-0 died, killed by SIGILL"."""
+    deaths = list(_PROCESS_DIED.finditer(log))
+    if not deaths:
+        return None
+    found = deaths[-1]
+    if found["client"]:
+        return "vLLM's engine core process exited unexpectedly"
+    cause = f"{found['who'].strip()} died"
+    code = int(found["code"]) if found["code"] else None
+    if code is not None and code < 0:
+        try:
+            return f"{cause}, killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return cause if code is None else f"{cause} (exit code {code})"
+
+
+def server_log_file(fd: int = 2) -> str | None:
+    """The file the server's output goes to, when it is one (``vllm-repo launch``, ``tritonserver ... > log``): the
+    stub and vLLM's processes inherit tritonserver's stderr. None for a pipe or a terminal (a container's console)."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def read_log_tail(path: str, size: int = 256 * 1024) -> str:
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, os.fstat(log.fileno()).st_size - size))
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -1065,8 +1114,7 @@ class TritonPythonModel:
         if self._dead_reason is not None or self._closing:
             return
         self._dead_reason = (
-            "the vLLM engine has died (see the Triton server log for the cause); "
-            "this model must be reloaded or the server restarted"
+            f"the vLLM engine has died: {self._death_cause()}; this model must be reloaded or the server restarted"
         )
         # Named, so that whoever reads the log (launch does) knows which model stopped serving.
         _log("error", f"[vllm] model {self.model_name}: {self._dead_reason}")
@@ -1084,6 +1132,21 @@ class TritonPythonModel:
                     f"[vllm] could not unload model {self.model_name} (needs --model-control-mode="
                     f"explicit): {exc}; requests fail until the server is restarted",
                 )
+
+    @staticmethod
+    def _death_cause() -> str:
+        """What killed the engine, read from the server log that vLLM's processes write to, and where that log is."""
+        path = server_log_file()
+        if path is None:
+            return "see the Triton server log for the cause"
+        cause = None
+        # vLLM logs the death from the process that saw it; the line can land a moment after the client notices.
+        for _ in range(10):
+            cause = engine_death_cause(read_log_tail(path))
+            if cause is not None:
+                break
+            time.sleep(0.1)
+        return f"{cause or 'no cause in the log'} (log: {path})"
 
     # -- execute --------------------------------------------------------------------------------------------------
     def execute(self, requests: Sequence[Any]) -> None:

@@ -321,7 +321,10 @@ def root_error(log: str) -> str | None:
     return last_error
 
 
-_MODEL_DEAD = re.compile(r"\[vllm\] model (?P<name>\S+): the vLLM engine has died")
+# The bundled backend's line when a model's engine dies; it names the cause it read from this same log.
+_MODEL_DEAD = re.compile(
+    r"\[vllm\] model (?P<name>\S+): the vLLM engine has died(?:: (?P<cause>[^;]*?) \(log: [^;]*\))?(?:;|$)", re.M
+)
 _DIED = re.compile(
     r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
     r"|(?P<client>engine core) exited unexpectedly"
@@ -522,12 +525,12 @@ def _report_models_gone(server: TritonServer, serving: set[str], out: TextIO, lo
     """Say on launch's own console when a model stops serving, with the cause from the log, rather than look ready
     while every request to it fails: the backend logs the death of a model's engine (and, with its health check on,
     unloads the model)."""
-    dead = {m["name"] for m in _MODEL_DEAD.finditer(log.new_text())}
+    dead = {m["name"]: m["cause"] for m in _MODEL_DEAD.finditer(log.new_text())}
     for name in sorted(serving):
         if name not in dead and (server.model_ready(name) or not server.is_running()):
             continue
         serving.discard(name)
-        why = engine_death_reason(log.recent) or "its vLLM engine stopped"
+        why = dead.get(name) or engine_death_reason(log.recent) or "its vLLM engine stopped"
         print(
             f"model '{name}' is no longer serving: {why}; requests to it fail until launch is restarted\n"
             f"  log: {server.log_path}",
