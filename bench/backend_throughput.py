@@ -62,7 +62,6 @@ def default_engine_args(model: str, device: str) -> dict:
             "max_model_len": 1024,
             "kv_cache_memory_bytes": 128 * 2**20,
             "max_num_seqs": 64,
-            "distributed_executor_backend": "uni",
             "disable_log_stats": True,
         }
     # Two engines share the GPU (Triton's and the raw one): each gets under half of it.

@@ -137,7 +137,7 @@ def main() -> None:
             [python, str(ROOT / "scripts" / "make_tiny_model.py"), str(model)], check=True, capture_output=True
         )
         repo = Path(tmp) / "model_repository"
-        init_model(repo, str(model), name="tiny", max_model_len=512, settings={"distributed_executor_backend": "uni"})
+        init_model(repo, str(model), name="tiny", max_model_len=512, settings={"dtype": "float32"})
         results = [cycle(repo, python) for _ in range(args.cycles)]
     summary = {
         key: statistics.median(r[key] for r in results)

@@ -41,10 +41,9 @@ else
 fi
 
 step "4/7 vllm-repo init"
-# uni: the model runs in the engine process, no extra worker (fastest start on a small CPU machine). float32: vLLM's
-# CPU bfloat16 path dies with SIGILL on some CPUs with AMX, and the tiny model needs no bfloat16.
+# float32: vLLM's CPU bfloat16 path dies with SIGILL on some CPUs with AMX, and the tiny model needs no bfloat16.
 vllm-repo init "$work/model_repository" --model "$work/tiny-llama" --name tiny --max-model-len 512 \
-  --set distributed_executor_backend=uni --set dtype=float32 --force
+  --set dtype=float32 --force
 
 step "5/7 vllm-repo validate, and estimate what the model would take on a GPU (an L4 here)"
 vllm-repo validate "$work/model_repository"

@@ -39,7 +39,6 @@ def engine_args(model_dir: Path) -> dict:
         "max_model_len": 512,
         "kv_cache_memory_bytes": 64 * 2**20,
         "max_num_seqs": 64,
-        "distributed_executor_backend": "uni",
         # Skips torch.compile at start: the tests measure behaviour, not speed.
         "enforce_eager": True,
         "enable_lora": True,

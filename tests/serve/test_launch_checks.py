@@ -131,6 +131,15 @@ def test_a_cpu_with_amx_gets_a_note_for_models_running_eager_bfloat16(repo, tmp_
     assert not [n for n in cpu_settings(repo, {}, flags=amx)[1] if "SIGILL" in n]
 
 
+def test_a_uniproc_executor_on_the_cpu_gets_a_note_that_it_has_no_effect(repo):
+    assert not [n for n in cpu_settings(repo, {})[1] if '"uni"' in n]
+    engine_args = repo / "tiny" / "1" / "model.json"
+    data = json.loads(engine_args.read_text())
+    engine_args.write_text(json.dumps({**data, "distributed_executor_backend": "uni"}))
+    (note,) = [n for n in cpu_settings(repo, {})[1] if '"uni"' in n]
+    assert note.startswith("tiny: ") and "multiproc" in note
+
+
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512_bf16 amx_tile amx_bf16\n\nprocessor\t: 1\n")

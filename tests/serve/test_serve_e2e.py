@@ -354,7 +354,7 @@ def test_a_model_vllm_refuses_fails_with_vllms_own_reason(tiny_model, tmp_path):
         str(tiny_model),
         name="tiny",
         max_model_len=512,
-        settings={"distributed_executor_backend": "uni", "kv_cache_memory_bytes": 4096},
+        settings={"kv_cache_memory_bytes": 4096},
     )
     launched = start_launch(repo, wait_ready=False)
     try:

