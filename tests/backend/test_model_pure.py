@@ -66,6 +66,7 @@ def test_model_py_carries_the_same_contract_as_contract_py():
         contract.KNOWN_PARAMETERS
     )
     assert backend.TRUE_STRINGS == contract.TRUE_STRINGS
+    assert (backend.MIN_VLLM, backend.NEWEST_TESTED_VLLM) == (contract.MIN_VLLM, contract.NEWEST_TESTED_VLLM)
     assert backend.FALSE_STRINGS == contract.FALSE_STRINGS
 
 

@@ -318,12 +318,6 @@ def _free() -> int:
         return s.getsockname()[1]
 
 
-def test_launch_knows_the_oldest_vllm_the_bundled_backend_drives():
-    from vllm_repo.backend import model
-
-    assert launch.BUNDLED_BACKEND_MIN_VLLM == model.MIN_VLLM
-
-
 def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, repo, monkeypatch):
     """As in an NGC container: /opt/tritonserver/{bin/tritonserver,backends/python,backends/vllm/model.py}."""
     if not TRITON_HOME:

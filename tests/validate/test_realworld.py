@@ -111,3 +111,52 @@ def test_fix_on_a_copy_changes_only_the_fixed_lines_and_its_findings_go(folder, 
     fixed = {(d.code, d.file, d.line) for d, _ in plan.applied}
     left = {(d.code, d.file, d.line) for d in after.diagnostics}
     assert not fixed & left, fixed & left  # what was fixed is no longer found
+
+
+@pytest.mark.parametrize("folder", [p.name for p in folders()])
+def test_fix_then_upgrade_on_a_copy_leaves_only_what_needs_a_person(folder, tmp_path):
+    """--fix, then upgrade --to 0.32.0: the lines changed are those of the keys migrated; a repository whose every
+    error had a mechanical answer validates clean; no migrated key is reported afterwards."""
+    import difflib
+    import shutil
+
+    from vllm_repo.upgrade import upgrade_paths
+    from vllm_repo.validate.fixes import fix_paths
+
+    copy = tmp_path / folder
+    shutil.copytree(CORPUS / folder, copy, symlinks=True)
+    repo = copy / "model_repository"
+    before = validate_paths([repo], vllm_version="0.32.0")
+    fix_paths([repo], vllm_version="0.32.0")
+    result = upgrade_paths([repo], to="0.32.0")
+    migrated = {(str(m.doc.path), c.key) for m in result.migrations for c in m.changes if c.action != "manual"}
+    for migration in result.migrations:
+        path = migration.doc.path
+        if path not in result.plan.texts:
+            continue
+        old, new = result.plan.texts[path]
+        assert path.read_text(encoding="utf-8-sig") == new
+        keys = {c.key for c in migration.changes if c.action != "manual"}
+        # A key's lines run from the end of the member before it (whose comma may go) to the end of its value.
+        members = sorted(migration.doc.key_spans.items(), key=lambda item: item[1][0].start)
+        allowed: set[int] = set()
+        for i, (key, (key_span, value_span)) in enumerate(members):
+            if key in keys:
+                start = members[i - 1][1][1].end if i else key_span.start
+                allowed.update(range(old.count("\n", 0, start) + 1, old.count("\n", 0, value_span.end) + 2))
+        matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines())
+        changed = {i + 1 for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal" for i in range(i1, i2)}
+        assert changed <= allowed, (path, changed, allowed)
+    after = result.remaining
+    for d in after.diagnostics:
+        assert d.fix is None, d.text()  # --fix took everything with one answer
+        assert not any(
+            d.file and Path(d.file).resolve() == Path(p).resolve() and f"'{k}'" in d.message for p, k in migrated
+        ), d.text()
+    mechanical = all(
+        d.fix is not None or (d.code == "VR302" and any(f"'{k}'" in d.message for _, k in migrated))
+        for d in before.diagnostics
+        if d.severity.value == "error"
+    )
+    if mechanical and not result.needs_user:
+        assert not after.has_errors, [d.text() for d in after.diagnostics if d.severity.value == "error"]

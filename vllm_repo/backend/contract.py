@@ -45,6 +45,10 @@ INTEGER_PARAMETERS: tuple[str, ...] = ("DEFAULT_MAX_TOKENS",)
 STRING_PARAMETERS: tuple[str, ...] = ("GPU_DEVICE_IDS",)
 KNOWN_PARAMETERS: tuple[str, ...] = BOOLEAN_PARAMETERS + INTEGER_PARAMETERS + STRING_PARAMETERS
 
+# The vLLM releases the backend drives: the oldest with the AsyncLLM API it uses, and the newest it was tested with.
+MIN_VLLM = (0, 20, 0)
+NEWEST_TESTED_VLLM = (0, 32, 0)
+
 TRUE_STRINGS = frozenset({"true", "1", "yes", "on"})
 FALSE_STRINGS = frozenset({"false", "0", "no", "off"})
 

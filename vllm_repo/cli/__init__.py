@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("init", "init"),
     "validate": ("validate", "validate"),
     "rules": ("validate", "rules"),
+    "upgrade": ("upgrade", "upgrade"),
     "estimate": ("estimate", "estimate"),
     "gpus": ("estimate", "gpus"),
     "launch": ("launch", "launch"),

@@ -25,10 +25,27 @@ INDEX_NAME = "index.json"
 
 @dataclass(frozen=True)
 class Replacement:
-    """What to write instead of a removed key."""
+    """What to write instead of a removed key, and how ``upgrade`` carries the value over where there is one right
+    answer: into the new key's object under ``nest`` (with ``beside`` next to it), or by the ``values`` table (old
+    value -> new value; None: the old value was the default, the key just goes). A value the table does not list has
+    no mechanical answer."""
 
     new: str  # the engine argument that replaces it
     how: str = ""  # how to carry the value over, when it is not a plain rename
+    nest: str | None = None
+    beside: tuple[tuple[str, Any], ...] = ()
+    values: tuple[tuple[Any, Any], ...] | None = None
+
+    @property
+    def plain(self) -> bool:
+        """A rename with the value unchanged."""
+        return not self.how and self.nest is None and self.values is None
+
+
+def _nested(new: str, name: str, **beside: Any) -> Replacement:
+    """The key became ``name`` inside the object ``new`` takes."""
+    shown = ", ".join([*(f'"{k}": "{v}"' for k, v in beside.items()), f'"{name}": ...'])
+    return Replacement(new, "{" + shown + "}", nest=name, beside=tuple(beside.items()))
 
 
 # Known renames and replacements, each checked by tests against the bundled schemas: the old key exists in some
@@ -36,37 +53,45 @@ class Replacement:
 # deprecation texts ("replaced by ...", "use --x instead") when the index is built.
 CURATED: dict[str, Replacement] = {
     "disable_log_requests": Replacement(
-        "enable_log_requests", "the meaning is inverted: requests are no longer logged by default"
+        "enable_log_requests",
+        "the meaning is inverted: requests are no longer logged by default",
+        values=((True, False), (False, True)),
     ),
-    "guided_decoding_backend": Replacement("structured_outputs_config", 'write {"backend": "<name>"} there'),
-    "guided_decoding_disable_fallback": Replacement("structured_outputs_config", '{"disable_fallback": ...}'),
-    "guided_decoding_disable_any_whitespace": Replacement(
-        "structured_outputs_config", '{"disable_any_whitespace": ...}'
+    "guided_decoding_backend": Replacement(
+        "structured_outputs_config", 'write {"backend": "<name>"} there', nest="backend"
     ),
-    "guided_decoding_disable_additional_properties": Replacement(
-        "structured_outputs_config", '{"disable_additional_properties": ...}'
+    "guided_decoding_disable_fallback": _nested("structured_outputs_config", "disable_fallback"),
+    "guided_decoding_disable_any_whitespace": _nested("structured_outputs_config", "disable_any_whitespace"),
+    "guided_decoding_disable_additional_properties": _nested(
+        "structured_outputs_config", "disable_additional_properties"
     ),
-    "speculative_model": Replacement("speculative_config", '{"model": ...}'),
-    "num_speculative_tokens": Replacement("speculative_config", '{"num_speculative_tokens": ...}'),
-    "speculative_draft_tensor_parallel_size": Replacement("speculative_config", '{"draft_tensor_parallel_size": ...}'),
-    "speculative_max_model_len": Replacement("speculative_config", '{"max_model_len": ...}'),
-    "speculative_disable_by_batch_size": Replacement("speculative_config", '{"disable_by_batch_size": ...}'),
-    "ngram_prompt_lookup_max": Replacement("speculative_config", '{"method": "ngram", "prompt_lookup_max": ...}'),
-    "ngram_prompt_lookup_min": Replacement("speculative_config", '{"method": "ngram", "prompt_lookup_min": ...}'),
-    "worker_use_ray": Replacement("distributed_executor_backend", 'set it to "ray"'),
+    "speculative_model": _nested("speculative_config", "model"),
+    "num_speculative_tokens": _nested("speculative_config", "num_speculative_tokens"),
+    "speculative_draft_tensor_parallel_size": _nested("speculative_config", "draft_tensor_parallel_size"),
+    "speculative_max_model_len": _nested("speculative_config", "max_model_len"),
+    "speculative_disable_by_batch_size": _nested("speculative_config", "disable_by_batch_size"),
+    "ngram_prompt_lookup_max": _nested("speculative_config", "prompt_lookup_max", method="ngram"),
+    "ngram_prompt_lookup_min": _nested("speculative_config", "prompt_lookup_min", method="ngram"),
+    "worker_use_ray": Replacement(
+        "distributed_executor_backend", 'set it to "ray"', values=((True, "ray"), (False, None))
+    ),
     "task": Replacement("runner", 'and/or "convert" (e.g. "runner": "pooling")'),
     "enable_reasoning": Replacement("reasoning_parser", "setting a parser enables reasoning"),
     "override_pooler_config": Replacement("pooler_config"),
-    "disable_mm_preprocessor_cache": Replacement("mm_processor_cache_gb", "0 disables the cache"),
+    "disable_mm_preprocessor_cache": Replacement(
+        "mm_processor_cache_gb", "0 disables the cache", values=((True, 0), (False, None))
+    ),
     "cuda_graph_sizes": Replacement("cudagraph_capture_sizes"),
-    "rope_scaling": Replacement("hf_overrides", '{"rope_scaling": ...}'),
-    "rope_theta": Replacement("hf_overrides", '{"rope_theta": ...}'),
-    "log_config_file": Replacement("logging_config", '{"pylogging_config_file": ...}'),
-    "num_redundant_experts": Replacement("eplb_config", '{"num_redundant_experts": ...}'),
-    "eplb_window_size": Replacement("eplb_config", '{"window_size": ...}'),
-    "eplb_step_interval": Replacement("eplb_config", '{"step_interval": ...}'),
-    "eplb_log_balancedness": Replacement("eplb_config", '{"log_balancedness": ...}'),
-    "enable_multimodal_encoder_data_parallel": Replacement("mm_encoder_tp_mode", 'set it to "data"'),
+    "rope_scaling": _nested("hf_overrides", "rope_scaling"),
+    "rope_theta": _nested("hf_overrides", "rope_theta"),
+    "log_config_file": _nested("logging_config", "pylogging_config_file"),
+    "num_redundant_experts": _nested("eplb_config", "num_redundant_experts"),
+    "eplb_window_size": _nested("eplb_config", "window_size"),
+    "eplb_step_interval": _nested("eplb_config", "step_interval"),
+    "eplb_log_balancedness": _nested("eplb_config", "log_balancedness"),
+    "enable_multimodal_encoder_data_parallel": Replacement(
+        "mm_encoder_tp_mode", 'set it to "data"', values=((True, "data"), (False, None))
+    ),
     "dcp_kv_cache_interleave_size": Replacement("cp_kv_cache_interleave_size"),
 }
 

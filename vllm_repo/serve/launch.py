@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
+from vllm_repo.backend import contract
 from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.errors import LaunchError, TritonServerError
 from vllm_repo.serve.guardian import Guardian
@@ -36,8 +37,6 @@ from vllm_repo.validate.diagnostics import Diagnostic
 
 # Without a GPU vLLM sizes its KV cache as gpu_memory_utilization x RAM; this bounds it (whole GiB, per model).
 CPU_KVCACHE_GIB = 1
-# The oldest vLLM the bundled backend drives (its MIN_VLLM; a test keeps the two equal).
-BUNDLED_BACKEND_MIN_VLLM = (0, 20, 0)
 
 
 @dataclasses.dataclass
@@ -258,7 +257,7 @@ def _older_than_bundled_backend_supports(vllm_version: str | None) -> bool:
     from packaging.version import InvalidVersion, Version
 
     try:
-        return Version(Version(vllm_version or "0").base_version).release < BUNDLED_BACKEND_MIN_VLLM
+        return Version(Version(vllm_version or "0").base_version).release < contract.MIN_VLLM
     except InvalidVersion:
         return False
 

@@ -66,6 +66,32 @@ def rename_json_key(doc: JsonDocument, key: str, new_key: str, description: str)
     return Fix(description, (TextEdit(doc.path, spans[0], json.dumps(new_key, ensure_ascii=False)),))
 
 
+def remove_json_keys(doc: JsonDocument, keys: Iterable[str]) -> tuple[TextEdit, ...]:
+    """Edits that delete top-level members, with their comma and the space up to the next member, so the rest keeps its
+    layout. Members at the end go with the comma that preceded them. Other edits may touch only the members kept."""
+    members = sorted(doc.key_spans.items(), key=lambda item: item[1][0].start)
+    gone = set(keys) & doc.key_spans.keys()
+    edits = []
+    for i, (key, (key_span, _)) in enumerate(members):
+        if key not in gone:
+            continue
+        later_kept = next((m for m in members[i + 1 :] if m[0] not in gone), None)
+        if later_kept is not None:  # up to the next member's key, whether that one stays or goes
+            edits.append(TextEdit(doc.path, Span(key_span.start, members[i + 1][1][0].start), ""))
+            continue
+        # The trailing run of removed members, as one edit: from the end of the last member kept (its comma goes),
+        # or from this key when nothing is kept.
+        kept_before = [m for m in members[:i] if m[0] not in gone]
+        end = members[-1][1][1].end
+        start = kept_before[-1][1][1].end if kept_before else key_span.start
+        if not kept_before:
+            while end < len(doc.text or "") and (doc.text or "")[end] in " \t\r\n":
+                end += 1
+        edits.append(TextEdit(doc.path, Span(start, end), ""))
+        break
+    return tuple(edits)
+
+
 def replace_pbtxt_field(
     doc: PbtxtDocument, field: str, new: str, description: str, current: str | None = None
 ) -> Fix | None:
@@ -98,7 +124,7 @@ class FixPlan:
 
         out = []
         for path, (old, new) in sorted(self.texts.items()):
-            name = (display or {}).get(path, str(path))
+            name = (display or {}).get(path, str(path)).lstrip("/")  # "a/tmp/x", as git writes an absolute path
             out.extend(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"))
         for move in self.moves:
             source, target = ((display or {}).get(p, str(p)) for p in (move.path, move.target))
