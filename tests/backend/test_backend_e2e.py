@@ -171,7 +171,7 @@ def test_grpc_stream_every_additional_output_and_final_flag_on_last_data_respons
     results, error = grpc_stream(
         triton,
         prompt,
-        {"max_tokens": 12, "ignore_eos": True},
+        {"max_tokens": 12, "ignore_eos": True, "logprobs": 0},
         stream=True,
         return_finish_reason=True,
         return_cumulative_logprob=True,
@@ -194,6 +194,22 @@ def test_grpc_stream_every_additional_output_and_final_flag_on_last_data_respons
     total = sum(next(iter(p.values()))["logprob"] for p in positions)
     final_cumulative = float(results[-1].as_numpy("cumulative_logprob")[0])
     assert final_cumulative < 0 and math.isclose(final_cumulative, total, rel_tol=1e-4, abs_tol=1e-3)
+
+
+def test_logprob_outputs_without_logprobs_in_the_sampling_parameters_are_null_and_nan(triton):
+    # As Triton's own vLLM backend: log-probabilities come only when the sampling parameters ask for them.
+    flags = {"return_logprobs": True, "return_cumulative_logprob": True, "return_num_output_tokens": True}
+    results, error = grpc_stream(triton, "Hello", {"max_tokens": 6, "ignore_eos": True}, stream=True, **flags)
+    assert error is None, error
+    assert len(results) > 1
+    assert [json.loads(r.as_numpy("logprobs")[0]) for r in results] == [None] * len(results)
+    assert all(math.isnan(float(r.as_numpy("cumulative_logprob")[0])) for r in results)
+    status, body = generate(
+        triton, {"text_input": "Hello", "sampling_parameters": json.dumps({"max_tokens": 6}), **flags}
+    )
+    assert status == 200, body
+    assert json.loads(body["logprobs"]) is None
+    assert body["cumulative_logprob"] is None or math.isnan(body["cumulative_logprob"]), body
 
 
 def test_grpc_non_streaming_request_gets_exactly_one_response(triton):

@@ -1209,9 +1209,6 @@ class TritonPythonModel:
                 kwargs["structured_outputs"] = self._StructuredOutputsParams(**structured)
             except (TypeError, ValueError) as exc:
                 raise RequestError("sampling_parameters.structured_outputs", str(exc)) from None
-        if (flags["return_logprobs"] or flags["return_cumulative_logprob"]) and kwargs.get("logprobs") is None:
-            # vLLM computes log-probabilities only when asked: 0 means "the sampled token's only".
-            kwargs["logprobs"] = 0
         kwargs["output_kind"] = self._DELTA if stream else self._FINAL_ONLY
         try:
             sampling_params = self._SamplingParams(**kwargs)
