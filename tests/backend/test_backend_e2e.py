@@ -12,6 +12,7 @@ import json
 import math
 import os
 import queue
+import re
 import signal
 import time
 import urllib.error
@@ -406,6 +407,12 @@ def test_cancellation_mid_stream_aborts_the_request_in_the_engine(triton):
     while "cancelled by the client: aborted in the engine" not in triton.log_text():
         assert time.monotonic() < deadline, "the backend did not abort the cancelled request"
         time.sleep(0.1)
+    log = triton.log_text()
+    (request_id,) = re.findall(r"\[vllm\] request (\w+) cancelled by the client: aborted in the engine", log)
+    # The lines of Triton's own vLLM backend, which scripts grep for, name the same request.
+    assert f"[vllm] Cancelling the request {request_id}" in log
+    assert f"[vllm] Successfully cancelled the request {request_id}" in log
+    assert log.index("[vllm] Cancelling the request") < log.index("[vllm] Successfully cancelled the request")
     wait_metrics_flushed()
     after = scrape_metrics(triton)
     wait_metrics_flushed()

@@ -1108,6 +1108,8 @@ class TritonPythonModel:
         if job.finished or job.task is None or job.task.done():
             return
         job.cancel_reason = job.cancel_reason or reason
+        if job.cancel_reason == "request was cancelled":
+            _log("info", f"[vllm] Cancelling the request {job.request_id}")
         job.task.cancel()
 
     def _on_engine_dead(self) -> None:
@@ -1282,6 +1284,8 @@ class TritonPythonModel:
                 code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
                 if code == "CANCELLED":
                     _log("info", f"[vllm] request {job.request_id} cancelled by the client: aborted in the engine")
+                    # The words of Triton's own vLLM backend, which scripts look for.
+                    _log("info", f"[vllm] Successfully cancelled the request {job.request_id}")
                 self._deliver_error(job, reason, code)
         except Exception as exc:
             if not job.finished:
