@@ -56,6 +56,16 @@ parameters {{ key: "DEFAULT_MAX_TOKENS" value: {{ string_value: "{DEFAULT_MAX_TO
 """
 
 
+# Metrics asked for in config.pbtxt, but vLLM's stats turned off in model.json; and metrics not asked for at all.
+METRICS_OFF_MODELS = {
+    "stats_off": (
+        'parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }\n',
+        {"disable_log_stats": True},
+    ),
+    "report_absent": ("", {}),
+}
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     if not SERVING_PYTHON:
@@ -111,6 +121,34 @@ def triton(tiny_model_dir, tmp_path_factory):
         env=SERVER_ENV,
         extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
         log_path=tmp_path_factory.mktemp("backend-logs") / "tritonserver.log",
+    )
+    server.start()
+    try:
+        server.wait_ready(timeout=600)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def triton_metrics_off(tiny_model_dir, tmp_path):
+    """A second server, for one test: the models of METRICS_OFF_MODELS, which must show no vllm:* metric."""
+    repo = tmp_path / "repo"
+    for name, (parameters, engine_overrides) in METRICS_OFF_MODELS.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(
+            f'backend: "vllm"\ninstance_group [ {{ count: 1, kind: KIND_CPU }} ]\n{parameters}'
+        )
+        settings = {**engine_args(tiny_model_dir), "enable_lora": False, **engine_overrides}
+        settings.pop("max_lora_rank")
+        settings.pop("max_loras")
+        (repo / name / "1" / "model.json").write_text(json.dumps(settings, indent=2))
+    server = TritonServer(
+        repo,
+        serving_python=SERVING_PYTHON,
+        triton_home=TRITON_HOME,
+        env=SERVER_ENV,
+        log_path=tmp_path / "tritonserver.log",
     )
     server.start()
     try:

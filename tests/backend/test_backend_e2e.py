@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.backend.conftest import METRICS_OFF_MODELS, engine_args
 from tests.serving_env import needs_serving
+from vllm_repo.backend import model as backend
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
@@ -101,9 +103,13 @@ def grpc_stream(server, prompt: str, sampling: dict | None = None, timeout: floa
         client.close()
 
 
-def scrape_metrics(server) -> dict[str, float]:
+def metrics_text(server) -> str:
     with urllib.request.urlopen(server.metrics_url, timeout=10) as resp:
-        text = resp.read().decode()
+        return resp.read().decode()
+
+
+def scrape_metrics(server) -> dict[str, float]:
+    text = metrics_text(server)
     values = {}
     for line in text.splitlines():
         if line.startswith("vllm:"):
@@ -121,7 +127,22 @@ def metric(values: dict[str, float], name: str, **labels) -> float:
 
 
 def wait_metrics_flushed() -> None:
-    time.sleep(1.2)  # the backend reports metrics every 0.5 s
+    time.sleep(1.2)  # the backend reports metrics every 0.5 s (and before each final response)
+
+
+def metric_types(text: str) -> dict[str, str]:
+    """{family: type} of the vllm:* families on a metrics page."""
+    return {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE vllm:")}
+
+
+def sample_labels(text: str, family: str) -> list[dict[str, str]]:
+    """The label sets of a family's samples (a histogram's _count, _sum and _bucket lines included)."""
+    found = []
+    for line in text.splitlines():
+        match = re.match(r"([^{\s]+)\{(.*)\} ", line)
+        if match and match.group(1) in (family, f"{family}_count", f"{family}_sum", f"{family}_bucket"):
+            found.append(dict(re.findall(r'(\w+)="([^"]*)"', match.group(2))))
+    return found
 
 
 # -- text, streaming, additional outputs -----------------------------------------------------------------------------
@@ -486,14 +507,135 @@ def test_metrics_are_reported(triton):
     for histogram in (
         "vllm:time_to_first_token_seconds",
         "vllm:e2e_request_latency_seconds",
-        "vllm:time_per_output_token_seconds",
         "vllm:request_generation_tokens",
+        "vllm:request_params_n",
     ):
         assert delta(f"{histogram}_count") == 1, histogram
     assert delta("vllm:request_generation_tokens_sum") == 10
+    assert delta("vllm:time_per_output_token_seconds_count") == 10 - 1  # one per token after the first
     assert metric(after, "vllm:num_requests_running") == 0
     assert metric(after, "vllm:num_requests_waiting") == 0
     assert 0 <= metric(after, "vllm:kv_cache_usage_perc") <= 1
+
+
+def test_metric_families_are_those_of_tritons_own_vllm_backend(triton):
+    text = metrics_text(triton)
+    # triton-inference-server/vllm_backend, src/utils/metrics.py: name, type, buckets.
+    tokens = backend.token_buckets(engine_args(Path("m"))["max_model_len"])
+    original = {
+        "vllm:prompt_tokens_total": ("counter", None),
+        "vllm:generation_tokens_total": ("counter", None),
+        "vllm:time_to_first_token_seconds": ("histogram", backend.TTFT_BUCKETS),
+        "vllm:time_per_output_token_seconds": ("histogram", backend.TPOT_BUCKETS),
+        "vllm:e2e_request_latency_seconds": ("histogram", backend.E2E_BUCKETS),
+        "vllm:request_prompt_tokens": ("histogram", tokens),
+        "vllm:request_generation_tokens": ("histogram", tokens),
+        "vllm:request_params_n": ("histogram", backend.N_PARAM_BUCKETS),
+    }
+    types = metric_types(text)
+    for family, (kind, buckets) in original.items():
+        assert types.get(family) == kind, family
+        labels = sample_labels(text, family)
+        assert labels and all(
+            {k: v for k, v in ls.items() if k != "le"} == {"model": MODEL, "version": "1"} for ls in labels
+        ), (family, labels)
+        if buckets is not None:
+            bounds = [float(ls["le"]) for ls in labels if "le" in ls]
+            assert bounds == [*map(float, buckets), math.inf], family
+    # The gauges this backend adds stay.
+    for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert types.get(gauge) == "gauge", gauge
+
+    # request_params_n: one sample per request, of its n.
+    before = scrape_metrics(triton)
+    n = 2
+    status, body = generate(
+        triton,
+        {
+            "text_input": "Hi",
+            "return_num_output_tokens": True,
+            "sampling_parameters": json.dumps({"n": n, "max_tokens": 3, "ignore_eos": True}),
+        },
+    )
+    after = scrape_metrics(triton)
+    assert status == 200 and len(body["num_output_tokens"]) == n, body
+    assert metric(after, "vllm:request_params_n_count") - metric(before, "vllm:request_params_n_count") == 1
+    assert metric(after, "vllm:request_params_n_sum") - metric(before, "vllm:request_params_n_sum") == n
+    # Every completion's stats came before the response: none was sent without them.
+    assert "went out without their request's stats" not in triton.log_text()
+
+
+def test_a_scrape_right_after_the_final_response_counts_the_request(triton):
+    wait_metrics_flushed()
+    before = scrape_metrics(triton)
+    _, body = generate(
+        triton,
+        {
+            "text_input": "Count me at once",
+            "return_num_output_tokens": True,
+            "sampling_parameters": json.dumps({"max_tokens": 7, "ignore_eos": True}),
+        },
+    )
+    after = scrape_metrics(triton)  # no wait: the response must not overtake its metrics
+    results, error = grpc_stream(
+        triton, "Stream me", {"max_tokens": 5, "ignore_eos": True}, stream=True, return_num_output_tokens=True
+    )
+    after_stream = scrape_metrics(triton)
+    assert error is None, error
+    streamed = sum(int(r.as_numpy("num_output_tokens")[0]) for r in results)
+
+    def delta(later, earlier, name, **labels):
+        return metric(later, name, **labels) - metric(earlier, name, **labels)
+
+    for later, earlier, tokens in ((after, before, body["num_output_tokens"]), (after_stream, after, streamed)):
+        assert delta(later, earlier, "vllm:request_success_total", finished_reason="length") == 1
+        assert delta(later, earlier, "vllm:e2e_request_latency_seconds_count") == 1
+        assert delta(later, earlier, "vllm:generation_tokens_total") == tokens
+        assert delta(later, earlier, "vllm:request_generation_tokens_sum") == tokens
+        assert delta(later, earlier, "vllm:time_per_output_token_seconds_count") == tokens - 1
+
+
+def test_time_per_output_token_has_one_sample_per_token(triton):
+    wait_metrics_flushed()
+    before = scrape_metrics(triton)
+
+    async def main():
+        client = grpcaio.InferenceServerClient(triton.grpc_url)
+
+        async def one(i):
+            async def requests():
+                yield {
+                    "model_name": MODEL,
+                    "inputs": tensor_inputs(
+                        f"Request {i}",
+                        {"max_tokens": 16, "ignore_eos": True},
+                        stream=False,
+                        return_num_output_tokens=True,
+                    ),
+                }
+
+            stream = client.stream_infer(requests())
+            try:
+                async for result, error in stream:
+                    assert error is None, error
+                    return int(result.as_numpy("num_output_tokens")[0])
+            finally:
+                stream.cancel()
+
+        try:
+            return await asyncio.gather(*(one(i) for i in range(6)))
+        finally:
+            await client.close()
+
+    tokens = asyncio.run(main())
+    after = scrape_metrics(triton)
+    count = metric(after, "vllm:time_per_output_token_seconds_count") - metric(
+        before, "vllm:time_per_output_token_seconds_count"
+    )
+    assert count == sum(t - 1 for t in tokens)
+    assert metric(after, "vllm:time_per_output_token_seconds_sum") > metric(
+        before, "vllm:time_per_output_token_seconds_sum"
+    )
 
 
 def test_gauges_see_running_requests(triton):
@@ -517,8 +659,9 @@ def test_gauges_see_running_requests(triton):
 
         tasks = [asyncio.create_task(one(i)) for i in range(4)]
         peak_running, peak_usage = 0.0, 0.0
-        for _ in range(30):
-            await asyncio.sleep(0.2)
+        # 400 tokens take well under a second on a tiny model: sample often.
+        for _ in range(120):
+            await asyncio.sleep(0.05)
             values = await asyncio.to_thread(scrape_metrics, triton)
             peak_running = max(peak_running, metric(values, "vllm:num_requests_running"))
             peak_usage = max(peak_usage, metric(values, "vllm:kv_cache_usage_perc"))
@@ -532,6 +675,20 @@ def test_gauges_see_running_requests(triton):
 
     peak_running, peak_usage = asyncio.run(main())
     assert peak_running >= 4 and peak_usage > 0
+
+
+def test_no_vllm_metric_when_stats_are_off_or_metrics_not_asked_for(triton_metrics_off):
+    for model in METRICS_OFF_MODELS:
+        status, text = http(
+            triton_metrics_off,
+            f"/v2/models/{model}/generate",
+            {"text_input": "Hi", "sampling_parameters": json.dumps({"max_tokens": 4})},
+        )
+        assert status == 200, text
+    time.sleep(1.2)  # past a periodic report, had there been one
+    page = metrics_text(triton_metrics_off)
+    assert "nv_inference_request_success" in page  # the metrics port itself answers
+    assert [line for line in page.splitlines() if "vllm:" in line] == []
 
 
 # -- destructive: engine death, then shutdown ------------------------------------------------------------------------

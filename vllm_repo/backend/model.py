@@ -17,7 +17,8 @@ Sampling parameters come from the ``sampling_parameters`` JSON and from the requ
 overridden by the former); ``lora_name`` picks an adapter from ``<version>/multi_lora.json``.
 
 config.pbtxt parameters:
-  REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint
+  REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint, unless model.json says
+                            "disable_log_stats": true
   ENABLE_VLLM_HEALTH_CHECK  "true": unload the model when the engine dies (needs explicit model control)
   DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
                             never vLLM's silent 16)
@@ -639,9 +640,17 @@ def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -
 # Metrics
 # ------------------------------------------------------------------------------------------------------------------
 
-_TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0]
-_TPOT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0]
-_LATENCY_BUCKETS = [0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0]
+# Bucket boundaries of the families Triton's own vLLM backend exports, so that dashboards and alerts built on it
+# read the same series. The queue-time histogram is this backend's own.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+E2E_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+N_PARAM_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
+QUEUE_BUCKETS = (0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+# A final response held back for its request's stats is sent anyway after this long (the stats never came: vLLM
+# records them in the same step that delivers the output, so this only guards against a stuck engine).
+FINAL_RESPONSE_HOLD_LIMIT_S = 5.0
 
 
 def token_buckets(max_model_len: int) -> list[float]:
@@ -656,10 +665,26 @@ def token_buckets(max_model_len: int) -> list[float]:
         base *= 10
 
 
+def metrics_enabled(params: Mapping[str, str], engine_config: Mapping[str, Any]) -> bool:
+    """vLLM's metrics are reported when config.pbtxt says REPORT_CUSTOM_METRICS "true" and model.json does not
+    turn vLLM's stats off with ``"disable_log_stats": true`` (as with Triton's own vLLM backend)."""
+    if not bool_parameter(params, "REPORT_CUSTOM_METRICS"):
+        return False
+    try:
+        return not parse_bool(engine_config.get("disable_log_stats") or False, "disable_log_stats")
+    except RequestError as exc:
+        raise BackendConfigError(f"model.json: {exc}") from None
+
+
 class MetricsAccumulator:
     """Collects vLLM's per-iteration stats on the engine loop (cheap: no IPC there) and hands them to a flusher
     thread, which reports them to Triton. Every Triton metric call is a round trip to the server process, so
-    per-token work on the engine loop would slow every stream."""
+    per-token work on the engine loop would slow every stream.
+
+    It also holds each request's final response until that request's stats are recorded; the flusher reports them
+    before it sends the response, so a client that scrapes the metrics port right after its answer sees its request
+    counted. Requests are tracked by vLLM request id, from ``expect()`` to ``forget()``, all on the engine loop.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -667,6 +692,9 @@ class MetricsAccumulator:
         self.running = 0
         self.waiting = 0
         self.kv_cache_usage = 0.0
+        # request id -> [completions not yet recorded as finished, held final send or None, when it was held]
+        self._tracked: dict[str, list[Any]] = {}
+        self.wake = threading.Event()  # set when a final response is ready to go out
 
     def _reset(self) -> None:
         self.prompt_tokens = 0
@@ -679,6 +707,8 @@ class MetricsAccumulator:
         self.queue: list[float] = []
         self.request_prompt_tokens: list[int] = []
         self.request_generation_tokens: list[int] = []
+        self.request_params_n: list[int] = []
+        self.ready_finals: list[Any] = []
 
     def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
         with self._lock:
@@ -689,23 +719,67 @@ class MetricsAccumulator:
                 if usage is None:
                     usage = getattr(scheduler_stats, "gpu_cache_usage", 0.0)
                 self.kv_cache_usage = float(usage or 0.0)
-            if iteration_stats is not None:
-                self.prompt_tokens += int(getattr(iteration_stats, "num_prompt_tokens", 0) or 0)
-                self.generation_tokens += int(getattr(iteration_stats, "num_generation_tokens", 0) or 0)
-                self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
-                self.ttft.extend(getattr(iteration_stats, "time_to_first_tokens_iter", ()) or ())
-                for finished in getattr(iteration_stats, "finished_requests", ()) or ():
-                    reason = str(getattr(finished, "finish_reason", "unknown")).lower()
-                    self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
-                    self.e2e.append(finished.e2e_latency)
-                    self.queue.append(getattr(finished, "queued_time", 0.0))
-                    self.request_prompt_tokens.append(finished.num_prompt_tokens)
-                    self.request_generation_tokens.append(finished.num_generation_tokens)
-                    if finished.num_generation_tokens > 1:
-                        self.tpot.append(getattr(finished, "mean_time_per_output_token", 0.0))
+            if iteration_stats is None:
+                return
+            self.prompt_tokens += int(getattr(iteration_stats, "num_prompt_tokens", 0) or 0)
+            self.generation_tokens += int(getattr(iteration_stats, "num_generation_tokens", 0) or 0)
+            self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
+            self.ttft.extend(getattr(iteration_stats, "time_to_first_tokens_iter", ()) or ())
+            # One sample per generated token after a request's first, as vLLM measures it (inter-token latency).
+            self.tpot.extend(getattr(iteration_stats, "inter_token_latencies_iter", ()) or ())
+            self.request_params_n.extend(getattr(iteration_stats, "n_params_iter", ()) or ())
+            for finished in getattr(iteration_stats, "finished_requests", ()) or ():
+                reason = str(getattr(finished, "finish_reason", "unknown")).lower()
+                self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+                self.e2e.append(finished.e2e_latency)
+                self.queue.append(getattr(finished, "queued_time", 0.0))
+                self.request_prompt_tokens.append(finished.num_prompt_tokens)
+                self.request_generation_tokens.append(finished.num_generation_tokens)
+                tracked = self._tracked.get(getattr(finished, "request_id", None))
+                if tracked is not None:
+                    tracked[0] -= 1
+                    if tracked[0] <= 0 and tracked[1] is not None:
+                        self._release(getattr(finished, "request_id", None))
+
+    def expect(self, request_id: str, completions: int) -> None:
+        """A request is starting; its final response waits for ``completions`` finished-request stats."""
+        with self._lock:
+            self._tracked[request_id] = [max(completions, 1), None, 0.0]
+
+    def send_final_after_stats(self, request_id: str, send: Any) -> None:
+        """Have the flusher call ``send()`` once the request's stats are recorded and reported."""
+        with self._lock:
+            tracked = self._tracked.get(request_id)
+            if tracked is None or tracked[0] <= 0:
+                self._tracked.pop(request_id, None)
+                self.ready_finals.append(send)
+                self.wake.set()
+            else:
+                tracked[1], tracked[2] = send, time.monotonic()
+
+    def forget(self, request_id: str) -> None:
+        """The request's task is done; a final response still held stays until its stats come."""
+        with self._lock:
+            tracked = self._tracked.get(request_id)
+            if tracked is not None and tracked[1] is None:
+                del self._tracked[request_id]
+
+    def release_held(self, older_than_s: float = 0.0) -> int:
+        """Let final responses held longer than ``older_than_s`` go without their stats; how many."""
+        with self._lock:
+            now = time.monotonic()
+            stale = [rid for rid, t in self._tracked.items() if t[1] is not None and now - t[2] >= older_than_s]
+            for request_id in stale:
+                self._release(request_id)
+            return len(stale)
+
+    def _release(self, request_id: Any) -> None:
+        tracked = self._tracked.pop(request_id)
+        self.ready_finals.append(tracked[1])
+        self.wake.set()
 
     def take(self) -> dict[str, Any]:
-        """Everything recorded since the last take(), and the current gauges."""
+        """Everything recorded since the last take(), the current gauges, and the final sends now due."""
         with self._lock:
             snapshot = {
                 "prompt_tokens": self.prompt_tokens,
@@ -718,16 +792,23 @@ class MetricsAccumulator:
                 "queue": self.queue,
                 "request_prompt_tokens": self.request_prompt_tokens,
                 "request_generation_tokens": self.request_generation_tokens,
+                "request_params_n": self.request_params_n,
                 "running": self.running,
                 "waiting": self.waiting,
                 "kv_cache_usage": self.kv_cache_usage,
+                "ready_finals": self.ready_finals,
             }
             self._reset()
+            self.wake.clear()
         return snapshot
 
 
+HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "request_prompt_tokens", "request_generation_tokens", "request_params_n")
+
+
 class TritonMetrics:
-    """vLLM's metric families on Triton's metrics endpoint (labels: model, version)."""
+    """vLLM's metric families on Triton's metrics endpoint (labels: model, version), and the thread that reports
+    them and sends the final responses that waited for them."""
 
     def __init__(self, labels: Mapping[str, str], max_model_len: int, accumulator: MetricsAccumulator) -> None:
         family = pb_utils.MetricFamily
@@ -749,38 +830,44 @@ class TritonMetrics:
         def gauge(name: str, description: str) -> Any:
             return metric(name, description, family.GAUGE)
 
-        def histogram(name: str, description: str, buckets: list[float]) -> Any:
-            return metric(name, description, family.HISTOGRAM, buckets=buckets)
+        def histogram(name: str, description: str, buckets: Sequence[float]) -> Any:
+            return metric(name, description, family.HISTOGRAM, buckets=list(buckets))
 
+        # The families Triton's own vLLM backend exports.
+        self.prompt_tokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.tpot = histogram(
+            "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", TPOT_BUCKETS
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", E2E_BUCKETS
+        )
+        tokens = token_buckets(max_model_len)
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
+        )
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
+        )
+        self.request_params_n = histogram(
+            "vllm:request_params_n", "Histogram of the n request parameter.", N_PARAM_BUCKETS
+        )
+        # This backend's additions.
         self._success_family = family(
             name="vllm:request_success_total",
             description="Number of finished requests, by finish reason.",
             kind=family.COUNTER,
         )
-        self.prompt_tokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
-        self.generation_tokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
+        self._families.append(self._success_family)
         self.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.")
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-        self.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token.", _TTFT_BUCKETS)
-        self.tpot = histogram(
-            "vllm:time_per_output_token_seconds",
-            "Histogram of mean time per output token, per request.",
-            _TPOT_BUCKETS,
-        )
-        self.e2e = histogram(
-            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency.", _LATENCY_BUCKETS
-        )
         self.queue = histogram(
-            "vllm:request_queue_time_seconds", "Histogram of time spent waiting in the queue.", _LATENCY_BUCKETS
-        )
-        tokens = token_buckets(max_model_len)
-        self.request_prompt_tokens = histogram(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed, per request.", tokens
-        )
-        self.request_generation_tokens = histogram(
-            "vllm:request_generation_tokens", "Number of generation tokens processed, per request.", tokens
+            "vllm:request_queue_time_seconds", "Histogram of time spent waiting in the queue.", QUEUE_BUCKETS
         )
         self._last_gauges: tuple | None = None
         self._stop = threading.Event()
@@ -788,13 +875,24 @@ class TritonMetrics:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(METRICS_FLUSH_INTERVAL_S):
+        while not self._stop.is_set():
+            # Woken early by a final response that waits for its stats; otherwise a periodic report.
+            self._acc.wake.wait(METRICS_FLUSH_INTERVAL_S)
+            if self._acc.release_held(FINAL_RESPONSE_HOLD_LIMIT_S):
+                _log("warn", "[vllm] final responses went out without their request's stats (none came)")
             self.flush()
+        self._acc.release_held()
         self.flush()
 
     def flush(self) -> None:
+        s = self._acc.take()
         try:
-            s = self._acc.take()
+            gauges = (s["running"], s["waiting"], s["kv_cache_usage"])
+            if gauges != self._last_gauges:  # each set() is a round trip to the server: only on change
+                self.running.set(gauges[0])
+                self.waiting.set(gauges[1])
+                self.kv_cache_usage.set(gauges[2])
+                self._last_gauges = gauges
             if s["prompt_tokens"]:
                 self.prompt_tokens.increment(s["prompt_tokens"])
             if s["generation_tokens"]:
@@ -807,21 +905,18 @@ class TritonMetrics:
                     metric = self._success_family.Metric(labels={**self._labels, "finished_reason": reason})
                     self._reason_counters[reason] = metric
                 metric.increment(count)
-            for name in ("ttft", "tpot", "e2e", "queue", "request_prompt_tokens", "request_generation_tokens"):
+            for name in HISTOGRAMS:
                 histogram = getattr(self, name)
                 for value in s[name]:
                     histogram.observe(float(value))
-            gauges = (s["running"], s["waiting"], s["kv_cache_usage"])
-            if gauges != self._last_gauges:  # each set() is a round trip to the server: only on change
-                self.running.set(gauges[0])
-                self.waiting.set(gauges[1])
-                self.kv_cache_usage.set(gauges[2])
-                self._last_gauges = gauges
         except Exception:  # metrics must never take the model down
             _log("error", f"[vllm] reporting metrics failed: {traceback.format_exc()}")
+        for send in s["ready_finals"]:
+            send()
 
     def stop(self) -> None:
         self._stop.set()
+        self._acc.wake.set()
         self._thread.join(timeout=5)
 
 
@@ -927,7 +1022,6 @@ class TritonPythonModel:
                 "config.pbtxt (or leave it out and let the backend fill it in)"
             )
         params = config_parameters(self.model_config)
-        self.report_metrics = bool_parameter(params, "REPORT_CUSTOM_METRICS")
         self.health_check = bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK")
         self.default_max_tokens = int_parameter(params, "DEFAULT_MAX_TOKENS")
 
@@ -938,6 +1032,7 @@ class TritonPythonModel:
         )
         if not isinstance(engine_config, dict):
             raise BackendConfigError(f"{os.path.join(version_dir, ENGINE_ARGS_FILE)}: must be a JSON object")
+        self.report_metrics = metrics_enabled(params, engine_config)
         self.lora_adapters = None
         if parse_bool(engine_config.get("enable_lora", False), "model.json enable_lora"):
             self.lora_adapters = load_lora_adapters(version_dir)
@@ -1124,6 +1219,8 @@ class TritonPythonModel:
             if job.task is not None and not job.task.done():
                 job.cancel_reason = self._dead_reason
                 job.task.cancel()
+        if self._metrics is not None:
+            self._accumulator.release_held()  # no stats will come from a dead engine
         if self.health_check:
             try:
                 pb_utils.unload_model(self.model_name)
@@ -1255,6 +1352,8 @@ class TritonPythonModel:
 
     def _spawn(self, job: _Job) -> None:
         self._live[job.request_id] = job
+        if self._metrics is not None:
+            self._accumulator.expect(job.request_id, job.options.n)
         job.task = self._loop.create_task(self._generate(job))
 
     async def _generate(self, job: _Job) -> None:
@@ -1294,6 +1393,8 @@ class TritonPythonModel:
                 self._deliver_error(job, message, code)
         finally:
             self._live.pop(job.request_id, None)
+            if self._metrics is not None:
+                self._accumulator.forget(job.request_id)
 
     @staticmethod
     def _finish(job: _Job) -> None:
@@ -1305,7 +1406,21 @@ class TritonPythonModel:
         # its round trip to the server queue up, and vLLM merges a stream's pending deltas into its next response.
         response = self._response(job, output)
         job.first = False
-        job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.finished else 0)
+        if not output.finished:
+            job.sender.send(response, flags=0)
+        elif self._metrics is not None:
+            # The final response goes out from the metrics thread, after the request's stats have been reported:
+            # a scrape right after the answer sees the request. One hand-off per request, none per token.
+            self._accumulator.send_final_after_stats(job.request_id, lambda: self._send_final(job.sender, response))
+        else:
+            job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    @staticmethod
+    def _send_final(sender: Any, response: Any) -> None:
+        try:
+            sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception as exc:  # the client may be gone already
+            _log("warn", f"[vllm] could not send a final response: {exc}")
 
     def _deliver_error(self, job: _Job, message: str, code: str) -> None:
         self._send_error(job.sender, message, code)
