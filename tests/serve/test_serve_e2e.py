@@ -442,3 +442,25 @@ def test_a_killed_launch_does_not_orphan_the_server(tiny_repository):
         assert set(Path(tempfile.gettempdir()).glob("vllm-repo-triton-*")) - workdirs_before == set()
     finally:
         launched.kill_everything()
+
+
+def test_a_log_file_given_to_launch_is_appended_to_and_kept(tiny_repository, tmp_path):
+    log = tmp_path / "logs" / "tritonserver.log"
+    log.parent.mkdir()
+    earlier = "a line an earlier run left\n"
+    log.write_text(earlier)
+    launched = start_launch(tiny_repository, "--log-file", str(log))
+    try:
+        assert f"log: {log}" in launched.output
+        assert infer("tiny", "Hi", url=launched.url, max_tokens=4).text is not None
+        launched.send(signal.SIGTERM)
+        code, _ = launched.wait_exit(60)
+        assert code == 0, launched.output
+        assert "stopped" in launched.output
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
+    # Kept after a clean stop, and appended to: the earlier run's lines first, then this server's.
+    text = log.read_text()
+    assert text.startswith(earlier)
+    assert "[vllm] model tiny ready" in text[len(earlier) :]

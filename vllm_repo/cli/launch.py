@@ -41,10 +41,20 @@ def launch(
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the models to load.")
     ] = 900.0,
+    log_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--log-file",
+            help="Write the server's log here, appended to and kept (default: a temporary file, removed after a "
+            "clean stop).",
+        ),
+    ] = None,
 ) -> None:
     """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
     if dry_run and not docker:
         raise UsageError("--dry-run goes with --docker")
+    if log_file is not None and docker:
+        raise UsageError("--log-file goes without --docker (the container logs to the console)")
     if docker:
         _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run)
         return
@@ -71,7 +81,7 @@ def launch(
         f"numpy {plan.python.numpy_version})",
         err=True,
     )
-    raise typer.Exit(run_server(plan, out=sys.stderr, ready_timeout=ready_timeout))
+    raise typer.Exit(run_server(plan, out=sys.stderr, ready_timeout=ready_timeout, log_path=log_file))
 
 
 def _docker(

@@ -451,7 +451,7 @@ def run_server(
             on_ready(server)
         polled = 0.0
         serving = set(plan.models)
-        followed = _LogFollower(server.log_path)
+        followed = _LogFollower(server.log_path, offset=server.log_start)
         followed.new_text()  # what loading wrote: only what comes after it can be a death
         while server.is_running():
             if stop_event is not None and stop_event.is_set():
@@ -510,8 +510,8 @@ class _LogFollower:
     """The text a log gained since the last call (a running server's log only grows), and the lines before it that a
     cause may be on."""
 
-    def __init__(self, path: Path | None, keep: int = 400) -> None:
-        self.path, self.offset, self.recent, self.keep = path, 0, "", keep
+    def __init__(self, path: Path | None, keep: int = 400, offset: int = 0) -> None:
+        self.path, self.offset, self.recent, self.keep = path, offset, "", keep
 
     def new_text(self) -> str:
         if self.path is None:

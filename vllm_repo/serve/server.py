@@ -101,6 +101,8 @@ class TritonServer:
         self._log_path = Path(log_path) if log_path else None
         self._exit_timeout_s = exit_timeout_s
         self._log_file = None
+        # Where this server's output starts in its log: a log file given by the user is appended to, run after run.
+        self.log_start = 0
         self._final_log: str | None = None
         self.process: subprocess.Popen | None = None
         # Set by stop() when the server's own shutdown was not enough and its process group had to be signalled.
@@ -175,6 +177,7 @@ class TritonServer:
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         # Open for the server's whole life, closed by stop(): not a with block.
         self._log_file = open(self._log_path, "ab")  # noqa: SIM115
+        self.log_start = self._log_file.tell()
         env = serving_env(self.python, self.triton_home, overrides=self._env_overrides)
         self.process = subprocess.Popen(
             self.command(),
@@ -279,11 +282,17 @@ class TritonServer:
             self._own_workdir = None
 
     def log_text(self) -> str:
+        """What this server wrote to its log (not what earlier runs left in the same file)."""
         if self._final_log is not None:
             return self._final_log
-        if self._log_path is None or not self._log_path.exists():
+        if self._log_path is None:
             return ""
-        return self._log_path.read_text(errors="replace")
+        try:
+            with open(self._log_path, "rb") as log:
+                log.seek(self.log_start)
+                return log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
