@@ -62,10 +62,9 @@ def default_engine_args(model: str, device: str) -> dict:
             "max_model_len": 1024,
             "kv_cache_memory_bytes": 128 * 2**20,
             "max_num_seqs": 64,
-            "disable_log_stats": True,
         }
     # Two engines share the GPU (Triton's and the raw one): each gets under half of it.
-    return {"model": model, "max_model_len": 4096, "gpu_memory_utilization": 0.42, "disable_log_stats": True}
+    return {"model": model, "max_model_len": 4096, "gpu_memory_utilization": 0.42}
 
 
 # -- CPU accounting --------------------------------------------------------------------------------------------------
@@ -385,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         results["vllm_version"] = vllm.__version__
 
         async def make_engine():
-            return AsyncLLM.from_engine_args(AsyncEngineArgs(**settings))
+            # No stat logger on the raw side. Triton's model.json leaves disable_log_stats out: the backend keeps
+            # vLLM's own loggers off by itself, and with it set REPORT_CUSTOM_METRICS would report nothing.
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**{"disable_log_stats": True, **settings}))
 
         server.wait_ready(timeout=900)  # Triton's engine first: two engine startups at once starve each other
         if args.device == "gpu":
