@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vllm_repo_cli
+from vllm_repo.doctor import root_error
 from vllm_repo.errors import UsageError
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve import launch, ngc
 from vllm_repo.serve.docker import docker_plan
 from vllm_repo.serve.errors import LaunchError
-from vllm_repo.serve.launch import cpu_settings, prepare_launch, root_error
+from vllm_repo.serve.launch import cpu_settings, prepare_launch
 from vllm_repo.serve.ports import check_ports
 from vllm_repo.serve.python_env import probe_python
 from vllm_repo.serve.server_files import find_server

@@ -368,6 +368,12 @@ def test_a_model_vllm_refuses_fails_with_vllms_own_reason(tiny_model, tmp_path):
         # The whole log is kept for the user, where the hint says.
         log = Path(launched.output.split("the whole log: ", 1)[1].split()[0])
         assert "failed to load 'tiny'" in log.read_text()
+        # launch and doctor read the failure alike: the same cause, its code, and the fix.
+        from vllm_repo.doctor import diagnose_file
+
+        root = diagnose_file(log).root
+        assert root is not None and f"[{root.code}]" in error and root.message in error, error
+        assert root.hint.split(";")[0] in launched.output
         log.unlink()
         assert_nothing_left(launched)
     finally:

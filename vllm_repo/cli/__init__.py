@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpus": ("estimate", "gpus"),
     "launch": ("launch", "launch"),
     "infer": ("infer", "infer"),
+    "doctor": ("doctor", "doctor"),
     # Command groups: --help lists them after the commands.
     "schema": ("schema", "schema_app"),
     "backend": ("backend", "backend_app"),

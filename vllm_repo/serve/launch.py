@@ -6,7 +6,7 @@ The pieces are separate functions so each can be used (and tested) alone:
   server's environment (CPU settings on a machine without an NVIDIA GPU). It starts nothing.
 - ``run_server`` starts the server in its own process group, waits for readiness with progress, reports the
   endpoints, and blocks until a signal; it always stops the whole group and removes its /dev/shm segments.
-- ``root_error`` turns a server log into the one line that says why it failed.
+- ``server_failure`` turns a failed server's log into doctor's root cause and fix (vllm_repo.doctor).
 """
 
 from __future__ import annotations
@@ -266,100 +266,38 @@ def _older_than_bundled_backend_supports(vllm_version: str | None) -> bool:
 # The server's log
 # ---------------------------------------------------------------------------------------------------------------------
 
-_FAILED_LOAD = re.compile(r"failed to load '([^']+)' version (\d+): (.*)")
-_PY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
-_TRITON_ERROR = re.compile(r"^E\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] (.*)$")
-
-
-def _unquote(text: str) -> str:
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] == '"':
-        text = text[1:-1]
-    return text.replace("\\n", "\n").replace('\\"', '"')
-
-
-def _first_meaningful(message: str) -> str:
-    # The Python backend appends "At:" and a stack of frames; the cause is before it. Prefixes like
-    # "Internal: " or "ValueError: " are kept, they say what kind of failure it was.
-    message = message.split("\n\nAt:")[0].split("\nAt:\n")[0]
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else message.strip()
-
-
-def root_error(log: str) -> str | None:
-    """The line of a Triton log that says why the server (or a model) failed, or None when none is recognisable.
-
-    Preference: a model's "failed to load" reason (the backend's own exception) - unless that only points elsewhere
-    (vLLM's "Engine core initialization failed. See root cause above"), then the last Python exception logged before
-    it; else the last Python exception line; else Triton's last error line."""
-    lines = log.splitlines()
-    exceptions: list[tuple[int, str]] = []
-    failed: tuple[int, str, str] | None = None
-    last_error = None
-    for number, line in enumerate(lines):
-        text = line.strip()
-        match = _FAILED_LOAD.search(text)
-        if match:
-            failed = (number, match.group(1), match.group(3))
-        match = _PY_EXCEPTION.match(text)
-        if match:
-            exceptions.append((number, text))
-        match = _TRITON_ERROR.match(text)
-        if match:
-            last_error = _unquote(match.group(1))
-    if failed:
-        number, model, reason = failed
-        reason = _first_meaningful(_unquote(reason.rstrip().rstrip('"')))
-        reason = re.sub(r"^(Internal|INTERNAL|Unavailable|UNAVAILABLE): ", "", reason)
-        if "root cause above" in reason or "initialization failed" in reason:
-            earlier = [
-                text
-                for n, text in exceptions
-                if n < number
-                and text not in reason
-                and "root cause above" not in text
-                and "initialization failed" not in text
-            ]
-            if earlier:
-                reason = earlier[-1]
-        return f"model '{model}' failed to load: {reason}"
-    if exceptions:
-        return exceptions[-1][1]
-    return last_error
-
-
 # The bundled backend's line when a model's engine dies; it names the cause it read from this same log.
 _MODEL_DEAD = re.compile(
     r"\[vllm\] model (?P<name>\S+): the vLLM engine has died(?:: (?P<cause>[^;]*?) \(log: [^;]*\))?(?:;|$)", re.M
 )
-_DIED = re.compile(
-    r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
-    r"|(?P<client>engine core) exited unexpectedly"
-)
 
 
 def engine_death_reason(log: str) -> str | None:
-    """Why a running model's vLLM engine died, from the server log: the process vLLM saw die and the signal that
-    killed it ("Worker proc VllmWorker-0 died unexpectedly (exit code: -4)" reads "... killed by SIGILL")."""
-    found = None
-    for line in log.splitlines():
-        match = _DIED.search(line)
-        if match:
-            found = match
-    if found is None:
-        return None
-    if found["client"]:
-        return "vLLM's engine core process exited unexpectedly"
-    reason = f"{found['who'].strip()} died"
-    code = int(found["code"]) if found["code"] else None
-    if code is not None and code < 0:
-        try:
-            reason += f", killed by {signal.Signals(-code).name}"
-        except ValueError:
-            reason += f" (exit code {code})"
-    elif code is not None:
-        reason += f" (exit code {code})"
-    return reason
+    """Why a running model's vLLM engine died, from the server log: doctor's reading of the process death."""
+    from vllm_repo.doctor import ServerLog, diagnose
+
+    deaths = [d for d in diagnose(ServerLog(log)).findings if d.code == "VD201"]
+    return deaths[-1].message if deaths else None
+
+
+def server_failure(server: TritonServer, what: str) -> LaunchError:
+    """The error for a server that stopped or never became ready: doctor's root cause and fix, from its log."""
+    from vllm_repo.doctor import ServerLog, diagnose, root_error
+
+    text = server.log_text()
+    diagnosis = diagnose(ServerLog(text, server.log_path))
+    where = f"the whole log: {server.log_path}"
+    if diagnosis.root is None:
+        return LaunchError(
+            f"{what}: {root_error(text) or 'no error line recognised; see the log'}",
+            hint=where,
+            log_path=server.log_path,
+        )
+    return LaunchError(
+        f"{what}: {diagnosis.summary()}",
+        hint=f"{diagnosis.root.hint}\n  {where} (`vllm-repo doctor {server.log_path}` reads it)",
+        log_path=server.log_path,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -463,11 +401,7 @@ def run_server(
             time.sleep(0.25)
         else:
             status = server.process.returncode
-            raise LaunchError(
-                f"tritonserver exited by itself (status {status}): {root_error(server.log_text()) or 'see the log'}",
-                hint=f"the whole log: {server.log_path}",
-                log_path=server.log_path,
-            )
+            raise server_failure(server, f"tritonserver exited by itself (status {status})")
         failed = False
         return 0
     except (KeyboardInterrupt, _Stop):
@@ -556,12 +490,8 @@ def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: fl
     while True:
         elapsed = time.monotonic() - start
         if not server.is_running():
-            raise LaunchError(
-                f"tritonserver exited (status {server.process.returncode}) before it was ready: "
-                f"{root_error(server.log_text()) or 'no error line recognised; see the log'}",
-                hint=f"the whole log: {server.log_path}",
-                log_path=server.log_path,
-            )
+            status = server.process.returncode
+            raise server_failure(server, f"tritonserver exited (status {status}) before it was ready")
         if server.is_ready():
             if tty:
                 out.write("\r\033[K")

@@ -107,9 +107,7 @@ def plan_migration(
         if not found:
             continue  # in no bundled release: a typo, which validate reports with a suggestion
         if all(release_key(v) > release_key(to) for v in found):
-            changes.append(
-                KeyChange(key, "manual", f"exists only from vLLM {found[0]}; remove it to run vLLM {to}")
-            )
+            changes.append(KeyChange(key, "manual", f"exists only from vLLM {found[0]}; remove it to run vLLM {to}"))
             continue
         replacement = replacement_for(key)
         if replacement is None or replacement.new not in target.fields:
@@ -207,7 +205,6 @@ def changed_defaults(data: dict[str, Any], source: EngineArgsSchema, target: Eng
         if old != new and not _same_meaning(old, new):
             out.append(DefaultChange(key, old, new))
     return out
-
 
 
 def _same_meaning(a: Any, b: Any) -> bool:

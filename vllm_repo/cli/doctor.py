@@ -1,0 +1,34 @@
+"""`vllm-repo doctor`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_repo.cli.validate import OutputFormat
+
+
+def doctor(
+    log: Annotated[Path | None, typer.Argument(help="A Triton server log (tritonserver's output).")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", metavar="URL", help="A running server, e.g. http://127.0.0.1:8000: its models' states."),
+    ] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="text, json or github.")] = OutputFormat.text,
+) -> None:
+    """Read a failed Triton server's log (or ask the running server): the root cause, and the fix."""
+    from vllm_repo.doctor import diagnose_file, diagnose_server
+    from vllm_repo.doctor.report import report
+    from vllm_repo.errors import UsageError
+
+    if log is None and url is None:
+        raise UsageError("give the server's log or its address", hint="vllm-repo doctor LOG, or --url http://HOST:8000")
+    diagnosis = diagnose_server(url, log) if url else diagnose_file(log)
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
+    else:
+        typer.echo(report(diagnosis, github=output_format is OutputFormat.github), nl=False)
+    raise typer.Exit(1 if diagnosis.findings or diagnosis.first_errors else 0)

@@ -1,0 +1,142 @@
+"""A Triton server log as the causes read it: Triton writes a Python traceback inside one quoted log line with its
+line breaks escaped ("...\\n\\nAt:\\n  /x/model.py(4): initialize\\n"); those come back as lines of their own, each
+remembering the log line it was written on."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from vllm_repo.errors import UsageError
+
+# Triton's own line header: severity letter, date, time, thread, file:line.
+TRITON_LINE = re.compile(r"^(?P<level>[IWE])\d{4} [\d:.]+\s+\d+ (?P<source>[\w.]+:\d+)\] (?P<message>.*)$")
+_FAILED_LOAD = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<reason>.*)")
+_PY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLine:
+    number: int  # 1-based, in the file
+    text: str  # one line of the message, with Triton's header and quoting removed
+
+
+@dataclasses.dataclass
+class ServerLog:
+    text: str
+    path: Path | None = None
+
+    @classmethod
+    def read(cls, path: str | Path) -> ServerLog:
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(
+                f"{path}: cannot read the log: {exc.strerror or exc}", hint="give a Triton log file"
+            ) from None
+        return cls(raw.decode("utf-8", "replace"), path)
+
+    @property
+    def lines(self) -> list[LogLine]:
+        if not hasattr(self, "_lines"):
+            self._lines = list(self._expand())
+        return self._lines
+
+    def _expand(self) -> Iterator[LogLine]:
+        for number, raw in enumerate(self.text.splitlines(), 1):
+            text = raw.rstrip()
+            match = TRITON_LINE.match(text.strip())
+            if match:
+                text = _unquote(match["message"])
+            for part in text.split("\n"):
+                yield LogLine(number, part.rstrip())
+
+    def find(self, pattern: re.Pattern[str]) -> Iterator[tuple[LogLine, re.Match[str]]]:
+        for line in self.lines:
+            match = pattern.search(line.text)
+            if match:
+                yield line, match
+
+    def first(self, pattern: re.Pattern[str]) -> tuple[LogLine, re.Match[str]] | None:
+        return next(self.find(pattern), None)
+
+    def failed_loads(self) -> list[tuple[int, str, str]]:
+        """(line, model, reason) of each "failed to load 'M' version N: reason" line, the reason's first meaningful
+        line (the Python backend appends a stack after "At:")."""
+        out = []
+        for number, raw in enumerate(self.text.splitlines(), 1):
+            match = _FAILED_LOAD.search(raw)
+            if match:
+                reason = _first_meaningful(_unquote(match["reason"].rstrip().rstrip('"')))
+                reason = re.sub(r"^(Internal|INTERNAL|Unavailable|UNAVAILABLE): ", "", reason)
+                out.append((number, match["model"], reason))
+        return out
+
+    def error_lines(self, limit: int = 8) -> list[LogLine]:
+        """The first error lines: Triton's E lines, Python exceptions and vLLM's ERROR lines."""
+        found: list[LogLine] = []
+        seen: set[str] = set()
+        for number, raw in enumerate(self.text.splitlines(), 1):
+            text = raw.strip()
+            match = TRITON_LINE.match(text)
+            is_error = (match and match["level"] == "E") or _PY_EXCEPTION.match(text) or " ERROR " in f" {text} "
+            if is_error and text not in seen:
+                seen.add(text)
+                found.append(LogLine(number, text[:300]))
+                if len(found) >= limit:
+                    break
+        return found
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    return text.replace("\\n", "\n").replace('\\"', '"')
+
+
+def _first_meaningful(message: str) -> str:
+    # The Python backend appends "At:" and a stack of frames; the cause is before it. Prefixes like
+    # "Internal: " or "ValueError: " are kept, they say what kind of failure it was.
+    message = message.split("\n\nAt:")[0].split("\nAt:\n")[0]
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else message.strip()
+
+
+def root_error(log: str) -> str | None:
+    """The line of a Triton log that says why the server (or a model) failed, for a log no cause explains.
+
+    Preference: a model's "failed to load" reason (the backend's own exception) - unless that only points elsewhere
+    (vLLM's "Engine core initialization failed. See root cause above"), then the last Python exception logged before
+    it; else the last Python exception line; else Triton's last error line."""
+    exceptions: list[tuple[int, str]] = []
+    last_error = None
+    for number, line in enumerate(log.splitlines()):
+        text = line.strip()
+        match = _PY_EXCEPTION.match(re.sub(r"^\(\w+ pid=\d+\) (?:ERROR )?", "", text))
+        if match:
+            exceptions.append((number, f"{match.group(1)}: {match.group(2)}"))
+        match = TRITON_LINE.match(text)
+        if match and match["level"] == "E":
+            last_error = _unquote(match["message"])
+    failed = ServerLog(log).failed_loads()
+    if failed:
+        number, model, reason = failed[-1]
+        if "root cause above" in reason or "initialization failed" in reason:
+            earlier = [
+                text
+                for n, text in exceptions
+                if n < number - 1
+                and text not in reason
+                and "root cause above" not in text
+                and "initialization failed" not in text
+            ]
+            if earlier:
+                reason = earlier[-1]
+        return f"model '{model}' failed to load: {reason}"
+    if exceptions:
+        return exceptions[-1][1]
+    return last_error

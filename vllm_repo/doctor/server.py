@@ -1,0 +1,93 @@
+"""doctor --url: a running server's own account (readiness, and each model's state and reason from the repository
+index), and, for a server on this machine, the log it writes: the file its stdout goes to (`vllm-repo launch` and
+`tritonserver > log` both have one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from vllm_repo.errors import UsageError
+
+
+def repository_index(url: str, timeout: float = 5.0) -> list[dict]:
+    """Triton's POST /v2/repository/index: every model with its state ("READY", "UNAVAILABLE", ...) and reason."""
+    request = urllib.request.Request(f"{url.rstrip('/')}/v2/repository/index", data=b"{}", method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read() or b"[]")
+    except urllib.error.HTTPError as exc:
+        raise UsageError(
+            f"{url}: the repository index answered HTTP {exc.code}", hint="is it a Triton server?"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UsageError(
+            f"{url}: no Triton server answers ({reason})",
+            hint="give the server's HTTP address (default port 8000), or the log file: `vllm-repo doctor LOG`",
+        ) from None
+    except ValueError:
+        raise UsageError(f"{url}: the repository index is not JSON", hint="is it a Triton server?") from None
+
+
+def index_as_log(models: list[dict]) -> str:
+    """The index's failures as the log lines Triton writes for them, so the causes read both alike."""
+    return "\n".join(
+        f"failed to load '{m.get('name')}' version {m.get('version') or 1}: {m.get('reason', '')}"
+        for m in models
+        if m.get("state") not in ("READY", "LOADING", "UNLOADING") and m.get("reason")
+    )
+
+
+def local_log_of(url: str) -> Path | None:
+    """The log file of the server listening at ``url`` when it runs on this machine and writes its output to a file
+    (Linux: the listening socket's process, then where that process's stdout goes)."""
+    parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
+    if parsed.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") or parsed.port is None:
+        return None
+    inodes = _listening_inodes(parsed.port)
+    if not inodes:
+        return None
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return _output_file(pid)
+    return None
+
+
+def _listening_inodes(port: int) -> set[str]:
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found.add(fields[9])
+    return found
+
+
+def _output_file(pid: str) -> Path | None:
+    for fd in ("1", "2"):
+        try:
+            target = Path(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+        if target.is_file():
+            return target
+    return None
