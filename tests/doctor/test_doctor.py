@@ -185,3 +185,30 @@ def test_doctor_asks_a_running_server_and_reads_its_log(tmp_path):
         assert done.exit_code == 1 and "[VD101]" in done.output and "disable_log_requests" in done.output
     finally:
         server.stop()
+
+
+def test_a_memory_failure_with_the_repository_gets_estimates_advice(tmp_path):
+    """A GPU out-of-memory at load, with the repository that ran: estimate sizes that model on the GPU the log
+    reports (torch's "total capacity"), and its recommendations come with the diagnosis."""
+    import json
+
+    from tests.estimate.helpers import config, model_dir
+    from vllm_repo.doctor import recommend
+
+    model = model_dir(tmp_path, config("llama-3.1-8b"), weights=False)
+    repo = tmp_path / "repo"
+    (repo / "llm" / "1").mkdir(parents=True)
+    (repo / "llm" / "config.pbtxt").write_text('backend: "vllm"\n')
+    (repo / "llm" / "1" / "model.json").write_text(json.dumps({"model": str(model), "max_model_len": 131072}))
+    log = ServerLog(
+        "E1201 10:00:00.000000 1 model_lifecycle.cc:642] \"failed to load 'llm' version 1: Internal: "
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.77 GiB "
+        'of which 1.02 GiB is free."\n'
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.root.code == "VD106"
+    lines = recommend(diagnosis, log, repo)
+    assert lines[0].startswith("estimate for llm on") and "15.77" in lines[0], lines
+    assert any("tensor_parallel_size" in line for line in lines[1:]), lines  # 8B in bf16 does not fit on 16 GB
+    assert recommend(diagnosis, ServerLog("CUDA out of memory\n"), repo)[0].endswith("pass --gpu NAME")
+    assert recommend(diagnose(ServerLog("I1201 fine\n")), log, repo) == []

@@ -13,20 +13,31 @@ from vllm_repo.cli.validate import OutputFormat
 
 def doctor(
     log: Annotated[Path | None, typer.Argument(help="A Triton server log (tritonserver's output).")] = None,
+    repository: Annotated[
+        Path | None,
+        typer.Argument(help="The model repository the server ran: for a memory failure, what estimate recommends."),
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option("--url", metavar="URL", help="A running server, e.g. http://127.0.0.1:8000: its models' states."),
     ] = None,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="The GPU it ran on, for estimate (default: what the log says).")
+    ] = None,
     output_format: Annotated[OutputFormat, typer.Option("--format", help="text, json or github.")] = OutputFormat.text,
 ) -> None:
     """Read a failed Triton server's log (or ask the running server): the root cause, and the fix."""
-    from vllm_repo.doctor import diagnose_file, diagnose_server
+    from vllm_repo.doctor import diagnose_file, diagnose_server, recommend
     from vllm_repo.doctor.report import report
     from vllm_repo.errors import UsageError
 
     if log is None and url is None:
         raise UsageError("give the server's log or its address", hint="vllm-repo doctor LOG, or --url http://HOST:8000")
+    if url and log is not None and log.is_dir() and repository is None:
+        log, repository = None, log  # doctor --url URL REPO
     diagnosis = diagnose_server(url, log) if url else diagnose_file(log)
+    if repository is not None and diagnosis.source_log is not None:
+        diagnosis.recommendations = recommend(diagnosis, diagnosis.source_log, repository, gpu)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:

@@ -9,13 +9,23 @@ lines. ``launch`` uses the same diagnosis when a server fails to start.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from vllm_repo.doctor.causes import CAUSES, all_causes
 from vllm_repo.doctor.log import LogLine, ServerLog, root_error
 from vllm_repo.validate.diagnostics import Diagnostic, Severity, display_path
 
-__all__ = ["CAUSES", "Diagnosis", "ServerLog", "diagnose", "diagnose_file", "root_error"]
+__all__ = [
+    "CAUSES",
+    "Diagnosis",
+    "ServerLog",
+    "diagnose",
+    "diagnose_file",
+    "diagnose_server",
+    "recommend",
+    "root_error",
+]
 
 
 @dataclasses.dataclass
@@ -24,6 +34,8 @@ class Diagnosis:
     findings: list[Diagnostic]
     failed_models: list[tuple[str, str]]  # (model, Triton's reason) from "failed to load" lines or the server
     first_errors: list[LogLine]  # for a log no cause explains
+    recommendations: list[str] = dataclasses.field(default_factory=list)  # estimate's, for a memory cause
+    source_log: ServerLog | None = None
 
     @property
     def understood(self) -> bool:
@@ -47,6 +59,7 @@ class Diagnosis:
             "findings": [d.to_dict() for d in self.findings],
             "failed_models": [{"model": m, "reason": r} for m, r in self.failed_models],
             "first_errors": [{"line": e.number, "text": e.text} for e in self.first_errors],
+            "recommendations": self.recommendations,
         }
 
 
@@ -68,7 +81,7 @@ def diagnose(log: ServerLog, source: str | None = None) -> Diagnosis:
                 )
     findings = sorted(found.values(), key=lambda d: (d.line or 0, d.code))
     failed = [(model, reason) for _, model, reason in log.failed_loads()]
-    return Diagnosis(shown, findings, failed, [] if findings else log.error_lines())
+    return Diagnosis(shown, findings, failed, [] if findings else log.error_lines(), source_log=log)
 
 
 def diagnose_file(path: str | Path) -> Diagnosis:
@@ -88,3 +101,42 @@ def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:
     from_log = diagnose_file(path)
     # The log has line numbers and what led up to a failure; the index adds the models' states.
     return from_log if from_log.understood or not from_index.understood else from_index
+
+
+MEMORY_CAUSES = ("VD106", "VD107", "VD108")
+_GPU_TOTAL = re.compile(r"total capacity of (?P<a>[\d.]+) GiB|total_gpu_memory=(?P<b>[\d.]+) ?GiB")
+
+
+def recommend(diagnosis: Diagnosis, log: ServerLog, repository: str | Path, gpu: str | None = None) -> list[str]:
+    """What `estimate` recommends for the model that failed for lack of memory, on the GPU ``gpu`` names or the log
+    reports (the total capacity in vLLM's and torch's own lines). Lines to show, or why there are none."""
+    if diagnosis.root is None or diagnosis.root.code not in MEMORY_CAUSES:
+        return []
+    from vllm_repo.errors import VllmRepoError
+    from vllm_repo.estimate import estimate_for_engine_args
+    from vllm_repo.repository import open_repository
+
+    models = [m for m in open_repository(Path(repository)).models if m.uses_vllm_backend]
+    failed = diagnosis.failed_models[0][0] if diagnosis.failed_models else None
+    model = next((m for m in models if m.name == failed), models[0] if len(models) == 1 else None)
+    if model is None:
+        return [f"estimate: no model {failed or ''} in {repository} to size".replace("  ", " ")]
+    if gpu is None:
+        found = log.first(_GPU_TOTAL)
+        if found is None:
+            return ["estimate: the log does not say how much memory the GPU has; pass --gpu NAME"]
+        gpu = float(found[1]["a"] or found[1]["b"])
+    try:
+        est = estimate_for_engine_args(model.engine_args_data(), gpu, base=model.path)
+    except VllmRepoError as exc:
+        return [f"estimate: {exc.message}"]
+    if est is None:
+        return [
+            f"estimate: the config of {model.name}'s model is not readable offline (`vllm-repo estimate` fetches it)"
+        ]
+    lines = [
+        f"estimate for {model.name} on {est.gpu}: KV cache {est.kv_cache_gib:.2f} GiB"
+        + (f", {est.error}" if est.error else "")
+    ]
+    lines.extend(f"estimate recommends {r.setting} = {r.value}: {r.reason}" for r in est.recommendations)
+    return lines

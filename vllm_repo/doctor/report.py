@@ -18,6 +18,7 @@ def report(diagnosis: Diagnosis, github: bool = False) -> str:
         label = "root cause" if i == 0 else "then"
         out.append(f"{label}: {d.location()}: [{d.code}] {d.message}")
         out.append(f"    fix: {d.hint}")
+    out.extend(f"    {line}" for line in diagnosis.recommendations)
     if not diagnosis.findings:
         if diagnosis.first_errors:
             out.append(f"{diagnosis.source}: no known cause matches this log; its first error lines:")
