@@ -54,6 +54,18 @@ def all_causes() -> list[Cause]:
     return [CAUSES[code] for code in sorted(CAUSES)]
 
 
+def fixed_cause(code: str, name: str, pattern: re.Pattern[str], message: str, hint: str, doc: str) -> None:
+    """A cause whose first matching line is all there is to it: one message, one fix."""
+
+    def check(log: ServerLog) -> Iterator[Found]:
+        hit = log.first(pattern)
+        if hit is not None:
+            yield Found(hit[0], message, hint)
+
+    check.__doc__ = doc
+    cause(code, name)(check)
+
+
 # ------------------------------------------------------------------------------------------------ VD1xx: loading
 
 _NOT_ENGINE_ARG = re.compile(r"\"(?P<key>\w+)\" is not a vLLM (?P<version>\S+) engine argument(?P<more>[^;]*)")
@@ -221,20 +233,17 @@ _NO_CACHE = re.compile(
 )
 
 
-@cause("VD107", "no-memory-for-kv-cache")
-def no_memory_for_kv_cache(log: ServerLog) -> Iterator[Found]:
-    """After the weights and activations, nothing of gpu_memory_utilization was left for the KV cache."""
-    hit = log.first(_NO_CACHE)
-    if hit is None:
-        return
-    yield Found(
-        hit[0],
-        "vLLM had no memory for the KV cache: not one block fits in what is left after the weights and "
-        "activations (or in kv_cache_memory_bytes, where model.json sets it)",
-        "raise gpu_memory_utilization (what vLLM may take of the GPU) or kv_cache_memory_bytes, or use "
-        "tensor_parallel_size to spread the weights; `vllm-repo estimate REPO/MODEL --gpu GPU` shows the split "
-        "(rule VR601)",
-    )
+fixed_cause(
+    "VD107",
+    "no-memory-for-kv-cache",
+    _NO_CACHE,
+    "vLLM had no memory for the KV cache: not one block fits in what is left after the weights and activations (or "
+    "in kv_cache_memory_bytes, where model.json sets it)",
+    "raise gpu_memory_utilization (what vLLM may take of the GPU) or kv_cache_memory_bytes, or use "
+    "tensor_parallel_size to spread the weights; `vllm-repo estimate REPO/MODEL --gpu GPU` shows the split (rule "
+    "VR601)",
+    "After the weights and activations, nothing of gpu_memory_utilization was left for the KV cache.",
+)
 
 
 _LEN_OVER_CACHE = re.compile(
@@ -272,35 +281,29 @@ _NUMPY2 = re.compile(
 )
 
 
-@cause("VD109", "numpy-2-under-an-older-stub")
-def numpy_2(log: ServerLog) -> Iterator[Found]:
-    """numpy 2 in the Python that Triton's Python backend stub was built against numpy 1 for (Triton 2.51 and older)."""
-    hit = log.first(_NUMPY2)
-    if hit is None:
-        return
-    yield Found(
-        hit[0],
-        "the Python backend stub was built for numpy 1 and the backend's Python has numpy 2",
-        "install numpy<2 in the Python the stub runs (`pip install 'numpy<2'`); `vllm-repo launch` checks this "
-        "before it starts",
-    )
+fixed_cause(
+    "VD109",
+    "numpy-2-under-an-older-stub",
+    _NUMPY2,
+    "the Python backend stub was built for numpy 1 and the backend's Python has numpy 2",
+    "install numpy<2 in the Python the stub runs (`pip install 'numpy<2'`); `vllm-repo launch` checks this before it "
+    "starts",
+    "numpy 2 in the Python that Triton's Python backend stub was built against numpy 1 for (Triton 2.51 and older).",
+)
 
 
 _NO_VLLM = re.compile(r"vLLM cannot be imported in Triton's Python stub|No module named '?vllm'?(?!\.)")
 
 
-@cause("VD110", "vllm-not-installed")
-def vllm_not_installed(log: ServerLog) -> Iterator[Found]:
-    """The Python that runs the backend has no vLLM."""
-    hit = log.first(_NO_VLLM)
-    if hit is None:
-        return
-    yield Found(
-        hit[0],
-        "the Python that runs the backend cannot import vLLM",
-        "install vLLM in the stub's Python (a *-vllm-python-py3 container has it); with `vllm-repo launch`, give "
-        "--python or VLLM_REPO_SERVING_PYTHON a Python that has it",
-    )
+fixed_cause(
+    "VD110",
+    "vllm-not-installed",
+    _NO_VLLM,
+    "the Python that runs the backend cannot import vLLM",
+    "install vLLM in the stub's Python (a *-vllm-python-py3 container has it); with `vllm-repo launch`, give --python "
+    "or VLLM_REPO_SERVING_PYTHON a Python that has it",
+    "The Python that runs the backend has no vLLM.",
+)
 
 
 _DECOUPLED = re.compile(
@@ -414,18 +417,15 @@ def engine_process_died(log: ServerLog) -> Iterator[Found]:
 _UNHEALTHY = re.compile(r"Stub process (?:'[^']*' )?is (?:not healthy|unhealthy)")
 
 
-@cause("VD202", "stub-unhealthy")
-def stub_unhealthy(log: ServerLog) -> Iterator[Found]:
-    """Triton's Python backend stub stopped answering health checks (it crashed or was killed)."""
-    hit = log.first(_UNHEALTHY)
-    if hit is None:
-        return
-    yield Found(
-        hit[0],
-        "the Python backend stub stopped answering: the process running the model crashed or was killed",
-        "look above it for a signal or out-of-memory (the kernel's OOM killer: `dmesg | grep -i oom`); with the "
-        "bundled backend, ENABLE_VLLM_HEALTH_CHECK unloads a model whose engine died",
-    )
+fixed_cause(
+    "VD202",
+    "stub-unhealthy",
+    _UNHEALTHY,
+    "the Python backend stub stopped answering: the process running the model crashed or was killed",
+    "look above it for a signal or out-of-memory (the kernel's OOM killer: `dmesg | grep -i oom`); with the bundled "
+    "backend, ENABLE_VLLM_HEALTH_CHECK unloads a model whose engine died",
+    "Triton's Python backend stub stopped answering health checks (it crashed or was killed).",
+)
 
 
 # ------------------------------------------------------------------------------------------- VD3xx: the server
