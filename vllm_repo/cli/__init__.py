@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # Command groups: --help lists them after the commands.
     "schema": ("schema", "schema_app"),
     "backend": ("backend", "backend_app"),
+    "export": ("export", "export_app"),
 }
 
 
