@@ -68,3 +68,12 @@ def test_validate_does_not_import_vllm_or_torch(repo):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+
+
+def test_num_gpus_option_enables_the_placement_checks(repo):
+    config = 'backend: "vllm"\ninstance_group [ { kind: KIND_GPU gpus: [ 3 ] } ]\n'
+    repo.model("llm", config=config)
+    args = ("validate", "--vllm-version", "0.32.0", "--format", "json", str(repo.root))
+    assert vllm_repo(*args).returncode == 0
+    beyond = vllm_repo(*args, "--num-gpus", "2")
+    assert beyond.returncode == 1 and [d["code"] for d in json.loads(beyond.stdout)["diagnostics"]] == ["VR506"]

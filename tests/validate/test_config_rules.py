@@ -104,3 +104,9 @@ def test_vr208_parameters(repo):
     assert found["REPORT_CUSTOM_METRICS"].severity.value == "error"
     assert "model.json" in found["'gpu_memory_utilization'"].hint
     assert found["'REPORT_CUSTOM_METRIC'"].hint == "did you mean 'REPORT_CUSTOM_METRICS'?"
+
+
+def test_vr208_gpu_device_ids_is_a_backend_parameter(repo):
+    config = FULL + 'parameters { key: "GPU_DEVICE_IDS" value: { string_value: "0" } }\n'
+    repo.model("llm", config=config)
+    assert "VR208" not in codes(run(repo.root))

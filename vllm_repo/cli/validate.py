@@ -36,6 +36,14 @@ def validate(
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="GPU the models run on (e.g. 'H100 80GB'), for the memory check.")
     ] = None,
+    num_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--num-gpus",
+            min=1,
+            help="GPUs on the host, 0 to N-1, for the placement checks (default: num-gpus in \\[tool.vllm-repo]).",
+        ),
+    ] = None,
     select: Annotated[
         list[str] | None, typer.Option("--select", metavar="CODE", help="Only run rules whose code starts with this.")
     ] = None,
@@ -57,7 +65,14 @@ def validate(
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
 
-    options = {"vllm_version": vllm_version, "strict": strict, "gpu": gpu, "select": select, "ignore": ignore}
+    options = {
+        "vllm_version": vllm_version,
+        "strict": strict,
+        "gpu": gpu,
+        "num_gpus": num_gpus,
+        "select": select,
+        "ignore": ignore,
+    }
     if not (fix or diff):
         result = validate_paths(paths, **options)
         REPORTERS[output_format.value](result, sys.stdout, sys.stderr)

@@ -383,6 +383,8 @@ def backend_parameters(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
                     severity=Severity.ERROR,
                     hint='e.g. string_value: "512"',
                 )
+        elif key in contract.STRING_PARAMETERS:
+            continue  # GPU_DEVICE_IDS: VR507 and VR508 read it
         elif ctx.schema is not None and ctx.schema.get(key) is not None:
             yield Finding(
                 doc.path,
