@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "upgrade": ("upgrade", "upgrade"),
     "estimate": ("estimate", "estimate"),
     "gpus": ("estimate", "gpus"),
+    "plan": ("plan", "plan"),
     "launch": ("launch", "launch"),
     "infer": ("infer", "infer"),
     "doctor": ("doctor", "doctor"),

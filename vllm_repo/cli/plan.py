@@ -1,0 +1,64 @@
+"""`vllm-repo plan`: place a repository's models on one host's GPUs, and write the placement when asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_repo.errors import UsageError
+
+
+def plan(
+    repo: Annotated[Path, typer.Argument(help="Model repository whose vLLM models share the host.")],
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", help="GPU of the host, e.g. H100 (default: gpu in \\[tool.vllm-repo])."),
+    ] = None,
+    num_gpus: Annotated[
+        int | None,
+        typer.Option("--num-gpus", min=1, help="GPUs of the host (default: num-gpus in \\[tool.vllm-repo])."),
+    ] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency", min=1, help="Sequences of max_model_len tokens each model must hold at once, in all."
+        ),
+    ] = 1,
+    vllm_version: Annotated[
+        str | None, typer.Option("--vllm-version", help="vLLM release whose memory behaviour to plan for.")
+    ] = None,
+    write: Annotated[bool, typer.Option("--write", help="Write config.pbtxt and model.json (atomically).")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Show what --write would change, write nothing.")] = False,
+) -> None:
+    """Choose per model between tensor parallelism and more instances, so every model fits and no GPU is shared."""
+    from vllm_repo.scaffold.plan import plan_repository
+    from vllm_repo.settings import load_settings
+    from vllm_repo.validate.diagnostics import display_path
+    from vllm_repo.validate.fixes import FixPlan
+
+    settings = load_settings(repo)
+    gpu = gpu if gpu is not None else settings.gpu_spec
+    num_gpus = num_gpus if num_gpus is not None else settings.num_gpus
+    if gpu is None or num_gpus is None:
+        raise UsageError(
+            "plan needs the host's GPU and how many there are",
+            hint="pass --gpu H100 --num-gpus 8, or set gpu and num-gpus in [tool.vllm-repo]",
+        )
+    if write and diff:
+        raise UsageError("--write and --diff exclude each other", hint="--diff shows, --write writes")
+    plans, changes = plan_repository(repo, gpu, num_gpus, concurrency, vllm_version=vllm_version)
+    if diff:
+        typer.echo(FixPlan(texts=changes).diff({p: display_path(p) for p in changes}), nl=False)
+        raise typer.Exit(1 if changes else 0)
+    for model_plan in plans:
+        typer.echo("\n".join(model_plan.explain(concurrency)))
+    if not changes:
+        typer.echo("the repository is already placed so", err=True)
+    elif write:
+        FixPlan(texts=changes).write()
+        for path in sorted(changes):
+            typer.echo(f"wrote {display_path(path)}", err=True)
+    else:
+        typer.echo(f"{len(changes)} file(s) would change: --diff shows how, --write writes them", err=True)

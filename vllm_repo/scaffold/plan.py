@@ -1,0 +1,298 @@
+"""`vllm-repo plan`: place a repository's vLLM models on one host's GPUs.
+
+Per model it chooses between tensor parallelism and more instances: the smallest tensor_parallel_size at which one
+engine starts and the instances it gets hold the concurrency asked for, then the GPUs left over become more
+instances (one engine each, on its own GPUs), never two engines on one GPU. The result is config.pbtxt's
+instance_group (KIND_GPU with gpus: [...] for one-GPU engines, KIND_MODEL with the backend's GPU_DEVICE_IDS, one
+group per instance, for larger ones) and model.json's tensor_parallel_size, which validate's placement rules
+(VR504, VR506 to VR508) accept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from vllm_repo.errors import UsageError, VllmRepoError
+from vllm_repo.repository import placement
+
+
+class PlanError(VllmRepoError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One engine size for a model: its tensor_parallel_size and what the estimator says one engine gets."""
+
+    tensor_parallel_size: int
+    estimate: Any  # estimate.MemoryEstimate
+
+    @property
+    def concurrency(self) -> float:
+        """Sequences of max_model_len tokens one engine holds in its KV cache."""
+        return self.estimate.max_concurrency
+
+
+@dataclasses.dataclass
+class ModelPlan:
+    name: str
+    options: list[Option]  # the sizes at which one engine starts, smallest first
+    chosen: Option
+    instances: int
+    gpu_groups: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return self.chosen.tensor_parallel_size * self.instances
+
+    def explain(self, concurrency: int) -> list[str]:
+        est, tp = self.chosen.estimate, self.chosen.tensor_parallel_size
+        groups = ", ".join(",".join(map(str, g)) for g in self.gpu_groups)
+        lines = [
+            f"{self.name}: {self.instances} instance{'s' if self.instances > 1 else ''} x tensor_parallel_size {tp} "
+            f"on GPUs {groups}",
+            f"  per GPU: weights {est.weights_gib:.1f} GiB, activations {est.activation_gib:.1f} GiB, CUDA graphs "
+            f"{est.cudagraph_gib:.1f} GiB, KV cache {est.kv_cache_gib:.1f} GiB of {est.requested_gib:.1f} GiB "
+            f"(gpu_memory_utilization {est.gpu_memory_utilization:g} of {est.gpu_total_gib:.1f} GiB)",
+            f"  KV tokens per instance: {est.kv_cache_tokens:,} = {self.chosen.concurrency:.1f} sequences of "
+            f"{est.max_model_len:,} tokens; {self.instances * self.chosen.concurrency:.1f} in all "
+            f"(asked: {concurrency})",
+        ]
+        larger = [o for o in self.options if tp < o.tensor_parallel_size <= self.gpus]
+        if larger:
+            alt = larger[-1]
+            n = self.gpus // alt.tensor_parallel_size
+            lines.append(
+                f"  not tensor_parallel_size {alt.tensor_parallel_size} on the same GPUs: {n} engine"
+                f"{'s' if n > 1 else ''} holding {n * alt.concurrency:.1f} sequences in all, instead of "
+                f"{self.instances} that batch independently, and an all-reduce across GPUs in every step"
+            )
+        smaller = [o for o in self.options if o.tensor_parallel_size < tp]
+        if smaller:
+            alt = smaller[-1]
+            n = _instances_for(alt, concurrency)
+            lines.append(
+                f"  not tensor_parallel_size {alt.tensor_parallel_size}: one engine holds {alt.concurrency:.1f} "
+                f"sequences, so {concurrency} take {n} instances, {n * alt.tensor_parallel_size} GPUs"
+            )
+        elif tp > 1:
+            lines.append(f"  not a smaller tensor_parallel_size: one engine does not start on fewer than {tp} GPUs")
+        return lines
+
+
+def candidate_sizes(num_heads: int, num_gpus: int) -> list[int]:
+    """tensor_parallel_size values to try: powers of two up to num_gpus that divide the attention heads."""
+    sizes, size = [], 1
+    while size <= num_gpus:
+        if num_heads % size == 0:
+            sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def engine_options(engine_args: dict, gpu: Any, num_gpus: int, vllm_version: str | None, base: Path) -> list[Option]:
+    """The sizes at which one engine of ``engine_args``' model starts on ``gpu``, smallest first."""
+    from vllm_repo.estimate import ArchitectureError, ModelFactsError, engine_settings, estimate_model, load_model_facts
+
+    model = engine_args.get("model")
+    if not isinstance(model, str) or not model:
+        raise PlanError("model.json has no `model`", hint="add the model's repo id or path")
+    try:
+        facts = load_model_facts(model, offline=True, revision=engine_args.get("revision"), base=base)
+        facts.arch.check_decoder_shape()
+    except (ModelFactsError, ArchitectureError) as exc:
+        raise PlanError(
+            f"can't size {model}: {getattr(exc, 'message', exc)}",
+            hint="plan reads the model's config.json offline: a local model directory or the Hugging Face cache",
+        ) from None
+    settings = engine_settings(engine_args)
+    settings.pop("pipeline_parallel_size", None)  # plan spreads engines with tensor parallelism only
+    options = []
+    for size in candidate_sizes(facts.arch.num_heads, num_gpus):
+        settings["tensor_parallel_size"] = size
+        try:
+            est = estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)
+        except UsageError:
+            continue
+        if est.fits:
+            options.append(Option(size, est))
+    return options
+
+
+def choose(plans_input: list[tuple[str, list[Option]]], num_gpus: int, concurrency: int) -> list[ModelPlan]:
+    """Give each model the fewest GPUs that hold ``concurrency`` sequences, then the GPUs left as more instances."""
+    plans = []
+    for name, options in plans_input:
+        if not options:
+            raise PlanError(
+                f"{name} does not start on {num_gpus} GPUs at any tensor_parallel_size",
+                hint="lower max_model_len or use a quantized model; `vllm-repo estimate` shows the memory split",
+            )
+        # Fewest GPUs for the concurrency; at equal GPUs, the smaller engines (more instances).
+        best = min(options, key=lambda o: (_gpus_for(o, concurrency), o.tensor_parallel_size))
+        plans.append(ModelPlan(name, options, best, _instances_for(best, concurrency)))
+    used = sum(p.gpus for p in plans)
+    if used > num_gpus:
+        needs = ", ".join(f"{p.name} {p.gpus}" for p in plans)
+        raise PlanError(
+            f"the models need {used} GPUs for {concurrency} concurrent sequences each ({needs}); {num_gpus} are given",
+            hint="lower --concurrency or max_model_len, or serve fewer models on this host",
+        )
+    left = num_gpus - used
+    while True:  # the GPUs left become more instances, one model at a time
+        grew = False
+        for p in plans:
+            if p.chosen.tensor_parallel_size <= left:
+                p.instances += 1
+                left -= p.chosen.tensor_parallel_size
+                grew = True
+        if not grew:
+            break
+    start = 0
+    for p in plans:
+        size = p.chosen.tensor_parallel_size
+        p.gpu_groups = [tuple(range(start + k * size, start + (k + 1) * size)) for k in range(p.instances)]
+        start += p.gpus
+    return plans
+
+
+def _gpus_for(option: Option, concurrency: int) -> int:
+    return option.tensor_parallel_size * _instances_for(option, concurrency)
+
+
+def _instances_for(option: Option, concurrency: int) -> int:
+    return max(math.ceil(concurrency / option.concurrency - 1e-9), 1) if option.concurrency > 0 else 10**9
+
+
+# ------------------------------------------------------------------------------------------------ writing the files
+
+
+def _top_level_spans(text: str, field: str) -> list[tuple[int, int]]:
+    """Where each top-level ``field: value`` / ``field [ ... ]`` / ``field { ... }`` of a pbtxt text is written."""
+    spans, depth, i = [], 0, 0
+    pattern = re.compile(rf"\b{re.escape(field)}\b\s*:?\s*")
+    while i < len(text):
+        ch = text[i]
+        if ch in "\"'":
+            i = _skip_string(text, i)
+            continue
+        if ch == "#":
+            i = text.find("\n", i) if "\n" in text[i:] else len(text)
+            continue
+        if depth == 0:
+            match = pattern.match(text, i)
+            if match and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+                end = _value_end(text, match.end())
+                spans.append((i, end))
+                i = end
+                continue
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        i += 1
+    return spans
+
+
+def _skip_string(text: str, i: int) -> int:
+    quote, i = text[i], i + 1
+    while i < len(text) and text[i] != quote:
+        i += 2 if text[i] == "\\" else 1
+    return i + 1
+
+
+def _value_end(text: str, i: int) -> int:
+    if i < len(text) and text[i] in "[{":
+        depth = 0
+        while i < len(text):
+            ch = text[i]
+            if ch in "\"'":
+                i = _skip_string(text, i)
+                continue
+            if ch in "[{":
+                depth += 1
+            elif ch in "]}":
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return i
+    match = re.compile(r"[^\s\]}]+").match(text, i)
+    return match.end() if match else i
+
+
+def _without(text: str, spans: list[tuple[int, int]]) -> str:
+    for start, end in sorted(spans, reverse=True):
+        after = end + 1 if text[end : end + 1] == "\n" else end
+        text = text[:start] + text[after:]
+    return text
+
+
+def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
+    """``text`` (a config.pbtxt) with its instance_group and GPU_DEVICE_IDS replaced by ``groups``' placement."""
+    from google.protobuf import text_format
+
+    from vllm_repo.repository.model_config import model_config_pb2
+
+    drop = _top_level_spans(text, "instance_group")
+    params = _top_level_spans(text, "parameters")
+    drop += [span for span in params if placement.GPU_DEVICE_IDS in text[span[0] : span[1]]]
+    kept = _without(text, drop).rstrip("\n") + "\n"
+    if len(groups[0]) == 1:
+        ids = ", ".join(str(g[0]) for g in groups)
+        added = f"instance_group [\n  {{\n    count: 1\n    kind: KIND_GPU\n    gpus: [ {ids} ]\n  }}\n]\n"
+    else:
+        ids = ";".join(",".join(map(str, g)) for g in groups)
+        added = (
+            f"instance_group [\n  {{\n    count: {len(groups)}\n    kind: KIND_MODEL\n  }}\n]\n"
+            f'parameters {{\n  key: "{placement.GPU_DEVICE_IDS}"\n  value: {{ string_value: "{ids}" }}\n}}\n'
+        )
+    new = kept + "\n" + added
+    check = model_config_pb2().ModelConfig()
+    text_format.Parse(new, check)  # what plan writes must parse as Triton's ModelConfig
+    return new
+
+
+def placement_engine_args(text: str, tensor_parallel_size: int) -> str:
+    """``text`` (a model.json) with tensor_parallel_size set and pipeline_parallel_size dropped."""
+    data = json.loads(text)
+    if data.get("tensor_parallel_size", 1) == tensor_parallel_size and "pipeline_parallel_size" not in data:
+        return text  # already so: leave the file as it is written
+    data.pop("pipeline_parallel_size", None)
+    data["tensor_parallel_size"] = tensor_parallel_size
+    indent = 2 if "\n" in text.strip() else None
+    return json.dumps(data, indent=indent) + "\n"
+
+
+def plan_repository(
+    repo: Path, gpu: Any, num_gpus: int, concurrency: int, vllm_version: str | None = None
+) -> tuple[list[ModelPlan], dict[Path, tuple[str, str]]]:
+    """The plan for every vLLM model of ``repo`` and the files it changes: path -> (old text, new text)."""
+    from vllm_repo.repository import open_repository
+
+    repository = open_repository(repo)
+    inputs, docs = [], {}
+    for model in repository.models:
+        doc = model.checked_engine_args()
+        if doc is None or model.config is None or model.config.config is None or not isinstance(doc.data, dict):
+            continue
+        inputs.append((model.name, engine_options(doc.data, gpu, num_gpus, vllm_version, model.path)))
+        docs[model.name] = (model.config, doc)
+    if not inputs:
+        raise PlanError(f"{repo} has no vLLM model with a readable config.pbtxt and model.json")
+    plans = choose(inputs, num_gpus, concurrency)
+    changes: dict[Path, tuple[str, str]] = {}
+    for p in plans:
+        cfg, doc = docs[p.name]
+        for path, old, new in (
+            (cfg.path, cfg.text, placement_config(cfg.text, p.gpu_groups)),
+            (doc.path, doc.text, placement_engine_args(doc.text, p.chosen.tensor_parallel_size)),
+        ):
+            if new != old:
+                changes[path] = (old, new)
+    return plans, changes
