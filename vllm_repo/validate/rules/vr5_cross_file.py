@@ -308,15 +308,16 @@ def gpu_out_of_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
         )
     if "count" in beyond:
         if instances_beyond["count"] == {0} and size > ctx.num_gpus:
-            if ctx.gpu is not None:
-                return  # one engine that needs more GPUs than there are: VR601 says so with the memory check
+            if ctx.gpu is not None or spans_hosts(data):
+                return  # VR601 says so with the memory check; an engine across hosts is VR509's
             yield Finding(
                 doc.path,
                 f"tensor_parallel_size x pipeline_parallel_size = {count_text(size)} needs {count_text(size)} GPUs, "
                 f"but {configured}",
                 doc.position_of("tensor_parallel_size") or doc.position_of("pipeline_parallel_size"),
-                hint=f"lower tensor_parallel_size so the engine fits on {count_text(ctx.num_gpus)} GPUs, or set "
-                "num-gpus to the GPUs the host has",
+                hint=f"lower tensor_parallel_size so the engine fits on {count_text(ctx.num_gpus)} GPUs, set "
+                'num-gpus to the GPUs the host has, or span hosts: "distributed_executor_backend": "ray" (a Ray '
+                'cluster with the GPUs) or "nnodes" with the multiprocessing executor',
             )
             return
         instances = max(index for gpus, _, index, kind in placement.placements(model, data) if kind == "KIND_MODEL")
@@ -492,7 +493,8 @@ def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[
     """REPORT_CUSTOM_METRICS on while model.json sets disable_log_stats: the metrics stay empty.
 
     vLLM collects the statistics behind its metrics only while log stats are on, so with disable_log_stats true
-    Triton's stock vLLM backend publishes metrics that never change. vllm-repo's backend collects them either way.
+    Triton's stock vLLM backend publishes metrics that never change, and vllm-repo's backend, as a drop-in for it,
+    publishes no vllm:* family at all.
 
     Example::
 
@@ -513,8 +515,107 @@ def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[
         yield Finding(
             doc.path,
             "REPORT_CUSTOM_METRICS is on in config.pbtxt but disable_log_stats is true: vLLM "
-            "collects no stats, so Triton's stock vLLM backend reports metrics that never move (the "
-            "vllm-repo backend collects them regardless)",
+            "collects no stats, so the metrics endpoint has no vllm:* figures that move (Triton's stock backend "
+            "publishes frozen ones, the vllm-repo backend none)",
             doc.position_of("disable_log_stats"),
             hint="set disable_log_stats to false, or turn REPORT_CUSTOM_METRICS off",
+        )
+
+
+def spans_hosts(engine_args: dict) -> bool:
+    """An engine vLLM runs across hosts: on a Ray cluster, or the multiprocessing executor's nnodes > 1."""
+    return (
+        engine_args.get("distributed_executor_backend") == "ray"
+        or placement.positive_int(engine_args.get("nnodes")) > 1
+    )
+
+
+_LOCAL_ADDRESSES = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+@rule("VR509", "multi-node-engine", Severity.ERROR)
+def multi_node_engine(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """An engine across hosts that vLLM refuses or that its other hosts can't join.
+
+    vLLM runs one engine on several hosts two ways. With "distributed_executor_backend": "ray" its ranks go to a
+    Ray cluster (what Triton's CI runs; nnodes must then stay 1). With the multiprocessing executor, "nnodes" > 1:
+    Triton's model is the leader (node_rank 0) and each other host runs `vllm serve MODEL --headless --node-rank K`
+    with the same parallel settings; nnodes must divide tensor_parallel_size x pipeline_parallel_size, each host
+    gets that quotient of GPUs, and master_addr must be an address the other hosts reach (its default is 127.0.0.1).
+    With num-gpus set (the GPUs of one host), a host's share may not exceed it. In the example two hosts would run
+    8 GPUs each, but master_addr is left at 127.0.0.1.
+
+    Example::
+
+        # model_repository/llm/config.pbtxt
+        backend: "vllm"
+        # model_repository/llm/1/model.json
+        {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensor_parallel_size": 8, "pipeline_parallel_size": 2,
+         "nnodes": 2}
+    """
+    doc = model.checked_engine_args()
+    if doc is None:
+        return
+    data = doc.data
+    nnodes = placement.positive_int(data.get("nnodes"))
+    size = placement.parallel_size(data)
+    backend = data.get("distributed_executor_backend")
+    where = doc.position_of("nnodes")
+    if nnodes <= 1:
+        if backend == "ray" and ctx.num_gpus is not None and size > ctx.num_gpus:
+            hosts = math.ceil(size / ctx.num_gpus)
+            yield Finding(
+                doc.path,
+                f"the engine spans {count_text(hosts)} hosts of {count_text(ctx.num_gpus)} GPUs on Ray: the cluster "
+                f"must have {count_text(size)} GPUs before the model loads (vLLM waits up to 30 minutes for them)",
+                doc.position_of("distributed_executor_backend"),
+                severity=Severity.INFO,
+                hint="start the head with `ray start --head`, each other host with `ray start --address=HEAD:6379`, "
+                "and Triton on the head (RAY_ADDRESS, VLLM_HOST_IP set to the host's own address on every host)",
+            )
+        return
+    if backend == "ray":
+        yield Finding(
+            doc.path,
+            f'nnodes {nnodes} is the multiprocessing executor\'s multi-node mode; with "distributed_executor_backend": '
+            '"ray" vLLM refuses it',
+            where,
+            hint='drop nnodes (Ray places the ranks on its hosts), or drop "ray" to use the multiprocessing executor',
+        )
+        return
+    if size % nnodes:
+        yield Finding(
+            doc.path,
+            f"nnodes {nnodes} does not divide tensor_parallel_size x pipeline_parallel_size = {size}: vLLM refuses it",
+            where,
+            hint=f"use an nnodes that divides {size}, each host running {size} / nnodes GPUs",
+        )
+        return
+    per_host = size // nnodes
+    if ctx.num_gpus is not None and per_host > ctx.num_gpus:
+        yield Finding(
+            doc.path,
+            f"each of the {nnodes} hosts runs {count_text(per_host)} GPUs of the engine, but a host has "
+            f"{count_text(ctx.num_gpus)} (num-gpus)",
+            where,
+            hint=f"use nnodes {math.ceil(size / ctx.num_gpus)} or more (dividing {size}), or lower the parallel sizes",
+        )
+    rank = data.get("node_rank", 0)
+    if rank not in (0, None):
+        yield Finding(
+            doc.path,
+            f"node_rank {rank}: Triton's model is the engine's leader and must be node_rank 0",
+            doc.position_of("node_rank"),
+            hint=f"set node_rank 0 here; the other hosts run `vllm serve MODEL --headless --nnodes {nnodes} "
+            "--node-rank K --master-addr THIS_HOST` with the same parallel settings",
+        )
+    address = data.get("master_addr")
+    if address is None or str(address).strip() in _LOCAL_ADDRESSES:
+        yield Finding(
+            doc.path,
+            f"master_addr is {address or 'not set (vLLM uses 127.0.0.1)'}: the engine's other hosts can't reach "
+            "this one there",
+            doc.position_of("master_addr") or where,
+            hint="set master_addr to this host's address on the network the hosts share; each other host then runs "
+            f"`vllm serve MODEL --headless --nnodes {nnodes} --node-rank K --master-addr THAT_ADDRESS`",
         )
