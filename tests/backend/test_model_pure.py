@@ -713,4 +713,7 @@ def test_the_server_log_is_found_only_when_output_goes_to_a_file(tmp_path):
         os.close(write)
     log.write_text("x" * 10 + "tail")
     assert backend.read_log_tail(str(log), size=4) == "tail"
+    # Not before where this run began, however much is asked for.
+    assert backend.read_log_tail(str(log), start=backend.log_size(str(log)) - 6) == "xxtail"
+    assert backend.log_size(str(log)) == 14 and backend.log_size(str(tmp_path / "missing")) == 0
     assert backend.read_log_tail(str(tmp_path / "missing")) == ""

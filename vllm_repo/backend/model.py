@@ -532,10 +532,19 @@ def server_log_file(fd: int = 2) -> str | None:
         return None
 
 
-def read_log_tail(path: str, size: int = 256 * 1024) -> str:
+def log_size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+def read_log_tail(path: str, size: int = 256 * 1024, start: int = 0) -> str:
+    """The last ``size`` bytes of the log, none from before ``start`` (where this model began: a log that is appended
+    to, run after run, holds earlier runs' deaths too)."""
     try:
         with open(path, "rb") as log:
-            log.seek(max(0, os.fstat(log.fileno()).st_size - size))
+            log.seek(max(start, os.fstat(log.fileno()).st_size - size))
             return log.read().decode("utf-8", "replace")
     except OSError:
         return ""
@@ -1062,6 +1071,7 @@ class TritonPythonModel:
         self._accumulator = MetricsAccumulator() if self.report_metrics else None
         self._live: dict[str, _Job] = {}
         self._dead_reason: str | None = None
+        self._log_start = log_size(server_log_file())  # only this run's lines can say why its engine died
         self._closing = False
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._run_loop, name="vllm-engine-loop", daemon=True)
@@ -1235,8 +1245,7 @@ class TritonPythonModel:
                     f"explicit): {exc}; requests fail until the server is restarted",
                 )
 
-    @staticmethod
-    def _death_cause() -> str:
+    def _death_cause(self) -> str:
         """What killed the engine, read from the server log that vLLM's processes write to, and where that log is."""
         path = server_log_file()
         if path is None:
@@ -1244,7 +1253,7 @@ class TritonPythonModel:
         cause = None
         # vLLM logs the death from the process that saw it; the line can land a moment after the client notices.
         for _ in range(10):
-            cause = engine_death_cause(read_log_tail(path))
+            cause = engine_death_cause(read_log_tail(path, start=self._log_start))
             if cause is not None:
                 break
             time.sleep(0.1)
