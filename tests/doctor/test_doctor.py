@@ -207,8 +207,8 @@ def test_a_memory_failure_with_the_repository_gets_estimates_advice(tmp_path):
     )
     diagnosis = diagnose(log)
     assert diagnosis.root.code == "VD106"
-    lines = recommend(diagnosis, log, repo)
+    lines = recommend(diagnosis, repo)
     assert lines[0].startswith("estimate for llm on") and "15.77" in lines[0], lines
     assert any("tensor_parallel_size" in line for line in lines[1:]), lines  # 8B in bf16 does not fit on 16 GB
-    assert recommend(diagnosis, ServerLog("CUDA out of memory\n"), repo)[0].endswith("pass --gpu NAME")
-    assert recommend(diagnose(ServerLog("I1201 fine\n")), log, repo) == []
+    assert recommend(diagnose(ServerLog("CUDA out of memory\n")), repo)[0].endswith("pass --gpu NAME")
+    assert recommend(diagnose(ServerLog("I1201 fine\n")), repo) == []

@@ -36,8 +36,8 @@ def doctor(
     if url and log is not None and log.is_dir() and repository is None:
         log, repository = None, log  # doctor --url URL REPO
     diagnosis = diagnose_server(url, log) if url else diagnose_file(log)
-    if repository is not None and diagnosis.source_log is not None:
-        diagnosis.recommendations = recommend(diagnosis, diagnosis.source_log, repository, gpu)
+    if repository is not None:
+        diagnosis.recommendations = recommend(diagnosis, repository, gpu)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:

@@ -107,10 +107,11 @@ MEMORY_CAUSES = ("VD106", "VD107", "VD108")
 _GPU_TOTAL = re.compile(r"total capacity of (?P<a>[\d.]+) GiB|total_gpu_memory=(?P<b>[\d.]+) ?GiB")
 
 
-def recommend(diagnosis: Diagnosis, log: ServerLog, repository: str | Path, gpu: str | None = None) -> list[str]:
+def recommend(diagnosis: Diagnosis, repository: str | Path, gpu: str | None = None) -> list[str]:
     """What `estimate` recommends for the model that failed for lack of memory, on the GPU ``gpu`` names or the log
     reports (the total capacity in vLLM's and torch's own lines). Lines to show, or why there are none."""
-    if diagnosis.root is None or diagnosis.root.code not in MEMORY_CAUSES:
+    log = diagnosis.source_log
+    if diagnosis.root is None or diagnosis.root.code not in MEMORY_CAUSES or log is None:
         return []
     from vllm_repo.errors import VllmRepoError
     from vllm_repo.estimate import estimate_for_engine_args

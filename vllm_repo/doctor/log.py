@@ -5,6 +5,7 @@ remembering the log line it was written on."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,11 +40,9 @@ class ServerLog:
             ) from None
         return cls(raw.decode("utf-8", "replace"), path)
 
-    @property
+    @functools.cached_property
     def lines(self) -> list[LogLine]:
-        if not hasattr(self, "_lines"):
-            self._lines = list(self._expand())
-        return self._lines
+        return list(self._expand())
 
     def _expand(self) -> Iterator[LogLine]:
         for number, raw in enumerate(self.text.splitlines(), 1):

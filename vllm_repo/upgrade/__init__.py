@@ -11,10 +11,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import discover
 from vllm_repo.upgrade.migrate import DefaultChange, KeyChange, Migration, plan_migration, written_for
+
+if TYPE_CHECKING:
+    from vllm_repo.validate.fixes import FixPlan
+    from vllm_repo.validate.runner import ValidationResult
 
 __all__ = [
     "DefaultChange",
@@ -34,8 +39,8 @@ class UpgradeResult:
     migrations: list[Migration]
     skipped: list[tuple[Path, str]]  # files left alone, and why
     backend: tuple[bool, str]  # does the bundled backend drive the target release, in words
-    plan: object  # validate.fixes.FixPlan
-    remaining: object  # validate.ValidationResult for the target release, after the write (before, with --diff)
+    plan: FixPlan
+    remaining: ValidationResult  # validate for the target release, after the write (before it, with --diff)
 
     @property
     def needs_user(self) -> bool:

@@ -3,19 +3,15 @@ whether the bundled backend drives the release, and what validate still finds.""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_repo.validate.diagnostics import display_path
 
-_VERB = {
-    "renamed": "renamed",
-    "rewritten": "rewritten",
-    "moved": "moved",
-    "removed": "removed",
-    "manual": "left for you",
-    "note": "note",
-}
+if TYPE_CHECKING:
+    from vllm_repo.upgrade import UpgradeResult
 
 
-def report_lines(result, *, written: bool) -> list[str]:  # result: vllm_repo.upgrade.UpgradeResult
+def report_lines(result: UpgradeResult, *, written: bool) -> list[str]:
     lines = [f"upgrading to vLLM {result.target} ({result.target_reason})"]
     for migration in result.migrations:
         path = display_path(migration.doc.path)
@@ -25,7 +21,8 @@ def report_lines(result, *, written: bool) -> list[str]:  # result: vllm_repo.up
             continue
         lines.append(head)
         for change in migration.changes:
-            lines.append(f"  {_VERB[change.action]} {change.key}: {change.detail}")
+            verb = "left for you" if change.needs_user else change.action
+            lines.append(f"  {verb} {change.key}: {change.detail}")
         if migration.defaults:
             lines.append(f"  defaults that change under keys the file does not set ({len(migration.defaults)}):")
             lines.extend(f"    {d.text()}" for d in migration.defaults)

@@ -141,10 +141,7 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
         return
     _, data, doc_cfg = both
     size = placement.parallel_size(data)
-    kinds = [g.kind for g in doc_cfg.config.instance_group]
-    from vllm_repo.repository.model_config import model_config_pb2
-
-    if size > 1 and model_config_pb2().ModelInstanceGroup.KIND_GPU in kinds:
+    if size > 1 and any(kind == "KIND_GPU" for _, kind in _group_kinds(doc_cfg)):
         yield Finding(
             doc_cfg.path,
             f"instance_group is KIND_GPU but model.json asks for {count_text(size)} GPUs "
