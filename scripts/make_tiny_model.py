@@ -32,6 +32,46 @@ _CORPUS = [
 ]
 
 
+# The chat template. A conversation without tools renders as "role: content" lines, then "assistant: " (tests
+# depend on that prompt, keep it). With tools it speaks the Hermes format that vLLM's `hermes` tool parser reads: the
+# tools as JSON in the system turn, calls as <tool_call>{"name": ..., "arguments": {...}}</tool_call> in the
+# assistant's turn, results in <tool_response> tags. The tags are plain text to this tokenizer (byte-level BPE pieces,
+# no added tokens): vLLM 0.32's hermes parser and its structural tag work on the decoded text, and new tokens would
+# change the vocabulary, hence the random weights and every existing output.
+# Message content is only ever printed whole, never iterated, so vLLM sees a "string" content-format template.
+_TOOLS_SYSTEM = (
+    "{% if tools %}"
+    "system: "
+    "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "You may call one or more functions. Their signatures are in <tools></tools>:\n<tools>\n"
+    "{% for tool in tools %}{{ (tool.function if tool.function is defined else tool) | tojson }}\n{% endfor %}"
+    "</tools>\nTo call a function, answer with its name and arguments as JSON in <tool_call></tool_call> tags:\n"
+    '<tool_call>{"name": <function-name>, "arguments": <arguments-json-object>}</tool_call>\n'
+    "{% endif %}"
+)
+_TOOL_CALLS = (
+    "assistant: {{ m['content'] if m['content'] else '' }}"
+    "{% for call in m['tool_calls'] %}"
+    "{% set f = call.function if call.function is defined else call %}"
+    '<tool_call>{"name": {{ f.name | tojson }}, "arguments": '
+    # vLLM hands the arguments over parsed (a dict); other callers may pass the OpenAI wire form, a JSON string.
+    "{% if f.arguments is string %}{{ f.arguments }}{% else %}{{ f.arguments | tojson }}{% endif %}}</tool_call>"
+    # Transformers renders with trim_blocks, which drops a newline right after a block tag: print it instead.
+    "{% endfor %}{{ '\\n' }}"
+)
+CHAT_TEMPLATE = (
+    _TOOLS_SYSTEM + "{% for m in messages %}"
+    # With tools, a leading system message was merged into the tools' system turn above.
+    "{% if tools and loop.first and m['role'] == 'system' %}"
+    "{% elif m['role'] == 'assistant' and m.get('tool_calls') %}" + _TOOL_CALLS + "{% elif m['role'] == 'tool' %}"
+    "tool: <tool_response>{{ m['content'] }}</tool_response>\n"
+    "{% else %}{{ m['role'] }}: {{ m['content'] }}\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+
 def build_tokenizer(out: Path, vocab_size: int, max_length: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -55,11 +95,7 @@ def build_tokenizer(out: Path, vocab_size: int, max_length: int):
         model_max_length=max_length,
         clean_up_tokenization_spaces=False,
     )
-    # A minimal chat template, so chat-style clients work too.
-    fast.chat_template = (
-        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant: {% endif %}"
-    )
+    fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
     return fast
 
