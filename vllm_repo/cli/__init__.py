@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "plan"),
     "launch": ("launch", "launch"),
     "infer": ("infer", "infer"),
+    "openai": ("openai", "openai"),
     "doctor": ("doctor", "doctor"),
     # Command groups: --help lists them after the commands.
     "schema": ("schema", "schema_app"),

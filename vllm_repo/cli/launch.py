@@ -49,12 +49,33 @@ def launch(
             "clean stop).",
         ),
     ] = None,
+    openai_port: Annotated[
+        int | None,
+        typer.Option(
+            "--openai-port",
+            metavar="PORT",
+            help="Also serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) on this port.",
+        ),
+    ] = None,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            envvar="VLLM_API_KEY",
+            metavar="KEY",
+            help="With --openai-port: require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key).",
+        ),
+    ] = None,
 ) -> None:
     """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
     if dry_run and not docker:
         raise UsageError("--dry-run goes with --docker")
     if log_file is not None and docker:
         raise UsageError("--log-file goes without --docker (the container logs to the console)")
+    if openai_port is not None and docker:
+        raise UsageError(
+            "--openai-port goes without --docker; run `vllm-repo openai --triton-url` beside the container"
+        )
     if docker:
         _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run)
         return
@@ -73,6 +94,8 @@ def launch(
         python=python,
         vllm_version=vllm_version,
         progress=progress,
+        openai_port=openai_port,
+        openai_api_keys=api_key or [],
     )
     print_diagnostics(plan.diagnostics)
     print_notes(plan.notes)

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,6 +55,8 @@ class LaunchPlan:
     diagnostics: list[Diagnostic]  # validate's warnings/infos (errors refuse the launch)
     backend_source: Path | None = None  # a model.py to serve with instead of the bundled backend
     backend_directory: Path | None = None  # an existing backend directory to use as is (an older container's)
+    openai_port: int | None = None  # serve the OpenAI API there too (vllm_repo.serve.openai)
+    openai_api_keys: list[str] = dataclasses.field(default_factory=list)  # what its /v1 paths require
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -199,6 +202,8 @@ def prepare_launch(
     python: str | os.PathLike | None = None,
     vllm_version: str | None = None,
     progress: Callable[[str], None] | None = None,
+    openai_port: int | None = None,
+    openai_api_keys: Iterable[str] = (),
 ) -> LaunchPlan:
     """Everything launch checks before it starts a process. Raises LaunchError with what to do."""
     repo = Path(repository)
@@ -217,7 +222,10 @@ def prepare_launch(
     if info is None:
         raise python_error
     models = [model.name for model in open_repository(repo).models]
-    check_ports(host, {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port})
+    ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}
+    if openai_port is not None:
+        ports["OpenAI"] = openai_port
+    check_ports(host, ports)
     server = find_server(tritonserver, progress=progress)
     notes = check_serving_python(info, strict_numpy=server.embedded)
     backend_directory = None
@@ -250,6 +258,8 @@ def prepare_launch(
         notes=notes,
         diagnostics=diagnostics,
         backend_directory=backend_directory,
+        openai_port=openai_port,
+        openai_api_keys=[k for k in openai_api_keys if k],
     )
 
 
@@ -325,26 +335,70 @@ def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
     )
 
 
-def endpoints_text(server: TritonServer, models: list[str]) -> str:
+def openai_snippet(base_url: str, model: str, api_key: str | None = None) -> str:
+    """A program for the openai SDK that streams a chat answer from ``model``: what launch prints."""
+    key = "os.environ['VLLM_API_KEY']" if api_key else '"EMPTY"'
+    return "\n".join(
+        [
+            "import os" if api_key else "",
+            "from openai import OpenAI",
+            f'client = OpenAI(base_url="{base_url}", api_key={key})',
+            "stream = client.chat.completions.create(",
+            f'    model="{model}",',
+            '    messages=[{"role": "user", "content": "What is Triton?"}],',
+            "    max_tokens=64,",
+            "    stream=True,",
+            ")",
+            "for chunk in stream:",
+            '    print(chunk.choices[0].delta.content or "" if chunk.choices else "", end="", flush=True)',
+            "print()",
+        ]
+    ).lstrip("\n")
+
+
+def endpoints_text(
+    server: TritonServer, models: list[str], openai_url: str | None = None, api_key: bool = False
+) -> str:
     model = models[0] if models else "MODEL"
     payload = json.dumps(
         {"text_input": "What is Triton?", "stream": True, "sampling_parameters": json.dumps({"max_tokens": 64})}
     )
-    return "\n".join(
-        [
-            f"  HTTP     {server.http_url}   (health: {server.http_url}/v2/health/ready)",
-            f"  gRPC     {server.grpc_url}",
-            f"  metrics  {server.metrics_url}",
-            f"  models   {', '.join(models) or '(none)'}",
+    lines = [
+        f"  HTTP     {server.http_url}   (health: {server.http_url}/v2/health/ready)",
+        f"  gRPC     {server.grpc_url}",
+        f"  metrics  {server.metrics_url}",
+    ]
+    if openai_url:
+        lines.append(f"  OpenAI   {openai_url}   (models: {openai_url}/models)")
+    lines += [
+        f"  models   {', '.join(models) or '(none)'}",
+        "",
+        "Try it:",
+        f"  vllm-repo infer {model} 'What is Triton?' --url {server.http_url}",
+        f"  curl -sN -X POST {server.http_url}/v2/models/{model}/generate_stream \\",
+        f"       -d '{payload}'",
+    ]
+    if openai_url:
+        lines += [
             "",
-            "Try it:",
-            f"  vllm-repo infer {model} 'What is Triton?' --url {server.http_url}",
-            f"  curl -sN -X POST {server.http_url}/v2/models/{model}/generate_stream \\",
-            f"       -d '{payload}'",
-            "",
-            "Ctrl-C stops the server.",
+            "With the openai SDK (pip install openai):",
+            *("  " + line for line in openai_snippet(openai_url, model, "key" if api_key else None).splitlines()),
         ]
-    )
+    return "\n".join([*lines, "", "Ctrl-C stops the server."])
+
+
+def start_openai_gateway(plan: LaunchPlan, pgid: int) -> subprocess.Popen:
+    """The OpenAI API as a child in the server's process group: whatever stops the group (launch, its guardian)
+    stops it too. It reaches Triton over gRPC on this host; the API keys travel in its environment, not its argv."""
+    from vllm_repo.serve.openai.gateway import API_KEY_ENV
+
+    triton_host = "127.0.0.1" if plan.host in ("0.0.0.0", "") else plan.host
+    env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+    if plan.openai_api_keys:
+        env[API_KEY_ENV] = " ".join(plan.openai_api_keys)
+    command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"grpc://{triton_host}:{plan.grpc_port}"]
+    command += ["--host", plan.host, "--port", str(plan.openai_port)]
+    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: os.setpgid(0, pgid))
 
 
 def run_server(
@@ -382,9 +436,15 @@ def run_server(
         leftovers = [p for p in (server.work_directory, log_path if own_log else None) if p is not None]
         guardian = Guardian(server.pgid, server.shm_prefix, remove=leftovers)
         watch = SharedMemoryWatch(server.pgid)
+        gateway = start_openai_gateway(plan, server.pgid) if plan.openai_port is not None else None
         took = _wait_ready(server, plan, out, ready_timeout, watch)
+        openai_url = None
+        if gateway is not None:
+            from vllm_repo.serve.openai.gateway import base_url
+
+            openai_url = base_url(plan.host, plan.openai_port)
         print(f"Triton is ready ({took:.0f} s):", file=out)
-        print(endpoints_text(server, plan.models), file=out, flush=True)
+        print(endpoints_text(server, plan.models, openai_url, bool(plan.openai_api_keys)), file=out, flush=True)
         if on_ready:
             on_ready(server)
         polled = 0.0
@@ -394,6 +454,11 @@ def run_server(
         while server.is_running():
             if stop_event is not None and stop_event.is_set():
                 break
+            if gateway is not None and gateway.poll() is not None:
+                raise LaunchError(
+                    f"the OpenAI API on port {plan.openai_port} stopped (status {gateway.returncode}); stopping Triton",
+                    hint="its error is above; `vllm-repo openai --triton-url ...` runs it alone against a server",
+                )
             if time.monotonic() - polled > 2:
                 watch.poll()
                 _report_models_gone(server, serving, out, followed)

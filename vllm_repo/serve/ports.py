@@ -9,6 +9,8 @@ from vllm_repo.serve.errors import LaunchError
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002
+# The OpenAI API (launch --openai-port, vllm-repo openai): beside Triton's, where vllm serve's 8000 is taken.
+DEFAULT_OPENAI_PORT = 9000
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 
@@ -40,11 +42,16 @@ def check_ports(host: str, ports: dict[str, int]) -> None:
         if port in seen:
             raise LaunchError(
                 f"{label} port {port} is also the {seen[port]} port",
-                hint="give each of --http-port, --grpc-port, --metrics-port its own port",
+                hint="give each of --http-port, --grpc-port, --metrics-port (and --openai-port) its own port",
             )
         seen[port] = label
         if not port_is_free(port, host):
-            option = {"HTTP": "--http-port", "gRPC": "--grpc-port", "metrics": "--metrics-port"}[label]
+            option = {
+                "HTTP": "--http-port",
+                "gRPC": "--grpc-port",
+                "metrics": "--metrics-port",
+                "OpenAI": "--openai-port",
+            }[label]
             raise LaunchError(
                 f"{label} port {port} on {host} is already in use (another Triton server?)",
                 hint=f"stop whatever listens there, or choose another port with {option} N",

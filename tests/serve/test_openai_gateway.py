@@ -1,0 +1,342 @@
+"""The OpenAI gateway's own logic: Triton's wire format, addresses, --api-key, routing and the stream copy.
+
+The routing tests put a stand-in for Triton's gRPC side behind the real aiohttp application; what Triton and the
+backend really answer is tested end to end in tests/serve/test_openai_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from tritonclient.grpc import service_pb2
+
+from vllm_repo.errors import UsageError
+from vllm_repo.serve.openai import grpc_address
+from vllm_repo.serve.openai.app import OpenAIGateway
+from vllm_repo.serve.openai.triton import (
+    OPENAI_REQUEST_INPUT,
+    OPENAI_RESPONSE_OUTPUT,
+    OPENAI_STATUS_OUTPUT,
+    Chunk,
+    TritonUnavailable,
+    openai_infer_request,
+    pack_bytes,
+    read_chunk,
+    unpack_bytes,
+)
+
+# --- Triton's wire format -------------------------------------------------------------------------------------------
+
+
+def test_bytes_tensors_round_trip_with_empty_and_binary_elements():
+    items = [b"", b"data: {}\n\n", bytes(range(256))]
+    assert unpack_bytes(pack_bytes(*items)) == items
+
+
+def test_the_request_carries_the_envelope_an_empty_text_input_and_asks_for_the_final_flag():
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    request = openai_infer_request("tiny", "/v1/chat/completions", body)
+    inputs = {t.name: unpack_bytes(raw) for t, raw in zip(request.inputs, request.raw_input_contents, strict=True)}
+    assert inputs["text_input"] == [b""]
+    assert json.loads(inputs[OPENAI_REQUEST_INPUT][0]) == {"endpoint": "/v1/chat/completions", "body": body}
+    assert request.parameters["triton_enable_empty_final_response"].bool_param is True
+    assert {o.name for o in request.outputs} == {OPENAI_STATUS_OUTPUT, OPENAI_RESPONSE_OUTPUT}
+    assert "body" not in json.loads(unpack_bytes(openai_infer_request("tiny", "/v1/models").raw_input_contents[1])[0])
+
+
+def _response(status: int | None, body: bytes | None, final: bool) -> service_pb2.ModelStreamInferResponse:
+    response = service_pb2.ModelStreamInferResponse()
+    infer = response.infer_response
+    infer.parameters["triton_final_response"].bool_param = final
+    if status is not None:
+        infer.outputs.add(name=OPENAI_STATUS_OUTPUT, datatype="INT32").shape.append(1)
+        infer.raw_output_contents.append(status.to_bytes(4, "little", signed=True))
+    if body is not None:
+        infer.outputs.add(name=OPENAI_RESPONSE_OUTPUT, datatype="BYTES").shape.append(1)
+        infer.raw_output_contents.append(pack_bytes(body))
+    return response
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "final"),
+    [(200, b'data: {"x": 1}\n\n', False), (400, b'{"error": {}}', True), (None, None, True)],
+)
+def test_a_backend_response_reads_back_as_status_body_and_final_flag(status, body, final):
+    assert read_chunk(_response(status, body, final)) == Chunk(status, body or b"", final)
+
+
+# --- addresses ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "grpc_port", "expected"),
+    [
+        ("http://127.0.0.1:8000", None, "127.0.0.1:8001"),
+        ("http://triton.internal:18000", 18001, "triton.internal:18001"),
+        ("grpc://10.0.0.5:9001", None, "10.0.0.5:9001"),
+        ("10.0.0.5:9001", None, "10.0.0.5:9001"),
+        ("grpc://triton", None, "triton:8001"),
+        ("http://[::1]:8000", None, "[::1]:8001"),
+    ],
+)
+def test_the_grpc_address_comes_from_the_url_users_know(url, grpc_port, expected):
+    assert grpc_address(url, grpc_port) == expected
+
+
+@pytest.mark.parametrize("url", ["https://", "ftp://host:21", "http://host:port"])
+def test_an_unusable_triton_url_is_a_usage_error_naming_it(url):
+    with pytest.raises(UsageError, match="--triton-url"):
+        grpc_address(url)
+
+
+# --- the routes, against a stand-in for Triton ------------------------------------------------------------------------
+
+
+class StandInTriton:
+    """Answers like Triton with the bundled backend: each model lists one card, generation replays ``script``."""
+
+    def __init__(self, models=("tiny",), cards=None, script=None, ready=True):
+        self.models = list(models)
+        self.cards = cards or {m: [{"id": m, "object": "model"}] for m in self.models}
+        self.script = script or {}
+        self.ready = ready
+        self.calls: list[tuple[str, str, object]] = []
+        self.closed_early = asyncio.Event()
+
+    async def server_ready(self):
+        return self.ready
+
+    async def openai_models(self):
+        return list(self.models)
+
+    async def close(self):
+        pass
+
+    async def call(self, model, endpoint, body=None):
+        self.calls.append((model, endpoint, body))
+        if model not in self.models:
+            raise TritonUnavailable(f"Request for unknown model: '{model}' is not found")
+        if endpoint == "/v1/models":
+            yield Chunk(200, json.dumps({"object": "list", "data": self.cards[model]}).encode(), True)
+            return
+        finished = False
+        try:
+            for item in self.script.get(model, [Chunk(200, b"{}", True)]):
+                if isinstance(item, Exception):
+                    raise item
+                if item == "wait":
+                    await asyncio.sleep(30)
+                    continue
+                yield item
+            finished = True
+        finally:
+            if not finished:
+                self.closed_early.set()
+
+
+async def _client(triton, keys=None) -> TestClient:
+    client = TestClient(TestServer(OpenAIGateway(triton, keys).application()))
+    await client.start_server()
+    return client
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_a_streamed_answer_is_written_chunk_by_chunk_with_the_event_stream_type():
+    chunks = [
+        Chunk(200, b"data: 1\n\n", False),
+        Chunk(200, b"data: 2\n\n", False),
+        Chunk(200, b"data: [DONE]\n\n", True),
+    ]
+
+    async def scenario():
+        triton = StandInTriton(script={"tiny": chunks})
+        client = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json={"model": "tiny", "stream": True})
+            assert response.status == 200
+            assert response.content_type == "text/event-stream"
+            assert await response.read() == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+            assert triton.calls[-1] == ("tiny", "/v1/chat/completions", {"model": "tiny", "stream": True})
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_the_backends_status_and_body_are_returned_as_they_are():
+    error = b'{"error": {"message": "bad", "type": "BadRequestError", "param": null, "code": 400}}'
+
+    async def scenario():
+        client = await _client(StandInTriton(script={"tiny": [Chunk(400, error, True)]}))
+        try:
+            # A streamed request refused before its first chunk gets a JSON error, not an event stream.
+            response = await client.post("/v1/completions", json={"model": "tiny", "stream": True})
+            assert (response.status, response.content_type, await response.read()) == (400, "application/json", error)
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_lora_adapter_name_goes_to_the_model_that_lists_it():
+    cards = {"base": [{"id": "base"}], "other": [{"id": "other"}, {"id": "sql-adapter", "parent": "other"}]}
+
+    async def scenario():
+        triton = StandInTriton(models=("base", "other"), cards=cards)
+        client = await _client(triton)
+        try:
+            await client.post("/v1/completions", json={"model": "sql-adapter", "prompt": "x"})
+            assert triton.calls[-1][0] == "other"
+            listing = await (await client.get("/v1/models")).json()
+            assert [c["id"] for c in listing["data"]] == ["base", "other", "sql-adapter"]
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_an_unknown_model_is_answered_by_a_backend_and_without_any_model_by_the_gateway():
+    async def scenario():
+        triton = StandInTriton(models=("a", "b"))
+        client = await _client(triton)
+        try:
+            # vLLM in a backend says "The model `x` does not exist." exactly as vllm serve does.
+            await client.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+            assert triton.calls[-1][0] == "a"
+            # Several models and no name: no default to pick.
+            response = await client.post("/v1/completions", json={"prompt": "x"})
+            assert response.status == 400
+            assert (await response.json())["error"]["param"] == "model"
+            # Unloaded since it was listed: 503 naming it, then, with nothing left, 503 before reaching Triton.
+            triton.models = ["b"]
+            response = await client.post("/v1/completions", json={"model": "a", "prompt": "x"})
+            assert response.status == 503
+            assert "model `a` is not ready" in (await response.json())["error"]["message"]
+            triton.models = []
+            await client.get("/v1/models")
+            calls = len(triton.calls)
+            response = await client.post("/v1/completions", json={"model": "a", "prompt": "x"})
+            assert response.status == 503
+            assert len(triton.calls) == calls
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_with_a_single_model_a_request_without_a_name_goes_to_it():
+    async def scenario():
+        triton = StandInTriton(models=("only",))
+        client = await _client(triton)
+        try:
+            await client.post("/v1/completions", json={"prompt": "x"})
+            assert triton.calls[-1][0] == "only"
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_bodies_that_are_not_a_json_object_are_refused_without_reaching_triton():
+    async def scenario():
+        triton = StandInTriton()
+        client = await _client(triton)
+        try:
+            for data in (b"{not json", b"[1, 2]"):
+                response = await client.post("/v1/chat/completions", data=data)
+                assert response.status == 400
+                assert (await response.json())["error"]["type"] == "BadRequestError"
+            assert triton.calls == []
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_an_error_in_mid_stream_ends_the_stream_with_an_error_event():
+    script = {"tiny": [Chunk(200, b"data: 1\n\n", False), TritonUnavailable("the model was unloaded")]}
+
+    async def scenario():
+        client = await _client(StandInTriton(script=script))
+        try:
+            response = await client.post("/v1/chat/completions", json={"model": "tiny", "stream": True})
+            events = (await response.read()).decode().split("\n\n")
+            assert events[0] == "data: 1"
+            assert json.loads(events[1].removeprefix("data: "))["error"]["message"] == "the model was unloaded"
+            assert events[2] == "data: [DONE]"
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_client_that_goes_away_closes_its_triton_call():
+    script = {"tiny": [Chunk(200, b"data: 1\n\n", False), "wait"]}
+
+    async def scenario():
+        triton = StandInTriton(script=script)
+        client = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json={"model": "tiny", "stream": True})
+            assert await response.content.readuntil(b"\n\n") == b"data: 1\n\n"
+            response.close()  # drops the connection mid-stream
+            await asyncio.wait_for(triton.closed_early.wait(), 5)
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_health_follows_triton_readiness_and_needs_a_model_that_speaks_openai():
+    async def scenario():
+        triton = StandInTriton()
+        client = await _client(triton)
+        try:
+            assert (await client.get("/health")).status == 200
+            triton.ready = False
+            assert (await client.get("/health")).status == 503
+            triton.ready, triton.models = True, []
+            assert (await client.get("/health")).status == 503
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+# --- --api-key --------------------------------------------------------------------------------------------------------
+
+
+def test_the_api_key_guards_v1_as_vllm_serve_does():
+    async def scenario():
+        client = await _client(StandInTriton(), keys=["s3cret", "other"])
+        try:
+            assert (await client.get("/v1/models")).status == 401
+            assert await (await client.get("/v1/models")).json() == {"error": "Unauthorized"}
+            wrong = await client.get("/v1/models", headers={"Authorization": "Bearer nope"})
+            assert wrong.status == 401
+            basic = await client.get("/v1/models", headers={"Authorization": "Basic s3cret"})
+            assert basic.status == 401
+            for key in ("s3cret", "other"):
+                assert (await client.get("/v1/models", headers={"Authorization": f"bearer {key}"})).status == 200
+            assert (await client.get("/health")).status == 200  # never guarded: probes carry no key
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_without_keys_nothing_is_guarded():
+    async def scenario():
+        client = await _client(StandInTriton())
+        try:
+            assert (await client.get("/v1/models")).status == 200
+        finally:
+            await client.close()
+
+    run(scenario())

@@ -1,0 +1,46 @@
+"""`vllm-repo openai`: options in, vllm_repo.serve.openai.run_gateway out."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from vllm_repo.serve.ports import DEFAULT_HOST, DEFAULT_OPENAI_PORT, DEFAULT_URL
+
+
+def openai(
+    triton_url: Annotated[
+        str,
+        typer.Option(
+            "--triton-url",
+            metavar="URL",
+            help="The Triton server running the bundled backend: http://HOST:8000 (its gRPC port beside it) or "
+            "grpc://HOST:8001.",
+        ),
+    ] = DEFAULT_URL,
+    triton_grpc_port: Annotated[
+        int | None,
+        typer.Option("--triton-grpc-port", metavar="PORT", help="Triton's gRPC port, with an http:// --triton-url."),
+    ] = None,
+    host: Annotated[
+        str,
+        typer.Option("--host", metavar="HOST", help="Address to bind (0.0.0.0 exposes the API to other machines)."),
+    ] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port of the OpenAI API.")] = DEFAULT_OPENAI_PORT,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            envvar="VLLM_API_KEY",
+            metavar="KEY",
+            help="Require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys.",
+        ),
+    ] = None,
+) -> None:
+    """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions) in front of a running Triton."""
+    from vllm_repo.serve.openai import grpc_address, print_ready, run_gateway
+
+    address = grpc_address(triton_url, triton_grpc_port)
+    typer.echo(f"forwarding to Triton's gRPC endpoint at {address}", err=True)
+    raise typer.Exit(run_gateway(address, host, port, api_key or [], on_ready=print_ready))

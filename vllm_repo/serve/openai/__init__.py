@@ -1,0 +1,29 @@
+"""The OpenAI API for every vLLM model of a Triton server (``vllm-repo openai``, ``launch --openai-port``).
+
+- triton.py: the gRPC side, one decoupled stream per OpenAI request, carried in the backend's openai_request input;
+- catalog.py: which Triton model answers for a ``model`` name (served names and LoRA adapters, from the backends);
+- app.py: the HTTP routes, ``--api-key``, and the copy of each backend response to the client as it arrives;
+- gateway.py: running it, alone or as launch's child.
+"""
+
+from vllm_repo.serve.openai.gateway import (
+    API_KEY_ENV,
+    DEFAULT_OPENAI_PORT,
+    GatewayError,
+    base_url,
+    grpc_address,
+    print_ready,
+    run_gateway,
+    serve,
+)
+
+__all__ = [
+    "API_KEY_ENV",
+    "DEFAULT_OPENAI_PORT",
+    "GatewayError",
+    "base_url",
+    "grpc_address",
+    "print_ready",
+    "run_gateway",
+    "serve",
+]

@@ -1,0 +1,105 @@
+"""Running the OpenAI gateway: ``vllm-repo openai`` in front of a running Triton, and ``launch --openai-port``'s
+child process (started in the server's process group, so it stops with the server)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from vllm_repo.errors import UsageError, VllmRepoError
+from vllm_repo.serve.openai.app import OpenAIGateway
+from vllm_repo.serve.openai.triton import TritonOpenAIClient
+from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_OPENAI_PORT
+
+# vllm serve reads its API key from here too.
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+class GatewayError(VllmRepoError):
+    """The gateway could not start."""
+
+
+def grpc_address(triton_url: str, grpc_port: int | None = None) -> str:
+    """Triton's gRPC address from what users pass: ``http://HOST:8000`` (the server they know; its gRPC endpoint is
+    on HOST at ``grpc_port``, Triton's 8001 by default), ``grpc://HOST:PORT`` or ``HOST:PORT``."""
+    url = triton_url if "://" in triton_url else f"grpc://{triton_url}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "grpc") or not parts.hostname:
+        raise UsageError(
+            f"--triton-url {triton_url!r} is not a Triton address",
+            hint="give http://HOST:8000 (gRPC then at HOST:8001, or --triton-grpc-port), or grpc://HOST:8001",
+        )
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(f"--triton-url {triton_url!r}: {exc}") from exc
+    if parts.scheme == "http" or port is None:
+        port = grpc_port or DEFAULT_GRPC_PORT
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}"
+
+
+def base_url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return f"http://{shown}:{port}/v1"
+
+
+async def serve(
+    triton: str,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_OPENAI_PORT,
+    api_keys: list[str] | None = None,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until ``stop`` is set (or the task is cancelled). ``triton``: its gRPC address (grpc_address())."""
+    gateway = OpenAIGateway(TritonOpenAIClient(triton), api_keys)
+    # A client that goes away cancels its handler, and the handler its Triton stream: the engine stops generating.
+    runner = web.AppRunner(gateway.application(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise GatewayError(
+                f"the OpenAI API cannot listen on {host}:{port}: {exc.strerror or exc}",
+                hint="stop whatever listens there, or choose another port (--port / --openai-port)",
+            ) from exc
+        if on_ready:
+            on_ready(base_url(host, port))
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await runner.cleanup()
+
+
+def run_gateway(
+    triton: str,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_OPENAI_PORT,
+    api_keys: list[str] | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> int:
+    """Serve in this thread until SIGINT or SIGTERM; returns the exit status."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await serve(triton, host, port, api_keys, on_ready=on_ready, stop=stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def print_ready(url: str) -> None:
+    print(f"OpenAI API on {url}", file=sys.stderr, flush=True)

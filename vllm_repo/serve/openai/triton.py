@@ -1,0 +1,157 @@
+"""The gateway's side of Triton: one gRPC channel, one decoupled stream per OpenAI request.
+
+Each OpenAI request becomes one Triton request to the model's bundled backend, carrying the client's body in the
+``openai_request`` input (vllm_repo.backend.contract); the backend answers with vLLM's own OpenAI serving layer and
+every response holds an HTTP status and bytes to write as they are. A stream per request, not one shared stream,
+because Triton cancels what a stream carries when the stream is cancelled: a client that goes away takes exactly
+its own request down, and the backend aborts it in the engine.
+
+The protobuf messages are tritonclient's own (tritonclient.grpc.service_pb2); the raw stub is used rather than
+tritonclient's aio wrapper, which would turn every chunk into numpy arrays and an InferResult first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+# The backend's OpenAI tensors (vllm_repo.backend.contract lists them with the rest).
+OPENAI_REQUEST_INPUT = "openai_request"
+OPENAI_STATUS_OUTPUT = "openai_status"
+OPENAI_RESPONSE_OUTPUT = "openai_response"
+
+# Seconds a readiness or index query may take before Triton counts as unreachable.
+QUERY_TIMEOUT_S = 5.0
+# Without it a decoupled stream never says which response was a request's last.
+_FINAL_FLAG = "triton_final_response"
+_ENABLE_FINAL_FLAG = "triton_enable_empty_final_response"
+
+
+class TritonUnavailable(Exception):
+    """Triton did not answer, or answered a request with an error instead of the backend's responses."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One backend response: the HTTP status (set on every response of an OpenAI request) and bytes to write."""
+
+    status: int | None
+    body: bytes
+    final: bool
+
+
+def pack_bytes(*items: bytes) -> bytes:
+    """Triton's wire form of a BYTES tensor: each element as a 4-byte little-endian length and its bytes."""
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+def unpack_bytes(raw: bytes) -> list[bytes]:
+    items, offset = [], 0
+    while offset + 4 <= len(raw):
+        (size,) = struct.unpack_from("<I", raw, offset)
+        items.append(raw[offset + 4 : offset + 4 + size])
+        offset += 4 + size
+    return items
+
+
+def openai_infer_request(model: str, endpoint: str, body: Any = None, request_id: str = "") -> Any:
+    """The Triton request that carries one OpenAI request. text_input is sent empty: older config.pbtxt files list
+    it as required, and the backend ignores it beside openai_request."""
+    envelope: dict[str, Any] = {"endpoint": endpoint}
+    if body is not None:
+        envelope["body"] = body
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    request.parameters[_ENABLE_FINAL_FLAG].bool_param = True
+    for name, value in (("text_input", b""), (OPENAI_REQUEST_INPUT, json.dumps(envelope).encode())):
+        tensor = request.inputs.add(name=name, datatype="BYTES")
+        tensor.shape.append(1)
+        request.raw_input_contents.append(pack_bytes(value))
+    for name in (OPENAI_STATUS_OUTPUT, OPENAI_RESPONSE_OUTPUT):
+        request.outputs.add(name=name)
+    return request
+
+
+def read_chunk(response: Any) -> Chunk:
+    """A Triton response of the backend's OpenAI path as a Chunk."""
+    infer = response.infer_response
+    final = infer.parameters[_FINAL_FLAG].bool_param if _FINAL_FLAG in infer.parameters else False
+    status, body = None, b""
+    for tensor, raw in zip(infer.outputs, infer.raw_output_contents, strict=False):
+        if tensor.name == OPENAI_STATUS_OUTPUT and len(raw) >= 4:
+            (status,) = struct.unpack_from("<i", raw)
+        elif tensor.name == OPENAI_RESPONSE_OUTPUT:
+            body = b"".join(unpack_bytes(raw))
+    return Chunk(status, body, final)
+
+
+class TritonOpenAIClient:
+    """Talks to one Triton server's gRPC endpoint for the gateway."""
+
+    def __init__(self, grpc_address: str) -> None:
+        self.address = grpc_address
+        # Chunks are small but a whole non-streamed completion (n choices, logprobs) can pass gRPC's 4 MiB default.
+        options = [("grpc.max_receive_message_length", 256 * 2**20), ("grpc.max_send_message_length", 64 * 2**20)]
+        self._channel = grpc.aio.insecure_channel(grpc_address, options=options)
+        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        self._speaks_openai: dict[tuple[str, str], bool] = {}
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def server_ready(self) -> bool:
+        try:
+            reply = await self._stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=QUERY_TIMEOUT_S)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(reply.ready)
+
+    async def openai_models(self) -> list[str]:
+        """The ready models whose backend takes OpenAI requests (their config has the openai_request input)."""
+        try:
+            index = await self._stub.RepositoryIndex(
+                service_pb2.RepositoryIndexRequest(ready=True), timeout=QUERY_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise TritonUnavailable(f"Triton at {self.address} did not answer: {exc.details()}") from exc
+        ready = [(m.name, m.version) for m in index.models if m.state == "READY"]
+        checks = await asyncio.gather(*(self._speaks(name, version) for name, version in ready))
+        return sorted({name for (name, _), speaks in zip(ready, checks, strict=True) if speaks})
+
+    async def _speaks(self, name: str, version: str) -> bool:
+        key = (name, version)
+        if key not in self._speaks_openai:
+            try:
+                reply = await self._stub.ModelConfig(
+                    service_pb2.ModelConfigRequest(name=name, version=version), timeout=QUERY_TIMEOUT_S
+                )
+            except grpc.aio.AioRpcError:
+                return False  # unloaded meanwhile: not cached, asked again next time
+            self._speaks_openai[key] = any(i.name == OPENAI_REQUEST_INPUT for i in reply.config.input)
+        return self._speaks_openai[key]
+
+    async def call(self, model: str, endpoint: str, body: Any = None) -> AsyncIterator[Chunk]:
+        """The backend's responses to one OpenAI request, as they arrive. Closing the iterator early (the client
+        went away) cancels the stream, and with it the request in the engine."""
+        request = openai_infer_request(model, endpoint, body)
+        stream = self._stub.ModelStreamInfer(iter([request]))
+        try:
+            async for response in stream:
+                if response.error_message:
+                    raise TritonUnavailable(response.error_message)
+                chunk = read_chunk(response)
+                yield chunk
+                if chunk.final:
+                    return
+        except grpc.aio.AioRpcError as exc:
+            raise TritonUnavailable(f"Triton at {self.address}: {exc.details() or exc.code().name}") from exc
+        finally:
+            # After the final response this only ends the call; before it, Triton cancels the request.
+            if not stream.done():
+                stream.cancel()
