@@ -1,6 +1,8 @@
 """The vLLM backend's request/response contract, as data that validate, init and tests import without Triton or vLLM.
 
-It is the seed backend's contract (triton-inference-server/vllm_backend), kept unchanged so existing clients work.
+It is the seed backend's contract (triton-inference-server/vllm_backend), kept unchanged so existing clients work, plus
+one optional input and two outputs for OpenAI API requests (an OpenAI gateway forwards each HTTP request as one Triton
+request, and vLLM's own OpenAI serving layer answers it inside the backend).
 The bundled model.py carries its own copy (it must be copyable alone); a test asserts the two agree.
 """
 
@@ -27,6 +29,9 @@ INPUTS: tuple[Tensor, ...] = (
     Tensor("return_logprobs", "TYPE_BOOL", (1,), optional=True),
     Tensor("return_num_input_tokens", "TYPE_BOOL", (1,), optional=True),
     Tensor("return_num_output_tokens", "TYPE_BOOL", (1,), optional=True),
+    # UTF-8 JSON {"endpoint": "/v1/chat/completions" | "/v1/completions" | "/v1/models", "body": {...}}; when present
+    # the request is an OpenAI request and every other input is ignored (text_input is still sent, as "").
+    Tensor("openai_request", "TYPE_STRING", (1,), optional=True),
 )
 
 OUTPUTS: tuple[Tensor, ...] = (
@@ -36,6 +41,9 @@ OUTPUTS: tuple[Tensor, ...] = (
     Tensor("logprobs", "TYPE_STRING", (-1,)),
     Tensor("num_input_tokens", "TYPE_UINT32", (1,)),
     Tensor("num_output_tokens", "TYPE_UINT32", (-1,)),
+    # OpenAI requests only: the HTTP status (on every response) and bytes to write to the HTTP body as they are.
+    Tensor("openai_status", "TYPE_INT32", (1,)),
+    Tensor("openai_response", "TYPE_STRING", (1,)),
 )
 
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".

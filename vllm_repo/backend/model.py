@@ -28,6 +28,7 @@ config.pbtxt parameters:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import difflib
 import json
@@ -41,6 +42,7 @@ import stat
 import threading
 import time
 import traceback
+import types
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -68,6 +70,7 @@ INPUTS: tuple[tuple[str, str, tuple[int, ...], bool], ...] = (
     ("return_logprobs", "TYPE_BOOL", (1,), True),
     ("return_num_input_tokens", "TYPE_BOOL", (1,), True),
     ("return_num_output_tokens", "TYPE_BOOL", (1,), True),
+    ("openai_request", "TYPE_STRING", (1,), True),
 )
 OUTPUTS: tuple[tuple[str, str, tuple[int, ...], bool], ...] = (
     ("text_output", "TYPE_STRING", (-1,), False),
@@ -76,6 +79,8 @@ OUTPUTS: tuple[tuple[str, str, tuple[int, ...], bool], ...] = (
     ("logprobs", "TYPE_STRING", (-1,), False),
     ("num_input_tokens", "TYPE_UINT32", (1,), False),
     ("num_output_tokens", "TYPE_UINT32", (-1,), False),
+    ("openai_status", "TYPE_INT32", (1,), False),
+    ("openai_response", "TYPE_STRING", (1,), False),
 )
 BOOLEAN_PARAMETERS = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")
 INTEGER_PARAMETERS = ("DEFAULT_MAX_TOKENS",)
@@ -649,6 +654,204 @@ def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# Pure parsing: OpenAI requests (served by vLLM's own OpenAI layer, see _OpenAIJob)
+# ------------------------------------------------------------------------------------------------------------------
+
+OPENAI_FILE = "openai.json"
+# The endpoints an OpenAI request may name, with the HTTP method vLLM's router serves each with.
+OPENAI_ENDPOINTS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET"}
+# vllm serve options the backend sets itself: the served model is the Triton model, the adapters are multi_lora.json's.
+# api_key: the gateway is the HTTP server and authenticates; no header reaches the backend to check a key against.
+_OPENAI_BACKEND_SET = {
+    "model_tag": "the model is model.json's",
+    "served_model_name": "the served model name is the Triton model's name",
+    "lora_modules": "the LoRA adapters are those of multi_lora.json",
+    "api_key": "the OpenAI gateway authenticates clients; no key reaches the backend",
+}
+# Parser entries that are not serving options (argparse's own --help, vllm serve's --config YAML file).
+_OPENAI_NOT_OPTIONS = frozenset({"help", "config"})
+
+
+class OpenAIError(Exception):
+    """An OpenAI request answered with an error status and vLLM's error body shape."""
+
+    def __init__(self, status: int, message: str, err_type: str = "BadRequestError", param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.err_type = err_type
+        self.param = param
+
+    def body(self) -> bytes:
+        return openai_error_body(str(self), self.status, self.err_type, self.param)
+
+
+def openai_json(content: Any) -> bytes:
+    """JSON as vLLM's server writes it (Starlette's JSONResponse: compact, UTF-8, no NaN)."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
+
+
+def openai_error_body(message: str, status: int, err_type: str, param: str | None = None) -> bytes:
+    """vLLM's ErrorResponse ({"error": {message, type, param, code}}), for answers the backend gives itself."""
+    return openai_json({"error": {"message": message, "type": err_type, "param": param, "code": status}})
+
+
+def parse_openai_request(raw: Any) -> tuple[str, str, bytes]:
+    """(endpoint, HTTP method, body bytes) from the ``openai_request`` input. The body is the client's JSON object
+    (re-encoded for vLLM's router) or, so that a gateway can pass on a body it could not parse, a string of the raw
+    body; vLLM then answers it as it answers bad JSON. Raises OpenAIError (400) for a malformed envelope."""
+    if isinstance(raw, (bytes, np.bytes_)):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise OpenAIError(400, "openai_request is not valid UTF-8") from None
+    if not isinstance(raw, str):
+        raise OpenAIError(400, f"openai_request must be a JSON string, got {type(raw).__name__}")
+    try:
+        envelope = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise OpenAIError(400, f"openai_request is not valid JSON: {exc.msg} at {where}") from None
+    if not isinstance(envelope, dict):
+        raise OpenAIError(400, f'openai_request must be a JSON object {{"endpoint": ..., "body": ...}}, got {raw[:80]}')
+    unknown = sorted(set(envelope) - {"endpoint", "body"})
+    if unknown:
+        raise OpenAIError(
+            400, f'openai_request: unknown key "{unknown[0]}"{did_you_mean(unknown[0], ("endpoint", "body"))}'
+        )
+    endpoint = envelope.get("endpoint")
+    if endpoint not in OPENAI_ENDPOINTS:
+        raise OpenAIError(
+            404,
+            f"openai_request: endpoint {json.dumps(endpoint)} is not served; the backend serves "
+            + ", ".join(OPENAI_ENDPOINTS),
+            "NotFoundError",
+        )
+    body = envelope.get("body")
+    if OPENAI_ENDPOINTS[endpoint] == "GET" or body is None:
+        data = b""
+    elif isinstance(body, str):
+        data = body.encode("utf-8")
+    else:
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    return endpoint, OPENAI_ENDPOINTS[endpoint], data
+
+
+class SseJoiner:
+    """The bytes of one OpenAI response waiting to go out, with at most one Triton response in flight.
+
+    Each Triton response is a round trip to the server. While one is in flight, the chunks vLLM's generator yields
+    queue up and go out joined in the next response (concatenated SSE events are still valid SSE): a stream keeps
+    pace with the engine however fast it produces. The final flag goes with the last bytes, or alone (an empty body)
+    when the last chunk was already in flight as the stream ended.
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+        self.in_flight = False
+        self.done = False
+        self.final_taken = False
+
+    def push(self, chunk: bytes) -> None:
+        if chunk:
+            self.pending.append(bytes(chunk))
+
+    def finish(self) -> None:
+        self.done = True
+
+    def take(self) -> tuple[bytes, bool] | None:
+        """(bytes, final) to send now, or None: a send is in flight, nothing is pending, or the final went."""
+        if self.in_flight or self.final_taken or not (self.pending or self.done):
+            return None
+        data = b"".join(self.pending)
+        self.pending.clear()
+        self.in_flight = True
+        self.final_taken = self.done
+        return data, self.final_taken
+
+    def sent(self) -> None:
+        self.in_flight = False
+
+
+def _option_for(action: Any) -> str:
+    longs = [s for s in action.option_strings if s.startswith("--")]
+    return max(longs or action.option_strings, key=len)
+
+
+def frontend_argv(
+    options: Mapping[str, Any], actions: Iterable[Any], engine_fields: Iterable[str], path: str
+) -> list[str]:
+    """vllm serve's command line for the frontend options of ``openai.json`` ({dest: value}), so that vLLM's own
+    parser converts and checks them (names, types, choices). ``actions`` are the parser's (argparse actions);
+    ``engine_fields`` are AsyncEngineArgs' fields, which belong in model.json. Raises BackendConfigError naming the
+    file and the key."""
+    by_dest = {a.dest: a for a in actions if a.option_strings and a.dest not in _OPENAI_NOT_OPTIONS}
+    engine = set(engine_fields)
+    frontend = sorted(d for d in by_dest if d not in engine and d not in _OPENAI_BACKEND_SET)
+    argv: list[str] = []
+    for key, value in options.items():
+        if key in _OPENAI_BACKEND_SET:
+            raise BackendConfigError(f'{path}: "{key}" is set by the backend ({_OPENAI_BACKEND_SET[key]})')
+        if key in engine:
+            raise BackendConfigError(f'{path}: "{key}" is an engine argument; put it in model.json')
+        action = by_dest.get(key)
+        if action is None:
+            raise BackendConfigError(
+                f'{path}: "{key}" is not a vllm serve frontend option{did_you_mean(key, frontend)}'
+            )
+        if value is None:
+            continue
+        option = _option_for(action)
+        if action.nargs == 0:  # a flag: store_true/store_false, or BooleanOptionalAction's --x/--no-x
+            if not isinstance(value, bool):
+                raise BackendConfigError(f'{path}: "{key}" must be true or false, got {json.dumps(value)}')
+            negative = next((s for s in action.option_strings if s.startswith("--no-")), None)
+            if negative is not None:
+                argv.append(option if value else negative)
+            elif value != bool(action.default) and value == bool(action.const):
+                argv.append(option)
+            elif value != bool(action.default):
+                raise BackendConfigError(f'{path}: "{key}" can only be {json.dumps(bool(action.const))}')
+            continue
+        appended = type(action).__name__ == "_AppendAction"
+        many = appended or action.nargs in ("+", "*") or isinstance(action.nargs, int)
+        values = value if isinstance(value, list) and many else [value]
+        rendered = [v if isinstance(v, str) else json.dumps(v) for v in values]
+        if not rendered:  # [] for a list option: none of it (where the option allows none at all)
+            if action.nargs == "*":
+                argv.append(option)
+            continue
+        if appended:  # given once per value
+            for item in rendered:
+                argv.extend((option, item))
+            continue
+        argv.append(option)
+        argv.extend(rendered)
+    return argv
+
+
+def resolve_chat_template(value: Any, version_dir: str) -> Any:
+    """A relative chat_template path is relative to the version directory (the value may also be a template)."""
+    if isinstance(value, str) and value and not os.path.isabs(value):
+        candidate = os.path.join(version_dir, value)
+        if os.path.exists(candidate):
+            return candidate
+    return value
+
+
+def load_openai_options(version_dir: str) -> dict[str, Any] | None:
+    """``<version>/openai.json`` ({vllm serve frontend option: value}), or None without the file."""
+    path = os.path.join(version_dir, OPENAI_FILE)
+    if not os.path.exists(path):
+        return None
+    data = load_json_file(path, "")
+    if not isinstance(data, dict):
+        raise BackendConfigError(f"{path}: must be a JSON object of vllm serve frontend options")
+    if "chat_template" in data:
+        data["chat_template"] = resolve_chat_template(data["chat_template"], version_dir)
+    return data
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # Metrics
 # ------------------------------------------------------------------------------------------------------------------
 
@@ -975,6 +1178,27 @@ def _first(array: np.ndarray | None) -> Any:
     return flat[0] if flat.size else None
 
 
+def _import_first(modules: Sequence[str], name: str) -> Any:
+    """``name`` from the first of ``modules`` that has it: vLLM moves its entrypoints between releases."""
+    import importlib
+
+    errors = []
+    for module in modules:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{module}: {exc}")
+    raise ImportError(f"{name} not found ({'; '.join(errors)})")
+
+
+def _call_with_known(function: Any, values: Mapping[str, Any]) -> Any:
+    """Call ``function`` with those of ``values`` its signature names (vLLM's signatures differ between releases)."""
+    import inspect
+
+    parameters = inspect.signature(function).parameters
+    return function(**{k: v for k, v in values.items() if k in parameters})
+
+
 @dataclasses.dataclass
 class _Job:
     """One request in flight."""
@@ -993,6 +1217,26 @@ class _Job:
     # with its final response, and asking a freed factory whether it was cancelled crashes the server.
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     cancel_reason: str | None = None
+
+
+@dataclasses.dataclass
+class _OpenAIJob:
+    """One OpenAI request in flight: vLLM's own app answers it; its bytes go out through ``joiner``."""
+
+    sender: Any
+    request_id: str
+    endpoint: str
+    method: str
+    body: bytes
+    joiner: SseJoiner = dataclasses.field(default_factory=SseJoiner)
+    status: int | None = None  # the HTTP status vLLM's app started its response with
+    streaming: bool = False
+    task: asyncio.Task | None = None
+    finished: bool = False
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # as _Job.lock
+    cancel_reason: str | None = None
+    error: tuple[str, str] | None = None  # (message, Triton error code) to end with instead of the bytes
+    disconnected: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
 
 class TritonPythonModel:
@@ -1065,6 +1309,25 @@ class TritonPythonModel:
 
         self._import_vllm()
         self.engine_args = self._engine_args(engine_config, version_dir)
+        # OpenAI requests are answered by vLLM's own OpenAI layer, built on the first one (it costs the native-only
+        # startup nothing). openai.json is checked now, with vLLM's parser, so that a typo fails the load.
+        self._version_dir = version_dir
+        self._openai_args: Any = None
+        self._openai_unavailable: str | None = None
+        self._openai_build: asyncio.Future | None = None
+        self._openai_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        openai_options = load_openai_options(version_dir)
+        if openai_options is not None:
+            started = time.monotonic()
+            try:
+                self._openai_args = self._openai_parse_args(openai_options)
+            except ImportError as exc:  # an old release: native requests still work
+                self._openai_unavailable = (
+                    f"vLLM {self.vllm_version} has no OpenAI frontend parser this backend knows ({exc})"
+                )
+                _log("warn", f"[vllm] {os.path.join(version_dir, OPENAI_FILE)} ignored: {self._openai_unavailable}")
+            else:
+                _log("info", f"[vllm] {OPENAI_FILE} checked in {time.monotonic() - started:.2f} s")
         self._sampling_keys = self._sampling_param_keys()
         self._structured_keys = [f.name for f in dataclasses.fields(self._StructuredOutputsParams)]
 
@@ -1229,6 +1492,8 @@ class TritonPythonModel:
         # Named, so that whoever reads the log (launch does) knows which model stopped serving.
         _log("error", f"[vllm] model {self.model_name}: {self._dead_reason}")
         for job in list(self._live.values()):
+            if isinstance(job, _OpenAIJob):
+                continue  # vLLM's OpenAI layer gets the engine's death from the engine and answers as vllm serve does
             if job.task is not None and not job.task.done():
                 job.cancel_reason = self._dead_reason
                 job.task.cancel()
@@ -1263,6 +1528,10 @@ class TritonPythonModel:
     def execute(self, requests: Sequence[Any]) -> None:
         for request in requests:
             sender = request.get_response_sender()
+            openai_request = _first(_input(request, "openai_request"))
+            if openai_request is not None:
+                self._execute_openai(sender, openai_request)
+                continue
             if self._dead_reason is not None:
                 self._send_error(sender, self._dead_reason, "UNAVAILABLE")
                 continue
@@ -1468,6 +1737,251 @@ class TritonPythonModel:
         except Exception as exc:  # the client may be gone already
             _log("warn", f"[vllm] could not send an error response ({message}): {exc}")
 
+    # -- OpenAI requests: vLLM's own OpenAI layer (the app `vllm serve` runs) on this model's engine ----------------
+    def _execute_openai(self, sender: Any, raw: Any) -> None:
+        if self._dead_reason is not None:
+            # What vllm serve answers once its engine is dead (EngineDeadError, a VLLMServerError), in our words.
+            self._send_openai_now(sender, OpenAIError(500, self._dead_reason, "InternalServerError"))
+            return
+        if self._closing:
+            self._send_openai_now(sender, OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError"))
+            return
+        try:
+            endpoint, method, body = parse_openai_request(raw)
+        except OpenAIError as exc:
+            self._send_openai_now(sender, exc)
+            return
+        job = _OpenAIJob(sender=sender, request_id=uuid.uuid4().hex, endpoint=endpoint, method=method, body=body)
+        self._loop.call_soon_threadsafe(self._spawn_openai, job)
+
+    def _send_openai_now(self, sender: Any, error: OpenAIError) -> None:
+        try:
+            sender.send(
+                self._openai_response(error.status, error.body()), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+            )
+        except Exception as exc:  # the client may be gone already
+            _log("warn", f"[vllm] could not send an OpenAI error response ({error}): {exc}")
+
+    @staticmethod
+    def _openai_response(status: int, data: bytes) -> Any:
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("openai_status", np.array([status], dtype=np.int32)),
+                pb_utils.Tensor("openai_response", np.array([data], dtype=np.object_)),
+            ]
+        )
+
+    def _spawn_openai(self, job: _OpenAIJob) -> None:
+        self._live[job.request_id] = job
+        if self._openai_pool is None:
+            # Sends are round trips to the server; on these threads they leave the engine loop free to run the
+            # streams, whose chunks queue up meanwhile and go out joined.
+            self._openai_pool = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="vllm-openai-send")
+        job.task = self._loop.create_task(self._serve_openai(job))
+
+    async def _serve_openai(self, job: _OpenAIJob) -> None:
+        sent_body = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": job.body, "more_body": False}
+            await job.disconnected.wait()  # vLLM's handlers listen for the client going away
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                job.status = int(message["status"])
+                headers = dict(message.get("headers") or ())
+                job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
+            elif message["type"] == "http.response.body":
+                job.joiner.push(message.get("body", b""))
+                if not message.get("more_body", False):
+                    job.joiner.finish()
+                if job.streaming or job.joiner.done:
+                    self._pump_openai(job)
+
+        try:
+            try:
+                app = await self._openai_app()
+            except OpenAIError as exc:
+                job.status = exc.status
+                job.joiner.push(exc.body())
+            else:
+                scope = {
+                    "type": "http",
+                    "asgi": {"version": "3.0", "spec_version": "2.3"},
+                    "http_version": "1.1",
+                    "method": job.method,
+                    "scheme": "http",
+                    "path": job.endpoint,
+                    "raw_path": job.endpoint.encode(),
+                    "query_string": b"",
+                    "root_path": "",
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(job.body)).encode()),
+                    ],
+                    "client": ("triton", 0),
+                    "server": ("triton", 0),
+                    "state": {},
+                }
+                await app(scope, receive, send)
+        except asyncio.CancelledError:
+            # Cancelling the app's task closes vLLM's serving generator, which aborts the request in the engine.
+            reason = job.cancel_reason or "request was cancelled"
+            code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
+            if code == "CANCELLED":
+                _log("info", f"[vllm] request {job.request_id} cancelled by the client: aborted in the engine")
+                _log("info", f"[vllm] Successfully cancelled the request {job.request_id}")
+            job.error = (reason, code)
+            job.joiner.pending.clear()
+        except Exception as exc:
+            # vLLM's app answers its own errors; this is one it let through (e.g. a failing middleware).
+            _log("error", f"[vllm] OpenAI request {job.endpoint} failed: {traceback.format_exc()}")
+            if job.status is None:
+                job.status = 500
+                job.joiner.push(openai_error_body(f"{type(exc).__name__}: {exc}", 500, "InternalServerError"))
+        finally:
+            job.disconnected.set()
+            if job.status is None:
+                job.status = 500
+                job.joiner.push(openai_error_body("vLLM's OpenAI layer gave no response", 500, "InternalServerError"))
+            job.joiner.finish()
+            self._pump_openai(job)
+            self._live.pop(job.request_id, None)
+
+    def _pump_openai(self, job: _OpenAIJob) -> None:
+        """Send what is pending, unless a send of this request is in flight (its completion pumps again)."""
+        item = job.joiner.take()
+        if item is not None:
+            self._openai_pool.submit(self._send_openai, job, *item)
+
+    def _send_openai(self, job: _OpenAIJob, data: bytes, final: bool) -> None:  # on a send thread
+        try:
+            if final:
+                self._finish(job)  # as for native requests: no cancellation check on a freed request
+                if job.error is not None:
+                    self._send_error(job.sender, *job.error)
+                    return
+                job.sender.send(
+                    self._openai_response(job.status, data), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                )
+            else:
+                job.sender.send(self._openai_response(job.status, data), flags=0)
+        except Exception as exc:  # the client may be gone: stop generating for it
+            _log("warn", f"[vllm] could not send an OpenAI response: {exc}")
+            if not final:
+                self._loop.call_soon_threadsafe(self._cancel, job, "the response could not be sent")
+        finally:
+            if not final:
+                self._loop.call_soon_threadsafe(self._openai_sent, job)
+
+    def _openai_sent(self, job: _OpenAIJob) -> None:
+        job.joiner.sent()
+        self._pump_openai(job)
+
+    async def _openai_app(self) -> Any:
+        """vLLM's app, built on the first OpenAI request (shared by the requests that wait for it); OpenAIError when
+        it cannot be built, for every request."""
+        if self._openai_build is None:
+            self._openai_build = asyncio.ensure_future(self._build_openai_app())
+        return await asyncio.shield(self._openai_build)
+
+    async def _build_openai_app(self) -> Any:
+        if self._openai_unavailable is not None:
+            raise OpenAIError(
+                501, f"OpenAI requests are not served by this model: {self._openai_unavailable}", "NotImplementedError"
+            )
+        started = time.monotonic()
+        try:
+            # Imports and the parser take a while: off the engine loop, which keeps serving native requests.
+            build_app, init_app_state, args = await self._loop.run_in_executor(None, self._openai_imports)
+        except ImportError as exc:
+            self._openai_unavailable = f"vLLM {self.vllm_version} lacks an OpenAI serving API this backend uses ({exc})"
+            _log("error", f"[vllm] {self._openai_unavailable}")
+            raise OpenAIError(
+                501, f"OpenAI requests are not served by this model: {self._openai_unavailable}", "NotImplementedError"
+            ) from None
+        try:
+            # `vllm serve` builds its app from one namespace of engine and frontend arguments: the engine's are
+            # model.json's (as the engine has them: vLLM's config creation fills in some, e.g. the reasoning parser).
+            for field in dataclasses.fields(self._AsyncEngineArgs):
+                setattr(args, field.name, getattr(self.engine_args, field.name))
+            args.served_model_name = [self.model_name]
+            get_tasks = getattr(self.engine, "get_supported_tasks", None)
+            tasks = tuple(await get_tasks()) if get_tasks is not None else ("generate",)
+            values = {
+                "args": args,
+                "supported_tasks": tasks,
+                "model_config": self.engine.model_config,
+                "engine_client": self.engine,
+                "vllm_config": getattr(self.engine, "vllm_config", None),
+            }
+            app = _call_with_known(build_app, values)
+            values["state"] = app.state
+            # vLLM's handler for a dead engine tells its HTTP server to exit; here the backend handles the death.
+            app.state.server = types.SimpleNamespace(should_exit=False)
+            await _call_with_known(init_app_state, values)
+            # No client header reaches the backend: the gateway authenticates (VLLM_API_KEY would refuse them all).
+            app.user_middleware = [m for m in app.user_middleware if m.cls.__name__ != "AuthenticationMiddleware"]
+        except Exception as exc:
+            self._openai_unavailable = f"vLLM's OpenAI layer could not be built: {type(exc).__name__}: {exc}"
+            _log("error", f"[vllm] {self._openai_unavailable}\n{traceback.format_exc()}")
+            raise OpenAIError(
+                500, f"OpenAI requests are not served by this model: {self._openai_unavailable}", "InternalServerError"
+            ) from None
+        _log(
+            "info",
+            f"[vllm] vLLM's OpenAI layer built in {time.monotonic() - started:.2f} s for model {self.model_name}",
+        )
+        return app
+
+    def _openai_imports(self) -> tuple[Any, Any, Any]:
+        build_app = _import_first(("vllm.entrypoints.launchers.app", "vllm.entrypoints.openai.api_server"), "build_app")
+        init_app_state = _import_first(
+            ("vllm.entrypoints.launchers.api_server.app_state", "vllm.entrypoints.openai.api_server"), "init_app_state"
+        )
+        args = self._openai_args if self._openai_args is not None else self._openai_parse_args({})
+        return build_app, init_app_state, args
+
+    def _openai_parse_args(self, options: Mapping[str, Any]) -> Any:
+        """vllm serve's argument namespace for openai.json's frontend options, parsed and checked by vLLM's own
+        parser (make_arg_parser), with the adapters of multi_lora.json as its lora_modules."""
+        make_arg_parser = _import_first(
+            ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"), "make_arg_parser"
+        )
+        parser_cls = _import_first(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
+        path = os.path.join(self._version_dir, OPENAI_FILE)
+        parser = make_arg_parser(parser_cls())
+
+        def fail(message: str) -> None:  # argparse would print the usage and exit the stub
+            raise BackendConfigError(f"{path}: {message}")
+
+        parser.error = fail
+        engine_fields = [f.name for f in dataclasses.fields(self._AsyncEngineArgs)]
+        argv = frontend_argv(options, parser._actions, engine_fields, path)
+        if self.lora_adapters:
+            argv += ["--lora-modules", *(json.dumps({"name": n, "path": p}) for n, p in self.lora_adapters.items())]
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            raise BackendConfigError(f"{path}: vLLM's parser refused {argv}") from None
+        try:
+            validate = _import_first(
+                ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"),
+                "validate_parsed_serve_args",
+            )
+        except ImportError:
+            validate = None
+        if validate is not None:
+            try:
+                validate(args)
+            except (TypeError, ValueError) as exc:
+                raise BackendConfigError(f"{path}: {exc}") from None
+        return args
+
     # -- finalize -------------------------------------------------------------------------------------------------
     def finalize(self) -> None:
         _log("info", f"[vllm] finalizing model {self.model_name}")
@@ -1508,6 +2022,9 @@ class TritonPythonModel:
         metrics = getattr(self, "_metrics", None)
         if metrics is not None:
             metrics.stop()
+        pool = getattr(self, "_openai_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True)
         if loop is not None:
             self._stop_loop()
         _log("info", f"[vllm] model {self.model_name} finalized")
