@@ -43,10 +43,10 @@ _TOOLS_SYSTEM = (
     "{% if tools %}"
     "system: "
     "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
-    "You may call one or more functions. Their signatures are in <tools></tools>:\n<tools>\n"
+    # Short: at about 1.5 characters a token, this tokenizer spends a third of a 512-token context on two tools.
+    "Tools:\n<tools>\n"
     "{% for tool in tools %}{{ (tool.function if tool.function is defined else tool) | tojson }}\n{% endfor %}"
-    "</tools>\nTo call a function, answer with its name and arguments as JSON in <tool_call></tool_call> tags:\n"
-    '<tool_call>{"name": <function-name>, "arguments": <arguments-json-object>}</tool_call>\n'
+    '</tools>\nTo call one: <tool_call>{"name": <name>, "arguments": <arguments>}</tool_call>\n'
     "{% endif %}"
 )
 _TOOL_CALLS = (
