@@ -717,3 +717,177 @@ def test_the_server_log_is_found_only_when_output_goes_to_a_file(tmp_path):
     assert backend.read_log_tail(str(log), start=backend.log_size(str(log)) - 6) == "xxtail"
     assert backend.log_size(str(log)) == 14 and backend.log_size(str(tmp_path / "missing")) == 0
     assert backend.read_log_tail(str(tmp_path / "missing")) == ""
+
+
+# -- OpenAI requests -------------------------------------------------------------------------------------------------
+
+
+def test_openai_tensors_are_in_the_contract():
+    assert contract.INPUTS_BY_NAME["openai_request"] == ("openai_request", "TYPE_STRING", (1,), True)
+    assert contract.OUTPUTS_BY_NAME["openai_status"].data_type == "TYPE_INT32"
+    assert contract.OUTPUTS_BY_NAME["openai_response"].dims == (1,)
+
+
+def envelope(value) -> bytes:
+    return json.dumps(value).encode()
+
+
+def test_openai_envelope_gives_endpoint_method_and_body():
+    body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}
+    endpoint, method, data = backend.parse_openai_request(envelope({"endpoint": "/v1/chat/completions", "body": body}))
+    assert (endpoint, method) == ("/v1/chat/completions", "POST")
+    assert json.loads(data) == body
+    assert "héllo".encode() in data  # UTF-8, not \\u escapes
+    assert backend.parse_openai_request(np.bytes_(envelope({"endpoint": "/v1/models"}))) == ("/v1/models", "GET", b"")
+    # A body the gateway could not parse goes to vLLM as it came, for vLLM's own answer to bad JSON.
+    assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "body": "{oops"}))[2] == b"{oops"
+
+
+@pytest.mark.parametrize(
+    "raw, status, fragment",
+    [
+        (b"\xff", 400, "not valid UTF-8"),
+        (b"{nope", 400, "not valid JSON"),
+        (envelope(["/v1/models"]), 400, "must be a JSON object"),
+        (envelope({"endpoint": "/v1/models", "bdy": {}}), 400, 'did you mean "body"'),
+        (envelope({"endpoint": "/v1/embeddings"}), 404, "/v1/chat/completions, /v1/completions, /v1/models"),
+        (envelope({"body": {}}), 404, "endpoint null is not served"),
+    ],
+)
+def test_a_malformed_openai_envelope_is_an_error_in_vllms_shape(raw, status, fragment):
+    with pytest.raises(backend.OpenAIError) as caught:
+        backend.parse_openai_request(raw)
+    assert caught.value.status == status and fragment in str(caught.value)
+    error = json.loads(caught.value.body())["error"]
+    assert list(error) == ["message", "type", "param", "code"]  # vLLM's ErrorInfo, in its order
+    assert error["code"] == status and fragment in error["message"]
+
+
+def test_openai_json_is_written_as_vllms_server_writes_it():
+    assert backend.openai_json({"a": "é", "b": [1, None]}) == '{"a":"é","b":[1,null]}'.encode()
+    with pytest.raises(ValueError):
+        backend.openai_json({"x": float("nan")})
+
+
+def test_sse_chunks_join_while_a_send_is_in_flight_and_the_final_flag_goes_with_the_last():
+    joiner = backend.SseJoiner()
+    assert joiner.take() is None  # nothing yet
+    joiner.push(b"data: 1\n\n")
+    assert joiner.take() == (b"data: 1\n\n", False)
+    joiner.push(b"data: 2\n\n")
+    joiner.push(b"")  # empty ASGI bodies add nothing
+    joiner.push(b"data: 3\n\n")
+    assert joiner.take() is None  # one send in flight at a time
+    joiner.sent()
+    assert joiner.take() == (b"data: 2\n\ndata: 3\n\n", False)
+    joiner.push(b"data: [DONE]\n\n")
+    joiner.finish()
+    joiner.sent()
+    assert joiner.take() == (b"data: [DONE]\n\n", True)
+    joiner.sent()
+    assert joiner.take() is None  # the final went: nothing after it
+
+
+def test_the_final_flag_goes_alone_when_the_last_chunk_was_in_flight():
+    joiner = backend.SseJoiner()
+    joiner.push(b"data: [DONE]\n\n")
+    assert joiner.take() == (b"data: [DONE]\n\n", False)
+    joiner.finish()
+    assert joiner.take() is None
+    joiner.sent()
+    assert joiner.take() == (b"", True)
+
+
+def test_a_complete_answer_is_one_final_send():
+    joiner = backend.SseJoiner()
+    joiner.push(b'{"id":')
+    joiner.push(b'"x"}')
+    joiner.finish()
+    assert joiner.take() == (b'{"id":"x"}', True)
+
+
+def frontend_parser():
+    """A stand-in for vllm serve's parser: the kinds of options it has."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chat-template", type=str, default=None)
+    parser.add_argument("--tool-call-parser", type=str, choices=["hermes", "llama3_json"], default=None)
+    parser.add_argument("--enable-auto-tool-choice", action="store_true", default=False)
+    parser.add_argument("--enable-prompt-tokens-details", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--allowed-origins", type=json.loads, default=["*"])
+    parser.add_argument("--middleware", type=str, action="append", default=[])
+    parser.add_argument("--lora-modules", type=str, nargs="+", default=None)
+    parser.add_argument("--served-model-name", nargs="+", type=str, default=None)
+    parser.add_argument("--max-log-len", type=int, default=None)
+    parser.add_argument("--max-model-len", type=int, default=None)  # an engine argument
+    return parser
+
+
+def argv_for(options):
+    parser = frontend_parser()
+    argv = backend.frontend_argv(options, parser._actions, ["max_model_len", "model"], "/m/1/openai.json")
+    return argv, parser.parse_args(argv)
+
+
+def test_openai_json_becomes_vllm_serves_command_line():
+    argv, args = argv_for(
+        {
+            "chat_template": "/m/1/t.jinja",
+            "tool_call_parser": "hermes",
+            "enable_auto_tool_choice": True,
+            "enable_prompt_tokens_details": False,
+            "allowed_origins": ["https://a"],
+            "middleware": ["a.b", "c.d"],
+            "max_log_len": 100,
+        }
+    )
+    assert args.chat_template == "/m/1/t.jinja" and args.tool_call_parser == "hermes"
+    assert args.enable_auto_tool_choice is True and args.enable_prompt_tokens_details is False
+    assert "--no-enable-prompt-tokens-details" in argv
+    assert args.allowed_origins == ["https://a"]
+    assert args.middleware == ["a.b", "c.d"]
+    assert args.max_log_len == 100
+    # False for a store_true flag and null for anything are the defaults: nothing on the command line.
+    assert argv_for({"enable_auto_tool_choice": False, "max_log_len": None})[0] == []
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"tool_call_parsr": "hermes"}, '"tool_call_parsr" is not a vllm serve frontend option (did you mean "tool_'),
+        ({"max_model_len": 512}, '"max_model_len" is an engine argument; put it in model.json'),
+        ({"served_model_name": ["x"]}, '"served_model_name" is set by the backend'),
+        ({"lora_modules": ["a=b"]}, "multi_lora.json"),
+        ({"enable_auto_tool_choice": "yes"}, '"enable_auto_tool_choice" must be true or false'),
+    ],
+)
+def test_openai_json_errors_name_the_file_and_the_key(options, fragment):
+    parser = frontend_parser()
+    with pytest.raises(backend.BackendConfigError) as caught:
+        backend.frontend_argv(options, parser._actions, ["max_model_len"], "/m/1/openai.json")
+    assert str(caught.value).startswith("/m/1/openai.json: ")
+    assert fragment in str(caught.value)
+
+
+def test_a_bad_choice_is_left_to_vllms_parser():
+    # The value reaches the parser as given, so vLLM's own choices and types decide.
+    argv, _ = argv_for({"max_log_len": 3})
+    parser = frontend_parser()
+    bad = backend.frontend_argv({"tool_call_parser": "nope"}, parser._actions, [], "p")
+    assert bad == ["--tool-call-parser", "nope"] and argv == ["--max-log-len", "3"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(bad)
+
+
+def test_load_openai_options_resolves_a_relative_chat_template(tmp_path):
+    assert backend.load_openai_options(str(tmp_path)) is None  # no file: nothing to check
+    (tmp_path / "t.jinja").write_text("{{ messages }}")
+    (tmp_path / "openai.json").write_text(json.dumps({"chat_template": "t.jinja", "response_role": "bot"}))
+    options = backend.load_openai_options(str(tmp_path))
+    assert options == {"chat_template": str(tmp_path / "t.jinja"), "response_role": "bot"}
+    # An inline template or a missing file stays as written (vLLM says what is wrong with it).
+    assert backend.resolve_chat_template("{{ messages }}", str(tmp_path)) == "{{ messages }}"
+    (tmp_path / "openai.json").write_text("[1]")
+    with pytest.raises(backend.BackendConfigError, match=r"openai\.json: must be a JSON object"):
+        backend.load_openai_options(str(tmp_path))

@@ -16,6 +16,19 @@ Request/response contract (unchanged from the upstream vLLM backend, so existing
 Sampling parameters come from the ``sampling_parameters`` JSON and from the request's parameters (the latter
 overridden by the former); ``lora_name`` picks an adapter from ``<version>/multi_lora.json``.
 
+OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP request):
+  input   openai_request (STRING [1]): UTF-8 JSON {"endpoint": "/v1/chat/completions" | "/v1/completions" |
+          "/v1/models", "body": {...}} (body: the client's JSON object, or a string of its raw body; none for
+          /v1/models). With it, every other input is ignored (text_input is still required: send "").
+  outputs openai_status (INT32 [1], the HTTP status, on every response), openai_response (STRING [1], bytes to write
+          to the HTTP body as they are)
+  vLLM's own OpenAI app answers them, built as ``vllm serve`` builds it (its argument parser, build_app,
+  init_app_state) on this model's engine when the first one arrives: the served model is the Triton model's name,
+  the LoRA adapters of multi_lora.json are its lora_modules, and ``<version>/openai.json`` ({vllm serve frontend
+  option: value}, e.g. chat_template, relative to the version directory, tool_call_parser, response_role) is checked
+  with vLLM's parser at load. A complete answer is one final response; a stream (``"stream": true``) sends the SSE
+  bytes as vLLM yields them, joining chunks that wait while a response is in flight, the final flag on the last.
+
 config.pbtxt parameters:
   REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint, unless model.json says
                             "disable_log_stats": true
