@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tests.backend.conftest import SERVER_ENV, engine_args
 from vllm_repo.serve.ports import free_port, port_is_free
-from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group
+from vllm_repo.serve.processes import DEV_SHM, process_group_members, signal_group
 
 SERVED_MODEL_NAME = "tiny"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -59,6 +59,14 @@ def engine_cli_args(settings: Mapping[str, object]) -> list[str]:
         else:
             args += [flag, str(value)]
     return args
+
+
+def build_tiny_model(serving_python: str | os.PathLike, out: Path, timeout: float = 300) -> Path:
+    """scripts/make_tiny_model.py's model in ``out``, built by the serving Python (torch, transformers), as the
+    backend's tests build theirs: the same seed gives the same bytes, so two builds serve the same model."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "make_tiny_model.py"
+    subprocess.run([str(serving_python), str(script), str(out)], check=True, capture_output=True, timeout=timeout)
+    return out
 
 
 def reference_engine_args(model_dir: Path | str) -> dict:
@@ -93,12 +101,12 @@ class ReferenceServer:
         self._log_path = log_path
         self._workdir: Path | None = None
         self._log_file = None
-        self._shm_before: set[str] = set()
         self.process: subprocess.Popen | None = None
         self.pgid: int | None = None
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
         self.leftovers: list[str] = []
+        self.removed: list[str] = []
 
     @property
     def base_url(self) -> str:
@@ -150,7 +158,6 @@ class ReferenceServer:
         if self._log_path is None:
             self._log_path = self._workdir / "api_server.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._shm_before = {p.name for p in shm_segments("")}
         # Open for the server's whole life, closed by stop().
         self._log_file = open(self._log_path, "ab")  # noqa: SIM115
         self.started_at = time.monotonic()
@@ -194,11 +201,15 @@ class ReferenceServer:
         """SIGTERM to the whole group (the API server shuts its engine down on it), SIGKILL to whatever is left after
         ``timeout``; then the private temporary directory goes. Returns the server's exit status. Safe to call twice.
 
-        ``leftovers`` lists what would outlive the server: live group members, and /dev/shm entries that appeared
-        while it ran and are still there (they are not removed: another process on the machine may own them)."""
+        Shared memory the group had open (vLLM's resource tracker sometimes leaves a multiprocessing semaphore behind
+        when its EngineCore is killed in shutdown) is removed once the group is gone and listed in ``removed``;
+        ``leftovers`` lists what still outlives the server: live group members, and such segments that could not be
+        removed. Shared memory is told apart by what the group's processes map, not by name or time: other servers
+        on the machine create segments of their own."""
         if self.process is None:
             return None
         pgid = self.pgid
+        shm = self._group_shm(pgid)
         for sig, grace in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             if not self._group_alive(pgid):
                 break
@@ -211,8 +222,20 @@ class ReferenceServer:
         except subprocess.TimeoutExpired:  # pragma: no cover - only if the kernel refuses SIGKILL
             status = None
         alive = process_group_members(pgid)
-        new_shm = sorted({p.name for p in shm_segments("")} - self._shm_before)
-        self.leftovers = [f"process {pid}" for pid in alive] + [f"/dev/shm/{name}" for name in new_shm]
+        shm |= self._group_shm(pgid)
+        self.removed, stuck = [], []
+        for path in sorted(shm):
+            if not path.exists():
+                continue
+            if alive:
+                stuck.append(str(path))  # still in use by a member that survived SIGKILL
+                continue
+            try:
+                path.unlink()
+                self.removed.append(str(path))
+            except OSError:
+                stuck.append(str(path))
+        self.leftovers = [f"process {pid}" for pid in alive] + stuck
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -223,6 +246,24 @@ class ReferenceServer:
             self._workdir = None
         self.process = None
         return status
+
+    @staticmethod
+    def _group_shm(pgid: int) -> set[Path]:
+        """The /dev/shm files the group's processes have mapped or open now."""
+        found: set[Path] = set()
+        for pid in process_group_members(pgid):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                    start = line.find(str(DEV_SHM) + "/")
+                    if start != -1:
+                        found.add(Path(line[start:].removesuffix(" (deleted)")))
+            with contextlib.suppress(OSError):
+                for fd in Path(f"/proc/{pid}/fd").iterdir():
+                    with contextlib.suppress(OSError):
+                        target = os.readlink(fd)
+                        if target.startswith(str(DEV_SHM) + "/"):
+                            found.add(Path(target.removesuffix(" (deleted)")))
+        return found
 
     def _group_alive(self, pgid: int) -> bool:
         self.process.poll()  # reap the leader so it does not count as a live member
