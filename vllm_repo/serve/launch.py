@@ -247,11 +247,11 @@ def prepare_launch(
         cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))
         env.update(cpu_env)
         notes.extend(cpu_notes)
-    return LaunchPlan(
     # Ray engines wait 30 minutes for GPUs the cluster lacks: checked here, and RAY_ADDRESS passed to the server.
     ray = ray_preflight(open_repository(repo).models, info.executable, ray_address, {**os.environ, **env})
     env.update(ray.env)
     notes.extend(ray.notes)
+    return LaunchPlan(
         repository=repo.resolve(),
         models=models,
         server=server,
