@@ -205,8 +205,8 @@ def prepare_launch(
     progress: Callable[[str], None] | None = None,
     openai_port: int | None = None,
     openai_api_keys: Iterable[str] = (),
-) -> LaunchPlan:
     ray_address: str | None = None,
+) -> LaunchPlan:
     """Everything launch checks before it starts a process. Raises LaunchError with what to do."""
     repo = Path(repository)
     if not repo.is_dir():
