@@ -602,8 +602,8 @@ def ray_preflight(
             if check.fits:
                 notes.append(
                     f"Ray cluster at {address}: {len(cluster.nodes)} node{'s' * (len(cluster.nodes) != 1)}, "
-                    f"{check.gpus_free} free GPUs; the engines take {check.gpus_needed}: "
-                    + "; ".join(check.placement_text())
+                    f"{check.gpus_free} free GPUs; the engines take {check.gpus_needed}:"
+                    + "".join(f"\n    {line}" for line in check.placement_text())
                 )
     elif engines:
         notes.append(
