@@ -848,6 +848,9 @@ def test_openai_json_becomes_vllm_serves_command_line():
     assert args.allowed_origins == ["https://a"]
     assert args.middleware == ["a.b", "c.d"]
     assert args.max_log_len == 100
+    # vLLM's own flags are BooleanOptionalAction (--x / --no-x): true is the positive spelling.
+    argv, args = argv_for({"enable_prompt_tokens_details": True})
+    assert argv == ["--enable-prompt-tokens-details"] and args.enable_prompt_tokens_details is True
     # False for a store_true flag and null for anything are the defaults: nothing on the command line.
     assert argv_for({"enable_auto_tool_choice": False, "max_log_len": None})[0] == []
 

@@ -243,16 +243,20 @@ def test_with_a_single_model_a_request_without_a_name_goes_to_it():
     run(scenario())
 
 
-def test_bodies_that_are_not_a_json_object_are_refused_without_reaching_triton():
+def test_bodies_that_are_not_a_json_object_go_to_a_backend_as_text_for_vllms_answer():
+    refusal = Chunk(400, b'{"error": {"code": 400}}', True)
+
     async def scenario():
-        triton = StandInTriton()
+        triton = StandInTriton(models=("a", "b"), script={"a": [refusal]})
         client = await _client(triton)
         try:
-            for data in (b"{not json", b"[1, 2]"):
-                response = await client.post("/v1/chat/completions", data=data)
+            for data in ("{not json", "[1, 2]"):
+                response = await client.post("/v1/chat/completions", data=data.encode())
                 assert response.status == 400
-                assert (await response.json())["error"]["type"] == "BadRequestError"
-            assert triton.calls == []
+                assert triton.calls[-1] == ("a", "/v1/chat/completions", data)
+            triton.models = []
+            await client.get("/v1/models")
+            assert (await client.post("/v1/chat/completions", data=b"{")).status == 503
         finally:
             await client.close()
 

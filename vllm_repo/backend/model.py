@@ -786,7 +786,8 @@ class SseJoiner:
 
 
 def _option_for(action: Any) -> str:
-    longs = [s for s in action.option_strings if s.startswith("--")]
+    # The positive spelling: BooleanOptionalAction also lists --no-X, the longest of its strings.
+    longs = [s for s in action.option_strings if s.startswith("--") and not s.startswith("--no-")]
     return max(longs or action.option_strings, key=len)
 
 
@@ -1938,7 +1939,9 @@ class TritonPythonModel:
             app.state.server = types.SimpleNamespace(should_exit=False)
             await _call_with_known(init_app_state, values)
             # No client header reaches the backend: the gateway authenticates (VLLM_API_KEY would refuse them all).
+            # The stack is rebuilt from the list: something in vLLM's setup has already built it once.
             app.user_middleware = [m for m in app.user_middleware if m.cls.__name__ != "AuthenticationMiddleware"]
+            app.middleware_stack = None
         except Exception as exc:
             self._openai_unavailable = f"vLLM's OpenAI layer could not be built: {type(exc).__name__}: {exc}"
             _log("error", f"[vllm] {self._openai_unavailable}\n{traceback.format_exc()}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 _GUARDIAN = r"""
 import os, shutil, signal, sys, time
-pgid, prefix, grace, remove = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+groups, prefix, grace, remove = {int(g) for g in sys.argv[1].split(",")}, sys.argv[2], float(sys.argv[3]), sys.argv[4:]
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 message = sys.stdin.read()
 if message.strip() == "done":
@@ -33,16 +33,17 @@ def members():
             except OSError:
                 continue
             fields = stat[stat.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            if int(fields[2]) in groups and fields[0] not in ("Z", "X"):
                 found.append(int(entry))
     return found
 
 if members():
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
         deadline = time.monotonic() + wait
         while members() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -67,10 +68,15 @@ for path in remove:
 
 
 class Guardian:
-    def __init__(self, pgid: int, shm_prefix: str, grace_s: float = 20.0, remove: Sequence[Path] = ()) -> None:
-        """``remove``: files and directories to delete once the group is stopped (only if launch died)."""
+    def __init__(
+        self, pgid: int, shm_prefix: str, grace_s: float = 20.0, remove: Sequence[Path] = (), also: Sequence[int] = ()
+    ) -> None:
+        """``remove``: files and directories to delete once the group is stopped (only if launch died); ``also``:
+        more process groups to stop with it (the OpenAI gateway's: a group cannot span sessions, and the server
+        has a session of its own)."""
+        groups = ",".join(str(g) for g in (pgid, *also))
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _GUARDIAN, str(pgid), shm_prefix, str(grace_s), *map(str, remove)],
+            [sys.executable, "-I", "-c", _GUARDIAN, groups, shm_prefix, str(grace_s), *map(str, remove)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

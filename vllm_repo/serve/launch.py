@@ -30,6 +30,7 @@ from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.errors import LaunchError, TritonServerError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT, check_ports
+from vllm_repo.serve.processes import signal_group
 from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
 from vllm_repo.serve.ray_cluster import ray_preflight
 from vllm_repo.serve.server import TritonServer
@@ -393,9 +394,10 @@ def endpoints_text(
     return "\n".join([*lines, "", "Ctrl-C stops the server."])
 
 
-def start_openai_gateway(plan: LaunchPlan, pgid: int) -> subprocess.Popen:
-    """The OpenAI API as a child in the server's process group: whatever stops the group (launch, its guardian)
-    stops it too. It reaches Triton over gRPC on this host; the API keys travel in its environment, not its argv."""
+def start_openai_gateway(plan: LaunchPlan) -> subprocess.Popen:
+    """The OpenAI API as a child in a process group of its own (the server's group is in another session, which a
+    process cannot join); launch stops it before the server, and the guardian with it. It reaches Triton over gRPC
+    on this host; the API keys travel in its environment, not its argv."""
     from vllm_repo.serve.openai.gateway import API_KEY_ENV
 
     triton_host = "127.0.0.1" if plan.host in ("0.0.0.0", "") else plan.host
@@ -404,7 +406,18 @@ def start_openai_gateway(plan: LaunchPlan, pgid: int) -> subprocess.Popen:
         env[API_KEY_ENV] = " ".join(plan.openai_api_keys)
     command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"grpc://{triton_host}:{plan.grpc_port}"]
     command += ["--host", plan.host, "--port", str(plan.openai_port)]
-    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: os.setpgid(0, pgid))
+    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_openai_gateway(gateway: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM to its group (it closes its connections and exits), SIGKILL to what is left after ``timeout``."""
+    signal_group(gateway.pid, signal.SIGTERM)
+    try:
+        gateway.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    signal_group(gateway.pid, signal.SIGKILL)
+    gateway.wait()
 
 
 def run_server(
@@ -433,6 +446,7 @@ def run_server(
     failed = True
     watch: SharedMemoryWatch | None = None
     guardian: Guardian | None = None
+    gateway: subprocess.Popen | None = None
     try:
         try:
             server.start()
@@ -440,9 +454,10 @@ def run_server(
             raise LaunchError(f"could not set up the server: {exc}") from exc
         # Should launch be killed, the guardian also removes what a normal stop would: the work directory, our log.
         leftovers = [p for p in (server.work_directory, log_path if own_log else None) if p is not None]
-        guardian = Guardian(server.pgid, server.shm_prefix, remove=leftovers)
+        gateway = start_openai_gateway(plan) if plan.openai_port is not None else None
+        also = [gateway.pid] if gateway is not None else []
+        guardian = Guardian(server.pgid, server.shm_prefix, remove=leftovers, also=also)
         watch = SharedMemoryWatch(server.pgid)
-        gateway = start_openai_gateway(plan, server.pgid) if plan.openai_port is not None else None
         took = _wait_ready(server, plan, out, ready_timeout, watch)
         openai_url = None
         if gateway is not None:
@@ -482,6 +497,8 @@ def run_server(
         # A second Ctrl-C or SIGTERM must not cut the cleanup short: stop() ends with SIGKILL on its own.
         _ignore_stop_signals(previous)
         try:
+            if gateway is not None:
+                stop_openai_gateway(gateway)
             if server.process is None:
                 server.stop()  # nothing ran; removes the work directory
             else:

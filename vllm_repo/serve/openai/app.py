@@ -104,11 +104,18 @@ class OpenAIGateway:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            return error_response(f"the request body is not JSON: {exc}", HTTPStatus.BAD_REQUEST)
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = None
         if not isinstance(body, dict):
-            return error_response("the request body must be a JSON object", HTTPStatus.BAD_REQUEST)
+            # vLLM's own answer to a body that is not a JSON object: the backend takes it as the raw text.
+            try:
+                await self.catalog.owner_of(None)
+            except TritonUnavailable as exc:
+                return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
+            if not self.catalog.models:
+                return error_response("no model that speaks OpenAI is ready on Triton", HTTPStatus.SERVICE_UNAVAILABLE)
+            return await self._forward(request, self.catalog.models[0], raw.decode("utf-8", "replace"))
         name = body.get("model")
         try:
             model = await self.catalog.owner_of(name if isinstance(name, str) else None)
@@ -127,8 +134,8 @@ class OpenAIGateway:
             model = self.catalog.models[0]
         return await self._forward(request, model, body)
 
-    async def _forward(self, request: web.Request, model: str, body: dict[str, Any]) -> web.StreamResponse:
-        streamed = body.get("stream") is True
+    async def _forward(self, request: web.Request, model: str, body: dict[str, Any] | str) -> web.StreamResponse:
+        streamed = isinstance(body, dict) and body.get("stream") is True
         response: web.StreamResponse | None = None
         collected: list[bytes] = []
         status = 200

