@@ -9,22 +9,31 @@ from pathlib import Path
 
 import pytest
 
-from tests.openai.reference import ReferenceServer, build_tiny_model
+from tests.openai.reference import TOOL_ARGS, ReferenceServer, build_tiny_model
 from tests.serving_env import SERVING_PYTHON, SERVING_SKIP_REASON
+
+# A LoRA adapter of the tiny model, beside it: served by name on both sides of the parity test.
+ADAPTER = "tiny-adapter"
 
 
 @pytest.fixture(scope="session")
 def reference_model_dir(tmp_path_factory) -> Path:
     if not SERVING_PYTHON:
         pytest.skip(SERVING_SKIP_REASON)
-    return build_tiny_model(SERVING_PYTHON, tmp_path_factory.mktemp("openai-model") / "tiny-llama")
+    work = tmp_path_factory.mktemp("openai-model")
+    return build_tiny_model(SERVING_PYTHON, work / "tiny-llama", lora=work / ADAPTER)
 
 
 @pytest.fixture(scope="session")
 def reference_server(reference_model_dir, tmp_path_factory):
     """vLLM's api_server on the tiny model, ready; stopped (its whole process group) at the end of the session."""
+    # The engine arguments enable LoRA: the adapter is served too, as the backend serves multi_lora.json's.
+    adapter = ("--lora-modules", f"{ADAPTER}={reference_model_dir.parent / ADAPTER}")
     server = ReferenceServer(
-        SERVING_PYTHON, reference_model_dir, log_path=tmp_path_factory.mktemp("openai-logs") / "api_server.log"
+        SERVING_PYTHON,
+        reference_model_dir,
+        log_path=tmp_path_factory.mktemp("openai-logs") / "api_server.log",
+        extra_args=(*TOOL_ARGS, *adapter),
     )
     server.start()
     try:

@@ -61,11 +61,15 @@ def engine_cli_args(settings: Mapping[str, object]) -> list[str]:
     return args
 
 
-def build_tiny_model(serving_python: str | os.PathLike, out: Path, timeout: float = 300) -> Path:
-    """scripts/make_tiny_model.py's model in ``out``, built by the serving Python (torch, transformers), as the
-    backend's tests build theirs: the same seed gives the same bytes, so two builds serve the same model."""
+def build_tiny_model(
+    serving_python: str | os.PathLike, out: Path, timeout: float = 300, lora: Path | None = None
+) -> Path:
+    """scripts/make_tiny_model.py's model in ``out`` (and a LoRA adapter for it in ``lora``), built by the serving
+    Python (torch, transformers), as the backend's tests build theirs: the same seed gives the same bytes, so two
+    builds serve the same model."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "make_tiny_model.py"
-    subprocess.run([str(serving_python), str(script), str(out)], check=True, capture_output=True, timeout=timeout)
+    command = [str(serving_python), str(script), str(out), *(["--lora", str(lora)] if lora else [])]
+    subprocess.run(command, check=True, capture_output=True, timeout=timeout)
     return out
 
 

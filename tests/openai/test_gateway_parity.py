@@ -1,0 +1,65 @@
+"""The OpenAI API through `vllm-repo launch --openai-port` (Triton, the bundled backend, vLLM on the CPU) answers
+the parity request list exactly as vLLM's own OpenAI server does on the same model directory and engine arguments:
+texts, token ids and logprobs, token counts, finish reasons, tool calls, the fields present, error statuses and
+bodies. Only ids, timestamps and system_fingerprint may differ (tests/openai/parity.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.openai.conftest import ADAPTER
+from tests.openai.parity import REQUESTS, compare, run_all
+from tests.openai.reference import TOOL_ARGS, reference_engine_args
+from tests.serve.test_serve_e2e import assert_nothing_left, free_port, start_launch
+from tests.serving_env import needs_serving
+from vllm_repo.scaffold import init_model
+
+pytestmark = [needs_serving, pytest.mark.e2e]
+
+
+def openai_json_for(args: tuple[str, ...]) -> dict:
+    """vllm serve's frontend flags as openai.json keys: --enable-auto-tool-choice --tool-call-parser hermes."""
+    options, rest = {}, list(args)
+    while rest:
+        flag = rest.pop(0).removeprefix("--").replace("-", "_")
+        options[flag] = rest.pop(0) if rest and not rest[0].startswith("--") else True
+    return options
+
+
+@pytest.fixture(scope="module")
+def gateway_url(reference_model_dir: Path, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("parity") / "model_repository"
+    engine = reference_engine_args(reference_model_dir)
+    loras = {ADAPTER: str(reference_model_dir.parent / ADAPTER)}
+    init_model(repo, str(reference_model_dir), name="tiny", settings=engine, loras=loras)
+    version = repo / "tiny" / "1"
+    # Exactly the reference's engine arguments, nothing init chose besides.
+    (version / "model.json").write_text(json.dumps(engine, indent=2))
+    (version / "openai.json").write_text(json.dumps(openai_json_for(TOOL_ARGS)))
+    port = free_port()
+    # The reference runs its engine core in-process; so does this engine.
+    launched = start_launch(repo, "--openai-port", str(port), env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    yield f"http://127.0.0.1:{port}/v1"
+    launched.send(signal.SIGTERM)
+    try:
+        code, _ = launched.wait_exit(60)
+        assert code == 0, launched.output
+        launched.ports = (*launched.ports, port)
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
+
+
+def test_openai_json_spells_the_references_flags():
+    assert openai_json_for(TOOL_ARGS) == {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
+
+
+def test_the_gateway_answers_every_request_as_vllm_serve_does(reference_url, gateway_url):
+    reference = run_all(reference_url)
+    through_triton = run_all(gateway_url)
+    assert [o.name for o in through_triton] == [r.name for r in REQUESTS]
+    assert compare(reference, through_triton) == []
