@@ -64,3 +64,19 @@ def test_after_a_normal_stop_the_guardian_touches_nothing(tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
+
+
+def test_the_guardian_also_stops_the_gateways_group():
+    # launch --openai-port: the gateway has a process group (and session) of its own beside the server's.
+    server, gateway = start_group(), start_group()
+    try:
+        guardian = Guardian(server.pid, "vllm_repo_test_unused_", grace_s=5, also=[gateway.pid])
+        guardian.process.stdin.close()
+        guardian.process.wait(timeout=30)
+        server.wait(timeout=10)
+        gateway.wait(timeout=10)
+        assert process_group_members(server.pid) == [] and process_group_members(gateway.pid) == []
+    finally:
+        for group in (server, gateway):
+            if process_group_members(group.pid):
+                os.killpg(group.pid, signal.SIGKILL)
