@@ -41,7 +41,6 @@ config.pbtxt parameters:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import difflib
 import json
@@ -1329,7 +1328,6 @@ class TritonPythonModel:
         self._openai_args: Any = None
         self._openai_unavailable: str | None = None
         self._openai_build: asyncio.Future | None = None
-        self._openai_pool: concurrent.futures.ThreadPoolExecutor | None = None
         openai_options = load_openai_options(version_dir)
         if openai_options is not None:
             started = time.monotonic()
@@ -1787,10 +1785,6 @@ class TritonPythonModel:
 
     def _spawn_openai(self, job: _OpenAIJob) -> None:
         self._live[job.request_id] = job
-        if self._openai_pool is None:
-            # Sends are round trips to the server; on these threads they leave the engine loop free to run the
-            # streams, whose chunks queue up meanwhile and go out joined.
-            self._openai_pool = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="vllm-openai-send")
         job.task = self._loop.create_task(self._serve_openai(job))
 
     async def _serve_openai(self, job: _OpenAIJob) -> None:
@@ -1870,9 +1864,12 @@ class TritonPythonModel:
         """Send what is pending, unless a send of this request is in flight (its completion pumps again)."""
         item = job.joiner.take()
         if item is not None:
-            self._openai_pool.submit(self._send_openai, job, *item)
+            self._send_openai(job, *item)
 
-    def _send_openai(self, job: _OpenAIJob, data: bytes, final: bool) -> None:  # on a send thread
+    def _send_openai(self, job: _OpenAIJob, data: bytes, final: bool) -> None:
+        # On the engine loop, as native responses go (a pool of send threads measured 0.6-0.75x of this at 32
+        # streams on 2 cores): while a send waits on its round trip, the other streams' chunks queue up, and this
+        # stream's are joined into its next response once the loop runs the callback below.
         try:
             if final:
                 self._finish(job)  # as for native requests: no cancellation check on a freed request
@@ -1887,10 +1884,10 @@ class TritonPythonModel:
         except Exception as exc:  # the client may be gone: stop generating for it
             _log("warn", f"[vllm] could not send an OpenAI response: {exc}")
             if not final:
-                self._loop.call_soon_threadsafe(self._cancel, job, "the response could not be sent")
+                self._loop.call_soon(self._cancel, job, "the response could not be sent")
         finally:
             if not final:
-                self._loop.call_soon_threadsafe(self._openai_sent, job)
+                self._loop.call_soon(self._openai_sent, job)
 
     def _openai_sent(self, job: _OpenAIJob) -> None:
         job.joiner.sent()
@@ -2038,9 +2035,6 @@ class TritonPythonModel:
         metrics = getattr(self, "_metrics", None)
         if metrics is not None:
             metrics.stop()
-        pool = getattr(self, "_openai_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=True)
         if loop is not None:
             self._stop_loop()
         _log("info", f"[vllm] model {self.model_name} finalized")
