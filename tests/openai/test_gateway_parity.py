@@ -6,7 +6,6 @@ bodies. Only ids, timestamps and system_fingerprint may differ (tests/openai/par
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from tests.openai.conftest import ADAPTER
 from tests.openai.parity import REQUESTS, compare, run_all
 from tests.openai.reference import TOOL_ARGS, reference_engine_args
-from tests.serve.test_serve_e2e import assert_nothing_left, free_port, start_launch
+from tests.serve.test_serve_e2e import free_port, start_launch, stop_and_check
 from tests.serving_env import needs_serving
 from vllm_repo.scaffold import init_model
 
@@ -44,14 +43,7 @@ def gateway_url(reference_model_dir: Path, tmp_path_factory):
     # The reference runs its engine core in-process; so does this engine.
     launched = start_launch(repo, "--openai-port", str(port), env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     yield f"http://127.0.0.1:{port}/v1"
-    launched.send(signal.SIGTERM)
-    try:
-        code, _ = launched.wait_exit(60)
-        assert code == 0, launched.output
-        launched.ports = (*launched.ports, port)
-        assert_nothing_left(launched)
-    finally:
-        launched.kill_everything()
+    stop_and_check(launched, port)
 
 
 def test_openai_json_spells_the_references_flags():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import jsonschema
 import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
-from tests.serve.test_serve_e2e import assert_nothing_left, free_port, start_launch
+from tests.serve.test_serve_e2e import free_port, start_launch, stop_and_check
 from vllm_repo.scaffold import init_model
 
 openai = pytest.importorskip("openai")
@@ -60,14 +59,7 @@ def gateway(openai_repository):
     launched.openai_port = port
     launched.base_url = f"http://127.0.0.1:{port}/v1"
     yield launched
-    launched.send(signal.SIGTERM)
-    try:
-        code, _ = launched.wait_exit(60)
-        assert code == 0, launched.output
-        launched.ports = (*launched.ports, port)
-        assert_nothing_left(launched)
-    finally:
-        launched.kill_everything()
+    stop_and_check(launched, port)
 
 
 @pytest.fixture(scope="module")

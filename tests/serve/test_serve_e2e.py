@@ -198,6 +198,18 @@ def assert_nothing_left(launched: Launched) -> None:
             s.connect(("127.0.0.1", port))
 
 
+def stop_and_check(launched: Launched, *more_ports: int) -> None:
+    """SIGTERM, as a service manager stops launch: it exits 0 and leaves nothing, ``more_ports`` closed too."""
+    launched.send(signal.SIGTERM)
+    try:
+        code, _ = launched.wait_exit(60)
+        assert code == 0, launched.output
+        launched.ports = (*launched.ports, *more_ports)
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
+
+
 @pytest.fixture(scope="module")
 def server(tiny_repository):
     launched = start_launch(tiny_repository)

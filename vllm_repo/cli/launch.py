@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.openai import api_key_option
 from vllm_repo.cli.output import print_diagnostics, print_notes
 from vllm_repo.errors import UsageError
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
@@ -66,15 +67,7 @@ def launch(
             help="Also serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) on this port.",
         ),
     ] = None,
-    api_key: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--api-key",
-            envvar="VLLM_API_KEY",
-            metavar="KEY",
-            help="With --openai-port: require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key).",
-        ),
-    ] = None,
+    api_key: Annotated[list[str] | None, api_key_option("With --openai-port: ")] = None,
 ) -> None:
     """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
     if dry_run and not docker:

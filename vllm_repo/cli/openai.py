@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from vllm_repo.serve.ports import DEFAULT_HOST, DEFAULT_OPENAI_PORT, DEFAULT_URL
+
+
+def api_key_option(when: str = "") -> Any:
+    """--api-key, read from VLLM_API_KEY as vllm serve reads it: the same option for `openai` and `launch`."""
+    return typer.Option(
+        "--api-key",
+        envvar="VLLM_API_KEY",
+        metavar="KEY",
+        help=f"{when}require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys.",
+    )
 
 
 def openai(
@@ -28,15 +38,7 @@ def openai(
         typer.Option("--host", metavar="HOST", help="Address to bind (0.0.0.0 exposes the API to other machines)."),
     ] = DEFAULT_HOST,
     port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port of the OpenAI API.")] = DEFAULT_OPENAI_PORT,
-    api_key: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--api-key",
-            envvar="VLLM_API_KEY",
-            metavar="KEY",
-            help="Require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys.",
-        ),
-    ] = None,
+    api_key: Annotated[list[str] | None, api_key_option()] = None,
 ) -> None:
     """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions) in front of a running Triton."""
     from vllm_repo.serve.openai import grpc_address, print_ready, run_gateway
