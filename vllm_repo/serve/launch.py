@@ -342,12 +342,13 @@ def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
     )
 
 
-def openai_snippet(base_url: str, model: str, api_key: str | None = None) -> str:
-    """A program for the openai SDK that streams a chat answer from ``model``: what launch prints."""
-    key = "os.environ['VLLM_API_KEY']" if api_key else '"EMPTY"'
+def openai_snippet(base_url: str, model: str, key_from_env: bool = False) -> str:
+    """A program for the openai SDK that streams a chat answer from ``model``: what launch prints. With an API key
+    the program reads it from VLLM_API_KEY rather than printing it."""
+    key = "os.environ['VLLM_API_KEY']" if key_from_env else '"EMPTY"'
     return "\n".join(
         [
-            "import os" if api_key else "",
+            "import os" if key_from_env else "",
             "from openai import OpenAI",
             f'client = OpenAI(base_url="{base_url}", api_key={key})',
             "stream = client.chat.completions.create(",
@@ -389,7 +390,7 @@ def endpoints_text(
         lines += [
             "",
             "With the openai SDK (pip install openai):",
-            *("  " + line for line in openai_snippet(openai_url, model, "key" if api_key else None).splitlines()),
+            *("  " + line for line in openai_snippet(openai_url, model, key_from_env=api_key).splitlines()),
         ]
     return "\n".join([*lines, "", "Ctrl-C stops the server."])
 
@@ -400,7 +401,7 @@ def start_openai_gateway(plan: LaunchPlan) -> subprocess.Popen:
     on this host; the API keys travel in its environment, not its argv."""
     from vllm_repo.serve.openai.gateway import API_KEY_ENV
 
-    triton_host = "127.0.0.1" if plan.host in ("0.0.0.0", "") else plan.host
+    triton_host = "127.0.0.1" if plan.host in ("0.0.0.0", "", "::") else plan.host
     env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
     if plan.openai_api_keys:
         env[API_KEY_ENV] = " ".join(plan.openai_api_keys)

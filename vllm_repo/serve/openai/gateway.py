@@ -46,7 +46,7 @@ def grpc_address(triton_url: str, grpc_port: int | None = None) -> str:
 
 
 def base_url(host: str, port: int) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     return f"http://{shown}:{port}/v1"
 
 
