@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -253,3 +254,38 @@ def _local_addresses() -> list[str]:
         return sorted({info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)})
     except OSError:
         return []
+
+
+def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gateway):
+    """#8369's ask: the API attached to a Triton that is already running (here, launch's), from its HTTP URL."""
+    port = free_port()
+    http_port, grpc_port = gateway.ports[0], gateway.ports[1]
+    command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"http://127.0.0.1:{http_port}"]
+    command += ["--triton-grpc-port", str(grpc_port), "--port", str(port)]
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"},  # no key: open
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    assert response.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.2)
+        other = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0, timeout=120)
+        assert "tiny" in [m.id for m in other.models.list().data]
+        done = other.completions.create(model="tiny", prompt="Hello", max_tokens=3, extra_body={"ignore_eos": True})
+        assert done.usage.completion_tokens == 3
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))
