@@ -16,6 +16,11 @@ importlib.metadata.version("vllm")), with --backend openai-chat, --endpoint /v1/
 --input-len tokens (the same seed, so the same prompts on both servers) and --output-len tokens with --ignore-eos.
 The results go to bench/results/openai_gateway_<stamp>.json; the table gives medians over rounds and the gateway's
 ratio to vllm serve.
+
+On a GPU (bench/device_openai.sh drives it there): --engine-args-only serves --engine-args alone rather than the tests'
+tiny-model settings, --reference-env and --reference-args replace the tests' CPU environment and tool parser, and
+--in-process runs `vllm bench serve` in this process (one import of vLLM instead of one per run; the script must then
+run in the serving Python). --max-seconds stops starting rounds once that much time has passed.
 """
 
 from __future__ import annotations
@@ -36,9 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from backend_throughput import OFFLINE_ENV
+from backend_throughput import OFFLINE_ENV, cpu_seconds_by_process, cpu_used
 
-from tests.openai.reference import ReferenceServer, build_tiny_model, reference_engine_args
+from tests.openai.reference import TOOL_ARGS, ReferenceServer, build_tiny_model, reference_engine_args
 
 # `vllm bench serve` without the `vllm` console script: the same parser and entry point.
 BENCH_SERVE = """\
@@ -56,6 +61,18 @@ def server_root(base_url: str) -> str:
     """`vllm bench serve` takes the server's root and the endpoint's path apart: http://h:p/v1 -> http://h:p."""
     url = base_url.rstrip("/")
     return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def bench_serve_in_process(argv: list[str]) -> None:
+    """`vllm bench serve ARGV` in this process: the same parser and entry point as BENCH_SERVE."""
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.benchmarks.serve import main as bench_main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(parser)
+    os.environ.update(OFFLINE_ENV)
+    bench_main(parser.parse_args(argv))
 
 
 def bench_serve(args, base_url: str, concurrency: int, result_dir: Path, label: str) -> dict:
@@ -101,17 +118,35 @@ def bench_serve(args, base_url: str, concurrency: int, result_dir: Path, label: 
         "--label",
         label,
     ]
-    env = {**os.environ, **OFFLINE_ENV}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr)[-6000:]
-        raise SystemExit(f"vllm bench serve failed ({done.returncode}) on {base_url}:\n{tail}")
+    if args.in_process:
+        bench_serve_in_process(command[3:])
+    else:
+        env = {**os.environ, **OFFLINE_ENV}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr)[-6000:]
+            raise SystemExit(f"vllm bench serve failed ({done.returncode}) on {base_url}:\n{tail}")
     result = json.loads((result_dir / filename).read_text())
     if result.get("failed"):
         raise SystemExit(f"{result['failed']} requests failed on {base_url}: {result.get('errors', [])[:3]}")
     out = {key: round(result[key], 3) for key in METRICS if key in result}
     out.update(completed=result.get("completed"), duration_s=round(result.get("duration", 0.0), 3))
     return out
+
+
+def process_labels(groups: dict[str, int | str]) -> dict[int, str]:
+    """pid -> 'GROUP: command' for the members of the named process groups, and this process as the load
+    generator (with --in-process)."""
+    by_pgid = {int(pgid): name for name, pgid in groups.items()}
+    labels = {os.getpid(): "load generator"}
+    for pid, (comm, _) in cpu_seconds_by_process().items():
+        try:
+            group = by_pgid.get(os.getpgid(pid))
+        except OSError:
+            continue
+        if group is not None:
+            labels[pid] = f"{group}: {comm}"
+    return labels
 
 
 def summarize(rounds: dict) -> dict:
@@ -159,6 +194,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one `vllm bench serve` run")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--engine-args-only",
+        action="store_true",
+        help="the reference serves --engine-args (and --model-dir) alone, not over the tests' tiny-model settings",
+    )
+    parser.add_argument("--reference-env", default="{}", help="JSON merged over the reference's environment")
+    parser.add_argument(
+        "--reference-args",
+        help="vllm serve options beside the engine arguments, one string (default: the tests' hermes tool parser)",
+    )
+    parser.add_argument("--in-process", action="store_true", help="run `vllm bench serve` in this process")
+    parser.add_argument("--max-seconds", type=float, help="start no round after this many seconds")
+    parser.add_argument("--log-dir", type=Path, help="where the reference's log is kept (default: removed at the end)")
+    parser.add_argument("--tag", help="the results file is openai_gateway_TAG_<stamp>.json")
+    parser.add_argument(
+        "--cpu-seconds",
+        action="store_true",
+        help="record the CPU seconds of every process during each run at concurrency > 1",
+    )
+    parser.add_argument(
+        "--label-group",
+        action="append",
+        default=[],
+        metavar="NAME=PGID",
+        help="with --cpu-seconds: a process group's members are labelled 'NAME: command'",
+    )
     args = parser.parse_args(argv)
     if not args.serving_python:
         parser.error("--serving-python (or VLLM_REPO_SERVING_PYTHON) is needed: it runs vLLM")
@@ -169,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--model-dir is needed with --reference-url: the prompts are made with its tokenizer")
         args.model_dir = build_tiny_model(args.serving_python, work / "tiny-llama")
     args.tokenizer = args.tokenizer or args.model_dir
-    settings = {**reference_engine_args(args.model_dir), **json.loads(args.engine_args)}
+    base = {"model": str(args.model_dir)} if args.engine_args_only else reference_engine_args(args.model_dir)
+    settings = {**base, **json.loads(args.engine_args)}
+    reference_args = TOOL_ARGS if args.reference_args is None else tuple(args.reference_args.split())
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
 
     reference = None
@@ -179,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             args.model_dir,
             settings=settings,
             served_model_name=args.model,
-            log_path=work / "api_server.log",
+            env=json.loads(args.reference_env),
+            extra_args=reference_args,
+            log_path=(args.log_dir or work) / "api_server.log",
         )
         print("reference:", " ".join(reference.command()), flush=True)
         reference.start()
@@ -189,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "model_dir": str(args.model_dir),
         "engine_args": settings if reference else None,
+        "reference_args": list(reference_args) if reference else None,
         "input_len": args.input_len,
         "output_len": args.output_len,
         "host": platform.node(),
@@ -203,11 +269,21 @@ def main(argv: list[str] | None = None) -> int:
             results["gateway_url"] = results["reference_url"]
         urls = {"gateway": results["gateway_url"], "reference": results["reference_url"]}
         rounds = {f"c{c}": {name: [] for name in urls} for c in concurrencies}
+        started = time.monotonic()
         for i in range(args.rounds):
+            if args.max_seconds is not None and i and time.monotonic() - started > args.max_seconds:
+                print(f"stopping after {i} rounds: --max-seconds {args.max_seconds:g} passed", flush=True)
+                break
             order = list(urls) if i % 2 == 0 else list(urls)[::-1]
             for c in concurrencies:
                 for name in order:
+                    before = cpu_seconds_by_process() if args.cpu_seconds and c > 1 else None
                     result = bench_serve(args, urls[name], c, work, name)
+                    if before is not None:
+                        groups = dict(g.split("=", 1) for g in args.label_group)
+                        if reference is not None:
+                            groups["vllm serve"] = reference.pgid
+                        result["cpu_s"] = cpu_used(before, cpu_seconds_by_process(), process_labels(groups))
                     rounds[f"c{c}"][name].append(result)
                     print(f"round {i} c={c:<3d} {name:9s} {result}", flush=True)
         results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
@@ -216,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             reference.stop()
         shutil.rmtree(work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"openai_gateway_{time.strftime('%Y%m%dT%H%M%S')}.json"
+    tag = f"{args.tag}_" if args.tag else ""
+    path = args.out / f"openai_gateway_{tag}{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(results, indent=1))
     if results.get("summary"):
         print_table(results["summary"])
