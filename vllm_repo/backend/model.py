@@ -1900,11 +1900,12 @@ class TritonPythonModel:
             self._openai_build = asyncio.ensure_future(self._build_openai_app())
         return await asyncio.shield(self._openai_build)
 
+    def _not_served(self, status: int, kind: str) -> OpenAIError:
+        return OpenAIError(status, f"OpenAI requests are not served by this model: {self._openai_unavailable}", kind)
+
     async def _build_openai_app(self) -> Any:
         if self._openai_unavailable is not None:
-            raise OpenAIError(
-                501, f"OpenAI requests are not served by this model: {self._openai_unavailable}", "NotImplementedError"
-            )
+            raise self._not_served(501, "NotImplementedError")
         started = time.monotonic()
         try:
             # Imports and the parser take a while: off the engine loop, which keeps serving native requests.
@@ -1912,9 +1913,7 @@ class TritonPythonModel:
         except ImportError as exc:
             self._openai_unavailable = f"vLLM {self.vllm_version} lacks an OpenAI serving API this backend uses ({exc})"
             _log("error", f"[vllm] {self._openai_unavailable}")
-            raise OpenAIError(
-                501, f"OpenAI requests are not served by this model: {self._openai_unavailable}", "NotImplementedError"
-            ) from None
+            raise self._not_served(501, "NotImplementedError") from None
         try:
             # `vllm serve` builds its app from one namespace of engine and frontend arguments: the engine's are
             # model.json's (as the engine has them: vLLM's config creation fills in some, e.g. the reasoning parser).
@@ -1942,9 +1941,7 @@ class TritonPythonModel:
         except Exception as exc:
             self._openai_unavailable = f"vLLM's OpenAI layer could not be built: {type(exc).__name__}: {exc}"
             _log("error", f"[vllm] {self._openai_unavailable}\n{traceback.format_exc()}")
-            raise OpenAIError(
-                500, f"OpenAI requests are not served by this model: {self._openai_unavailable}", "InternalServerError"
-            ) from None
+            raise self._not_served(500, "InternalServerError") from None
         _log(
             "info",
             f"[vllm] vLLM's OpenAI layer built in {time.monotonic() - started:.2f} s for model {self.model_name}",
