@@ -1,10 +1,11 @@
 #!/bin/bash
 # The OpenAI gateway against vllm serve on the nvidia-h200 device (bench/results/openai_gateway.md), in three calls
-# of the device tool while the machine stays warm. Here, once (see ../shared/gpu/README.md for the bundle):
-#   ../shared/gpu/build_bundle.sh /tmp/gpuroute .gpuroute/chunks
-#   rm .gpuroute/chunks/0? && split -b 56M -d -a 2 /tmp/gpuroute/bundle.tar.xz .gpuroute/chunks/   # tree + chunk < 64 MiB
-#   mkdir -p .gpuroute/remote && cp ../shared/gpu/*.sh ../shared/gpu/*.py .gpuroute/chunks/SHA256 .gpuroute/remote/
-#   (cd ~/.cache/vllm-repo/pytriton-0.7.0 && tar -cf - pytriton/tritonserver/{bin,backends,caches} \
+# of the device tool while the machine stays warm. Here, once, with KIT the directory of the vLLM GPU bundle's scripts
+# (build_bundle.sh, install.sh, make_model.py) and WORK any scratch directory:
+#   "$KIT/build_bundle.sh" "$WORK" .gpuroute/chunks
+#   rm .gpuroute/chunks/0? && split -b 56M -d -a 2 "$WORK/bundle.tar.xz" .gpuroute/chunks/   # tree + chunk < 64 MiB
+#   mkdir -p .gpuroute/remote && cp "$KIT"/*.sh "$KIT"/*.py .gpuroute/chunks/SHA256 .gpuroute/remote/
+#   (cd "$VLLM_REPO_TRITON_HOME" && tar -cf - pytriton/tritonserver/{bin,backends,caches} \
 #      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs | xz -6) > .gpuroute/triton/triton.tar.xz
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .gpuroute/whl \
 #      numpy==1.26.4 'protobuf>=6.33.5,<7' grpcio==1.81.1 tritonclient==2.73.0 python-rapidjson
