@@ -122,12 +122,9 @@ def triton(tiny_model_dir, tmp_path_factory):
         extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
         log_path=tmp_path_factory.mktemp("backend-logs") / "tritonserver.log",
     )
-    server.start()
-    try:
+    with server:
         server.wait_ready(timeout=600)
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -150,9 +147,6 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
         env=SERVER_ENV,
         log_path=tmp_path / "tritonserver.log",
     )
-    server.start()
-    try:
+    with server:
         server.wait_ready(timeout=600)
         yield server
-    finally:
-        server.stop()

@@ -35,12 +35,9 @@ def reference_server(reference_model_dir, tmp_path_factory):
         log_path=tmp_path_factory.mktemp("openai-logs") / "api_server.log",
         extra_args=(*TOOL_ARGS, *adapter),
     )
-    server.start()
-    try:
+    with server:
         server.wait_ready(timeout=600)
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

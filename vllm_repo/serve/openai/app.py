@@ -22,6 +22,7 @@ from vllm_repo.serve.openai.triton import TritonOpenAIClient, TritonUnavailable
 # The paths vllm serve's --api-key guards (its AuthenticationMiddleware): everything under /v1, never /health.
 GUARDED_PREFIX = "/v1"
 GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
 
 
 def error_body(message: str, status: HTTPStatus, param: str | None = None) -> bytes:
@@ -114,7 +115,7 @@ class OpenAIGateway:
             except TritonUnavailable as exc:
                 return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
             if not self.catalog.models:
-                return error_response("no model that speaks OpenAI is ready on Triton", HTTPStatus.SERVICE_UNAVAILABLE)
+                return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
             return await self._forward(request, self.catalog.models[0], raw.decode("utf-8", "replace"))
         name = body.get("model")
         try:
@@ -123,7 +124,7 @@ class OpenAIGateway:
             return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
         if model is None:
             if not self.catalog.models:
-                return error_response("no model that speaks OpenAI is ready on Triton", HTTPStatus.SERVICE_UNAVAILABLE)
+                return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
             if name is None:
                 return error_response(
                     f"`model` is required: this server serves {', '.join(self.catalog.models)}",
