@@ -67,6 +67,10 @@ def test_model_py_carries_the_same_contract_as_contract_py():
     )
     assert backend.TRUE_STRINGS == contract.TRUE_STRINGS
     assert (backend.MIN_VLLM, backend.NEWEST_TESTED_VLLM) == (contract.MIN_VLLM, contract.NEWEST_TESTED_VLLM)
+    assert backend.STREAM_FRAME.format == contract.STREAM_FRAME_HEADER
+    assert backend.STREAM_FRAME_DATA == contract.STREAM_FRAME_DATA
+    assert backend.STREAM_FRAME_END == contract.STREAM_FRAME_END
+    assert backend.STREAM_SOCKET_HELLO == contract.STREAM_SOCKET_HELLO
     assert backend.FALSE_STRINGS == contract.FALSE_STRINGS
 
 
@@ -734,13 +738,21 @@ def envelope(value) -> bytes:
 
 def test_openai_envelope_gives_endpoint_method_and_body():
     body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}
-    endpoint, method, data = backend.parse_openai_request(envelope({"endpoint": "/v1/chat/completions", "body": body}))
-    assert (endpoint, method) == ("/v1/chat/completions", "POST")
+    endpoint, method, data, stream_to = backend.parse_openai_request(
+        envelope({"endpoint": "/v1/chat/completions", "body": body})
+    )
+    assert (endpoint, method, stream_to) == ("/v1/chat/completions", "POST", None)
     assert json.loads(data) == body
     assert "héllo".encode() in data  # UTF-8, not \\u escapes
-    assert backend.parse_openai_request(np.bytes_(envelope({"endpoint": "/v1/models"}))) == ("/v1/models", "GET", b"")
+    models = backend.parse_openai_request(np.bytes_(envelope({"endpoint": "/v1/models"})))
+    assert models == ("/v1/models", "GET", b"", None)
     # A body the gateway could not parse goes to vLLM as it came, for vLLM's own answer to bad JSON.
     assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "body": "{oops"}))[2] == b"{oops"
+
+
+def test_openai_envelope_names_the_gateways_stream_socket():
+    raw = envelope({"endpoint": "/v1/completions", "body": {}, "stream_to": {"socket": "/run/g/s.sock", "id": 7}})
+    assert backend.parse_openai_request(raw)[3] == backend.StreamTo("/run/g/s.sock", 7)
 
 
 @pytest.mark.parametrize(
@@ -752,6 +764,10 @@ def test_openai_envelope_gives_endpoint_method_and_body():
         (envelope({"endpoint": "/v1/models", "bdy": {}}), 400, 'did you mean "body"'),
         (envelope({"endpoint": "/v1/embeddings"}), 404, "/v1/chat/completions, /v1/completions, /v1/models"),
         (envelope({"body": {}}), 404, "endpoint null is not served"),
+        (envelope({"endpoint": "/v1/models", "stream_to": "/tmp/s"}), 400, "stream_to must be"),
+        (envelope({"endpoint": "/v1/models", "stream_to": {"socket": "/tmp/s", "id": -1}}), 400, "stream_to must be"),
+        (envelope({"endpoint": "/v1/models", "stream_to": {"socket": "/tmp/s", "id": True}}), 400, "stream_to must be"),
+        (envelope({"endpoint": "/v1/models", "stream_to": {"socket": "", "id": 1}}), 400, "stream_to must be"),
     ],
 )
 def test_a_malformed_openai_envelope_is_an_error_in_vllms_shape(raw, status, fragment):

@@ -56,7 +56,11 @@ def openai_repository(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def gateway(openai_repository):
     port = free_port()
-    launched = start_launch(openai_repository, "--openai-port", str(port), env={"VLLM_API_KEY": API_KEY})
+    log = openai_repository.parent / "server.log"
+    launched = start_launch(
+        openai_repository, "--openai-port", str(port), "--log-file", str(log), env={"VLLM_API_KEY": API_KEY}
+    )
+    launched.server_log = log
     launched.openai_port = port
     launched.base_url = f"http://127.0.0.1:{port}/v1"
     yield launched
@@ -126,6 +130,30 @@ def test_chat_streamed_and_not_give_the_same_text_and_usage(client):
     assert text == whole.choices[0].message.content
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def streamed_chat(client) -> tuple[list[str], str | None, int]:
+    """A streamed answer at temperature 0 as (deltas, finish reason, completion tokens)."""
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=CHAT,
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    deltas = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    finish = next((c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason), None)
+    return deltas, finish, chunks[-1].usage.completion_tokens
+
+
+def test_streamed_answers_reach_launchs_gateway_over_its_stream_socket(client, gateway):
+    streamed_chat(client)
+    # The backend says so when it first connects.
+    assert "streamed OpenAI responses go to the gateway's socket" in gateway.server_log.read_text()
 
 
 def test_completions_with_n_and_logprobs(client):
@@ -261,7 +289,8 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
     port = free_port()
     http_port, grpc_port = gateway.ports[0], gateway.ports[1]
     command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"http://127.0.0.1:{http_port}"]
-    command += ["--triton-grpc-port", str(grpc_port), "--port", str(port)]
+    # Every byte through Triton: the other path, compared below with launch's gateway (over its stream socket).
+    command += ["--triton-grpc-port", str(grpc_port), "--port", str(port), "--stream-socket", "off"]
     proc = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
@@ -284,6 +313,9 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
         assert "tiny" in [m.id for m in other.models.list().data]
         done = other.completions.create(model="tiny", prompt="Hello", max_tokens=3, extra_body={"ignore_eos": True})
         assert done.usage.completion_tokens == 3
+        through_triton = streamed_chat(other)
+        assert through_triton == streamed_chat(openai.OpenAI(base_url=gateway.base_url, api_key=API_KEY, max_retries=0))
+        assert len(through_triton[0]) >= 10 and through_triton[2] == 10
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

@@ -29,8 +29,10 @@ INPUTS: tuple[Tensor, ...] = (
     Tensor("return_logprobs", "TYPE_BOOL", (1,), optional=True),
     Tensor("return_num_input_tokens", "TYPE_BOOL", (1,), optional=True),
     Tensor("return_num_output_tokens", "TYPE_BOOL", (1,), optional=True),
-    # UTF-8 JSON {"endpoint": "/v1/chat/completions" | "/v1/completions" | "/v1/models", "body": {...}}; when present
-    # the request is an OpenAI request and every other input is ignored (text_input is still sent, as "").
+    # UTF-8 JSON {"endpoint": "/v1/chat/completions" | "/v1/completions" | "/v1/models", "body": {...}, optionally
+    # "stream_to": {"socket": PATH, "id": N}}; when present the request is an OpenAI request and every other input is
+    # ignored (text_input is still sent, as ""). With stream_to, a streamed 200 response's bytes go to the Unix socket
+    # PATH as frames of stream N (below) instead of in Triton responses, if the backend can reach it.
     Tensor("openai_request", "TYPE_STRING", (1,), optional=True),
 )
 
@@ -45,6 +47,14 @@ OUTPUTS: tuple[Tensor, ...] = (
     Tensor("openai_status", "TYPE_INT32", (1,)),
     Tensor("openai_response", "TYPE_STRING", (1,)),
 )
+
+# A frame on a gateway's stream socket (vllm_repo.serve.openai.stream_socket): struct format of the header (stream id,
+# kind, payload length), then the payload. DATA: bytes of the response body, in order; END: the body is complete.
+STREAM_FRAME_HEADER = "<QBI"
+STREAM_FRAME_DATA = 0
+STREAM_FRAME_END = 1
+# What the gateway writes first on each connection; a backend writes only to a socket that says it.
+STREAM_SOCKET_HELLO = b"vllm-repo stream socket 1\n"
 
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
 BOOLEAN_PARAMETERS: tuple[str, ...] = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")

@@ -51,6 +51,7 @@ import os
 import re
 import signal
 import stat
+import struct
 import threading
 import time
 import traceback
@@ -107,6 +108,18 @@ ADDITIONAL_OUTPUT_FLAGS = (
     "return_num_input_tokens",
     "return_num_output_tokens",
 )
+
+# A frame on an OpenAI gateway's stream socket: header (stream id, kind, payload length), then the payload. DATA: bytes
+# of a streamed response body, in order; END: the body is complete.
+STREAM_FRAME = struct.Struct("<QBI")
+STREAM_FRAME_DATA = 0
+STREAM_FRAME_END = 1
+# What a stream socket says first: the backend writes only to a socket that is a gateway's (not to any path a request
+# names).
+STREAM_SOCKET_HELLO = b"vllm-repo stream socket 1\n"
+STREAM_SOCKET_HELLO_TIMEOUT_S = 5.0
+# Bytes a stream socket may buffer before a stream waits for the gateway to read (vLLM's generator waits with it).
+STREAM_SOCKET_HIGH_WATER = 4 * 2**20
 
 ENGINE_ARGS_FILE = "model.json"
 LORA_FILE = "multi_lora.json"
@@ -707,10 +720,36 @@ def openai_error_body(message: str, status: int, err_type: str, param: str | Non
     return openai_json({"error": {"message": message, "type": err_type, "param": param, "code": status}})
 
 
-def parse_openai_request(raw: Any) -> tuple[str, str, bytes]:
-    """(endpoint, HTTP method, body bytes) from the ``openai_request`` input. The body is the client's JSON object
-    (re-encoded for vLLM's router) or, so that a gateway can pass on a body it could not parse, a string of the raw
-    body; vLLM then answers it as it answers bad JSON. Raises OpenAIError (400) for a malformed envelope."""
+@dataclasses.dataclass(frozen=True)
+class StreamTo:
+    """Where a gateway on this host reads a streamed response's bytes: its Unix socket, and the stream's id there."""
+
+    socket: str
+    id: int
+
+
+def parse_stream_to(value: Any) -> StreamTo | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"socket", "id"}
+        or not isinstance(value["socket"], str)
+        or not value["socket"]
+        or not isinstance(value["id"], int)
+        or isinstance(value["id"], bool)
+        or not 0 <= value["id"] < 2**64
+    ):
+        raise OpenAIError(
+            400, f'openai_request: stream_to must be {{"socket": PATH, "id": N}} (N >= 0), got {json.dumps(value)[:80]}'
+        )
+    return StreamTo(value["socket"], value["id"])
+
+
+def parse_openai_request(raw: Any) -> tuple[str, str, bytes, StreamTo | None]:
+    """(endpoint, HTTP method, body bytes, stream_to) from the ``openai_request`` input. The body is the client's JSON
+    object (re-encoded for vLLM's router) or, so that a gateway can pass on a body it could not parse, a string of the
+    raw body; vLLM then answers it as it answers bad JSON. Raises OpenAIError (400) for a malformed envelope."""
     if isinstance(raw, (bytes, np.bytes_)):
         try:
             raw = bytes(raw).decode("utf-8")
@@ -725,11 +764,10 @@ def parse_openai_request(raw: Any) -> tuple[str, str, bytes]:
         raise OpenAIError(400, f"openai_request is not valid JSON: {exc.msg} at {where}") from None
     if not isinstance(envelope, dict):
         raise OpenAIError(400, f'openai_request must be a JSON object {{"endpoint": ..., "body": ...}}, got {raw[:80]}')
-    unknown = sorted(set(envelope) - {"endpoint", "body"})
+    keys = ("endpoint", "body", "stream_to")
+    unknown = sorted(set(envelope) - set(keys))
     if unknown:
-        raise OpenAIError(
-            400, f'openai_request: unknown key "{unknown[0]}"{did_you_mean(unknown[0], ("endpoint", "body"))}'
-        )
+        raise OpenAIError(400, f'openai_request: unknown key "{unknown[0]}"{did_you_mean(unknown[0], keys)}')
     endpoint = envelope.get("endpoint")
     if endpoint not in OPENAI_ENDPOINTS:
         raise OpenAIError(
@@ -745,7 +783,7 @@ def parse_openai_request(raw: Any) -> tuple[str, str, bytes]:
         data = body.encode("utf-8")
     else:
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-    return endpoint, OPENAI_ENDPOINTS[endpoint], data
+    return endpoint, OPENAI_ENDPOINTS[endpoint], data, parse_stream_to(envelope.get("stream_to"))
 
 
 class SseJoiner:
@@ -1250,6 +1288,9 @@ class _OpenAIJob:
     cancel_reason: str | None = None
     error: tuple[str, str] | None = None  # (message, Triton error code) to end with instead of the bytes
     disconnected: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    stream_to: StreamTo | None = None
+    # The gateway's stream socket, once a streamed 200 response is writing its bytes there.
+    stream_writer: asyncio.StreamWriter | None = None
 
 
 class TritonPythonModel:
@@ -1328,6 +1369,8 @@ class TritonPythonModel:
         self._openai_args: Any = None
         self._openai_unavailable: str | None = None
         self._openai_build: asyncio.Future | None = None
+        # Stream socket path -> the connection to that gateway (None: it could not be reached), made once, on the loop.
+        self._stream_links: dict[str, asyncio.Future] = {}
         openai_options = load_openai_options(version_dir)
         if openai_options is not None:
             started = time.monotonic()
@@ -1759,11 +1802,13 @@ class TritonPythonModel:
             self._send_openai_now(sender, OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError"))
             return
         try:
-            endpoint, method, body = parse_openai_request(raw)
+            endpoint, method, body, stream_to = parse_openai_request(raw)
         except OpenAIError as exc:
             self._send_openai_now(sender, exc)
             return
-        job = _OpenAIJob(sender=sender, request_id=uuid.uuid4().hex, endpoint=endpoint, method=method, body=body)
+        job = _OpenAIJob(
+            sender=sender, request_id=uuid.uuid4().hex, endpoint=endpoint, method=method, body=body, stream_to=stream_to
+        )
         self._loop.call_soon_threadsafe(self._spawn_openai, job)
 
     def _send_openai_now(self, sender: Any, error: OpenAIError) -> None:
@@ -1803,7 +1848,12 @@ class TritonPythonModel:
                 job.status = int(message["status"])
                 headers = dict(message.get("headers") or ())
                 job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
+                if job.streaming and job.status == 200 and link is not None and not link.is_closing():
+                    job.stream_writer = link
             elif message["type"] == "http.response.body":
+                if job.stream_writer is not None:
+                    await self._write_stream(job, message.get("body", b""), not message.get("more_body", False))
+                    return
                 job.joiner.push(message.get("body", b""))
                 if not message.get("more_body", False):
                     job.joiner.finish()
@@ -1811,6 +1861,8 @@ class TritonPythonModel:
                     self._pump_openai(job)
 
         try:
+            # Connected before the app runs (once per gateway): the first chunk does not wait for it.
+            link = await self._stream_link(job.stream_to.socket) if job.stream_to is not None else None
             try:
                 app = await self._openai_app()
             except OpenAIError as exc:
@@ -1859,6 +1911,50 @@ class TritonPythonModel:
             job.joiner.finish()
             self._pump_openai(job)
             self._live.pop(job.request_id, None)
+
+    async def _write_stream(self, job: _OpenAIJob, data: bytes, last: bool) -> None:
+        """A streamed response's bytes to the gateway's socket: a frame write, no round trip. The Triton final
+        response (the status, no bytes) follows the END frame once the app returns."""
+        writer, stream_id = job.stream_writer, job.stream_to.id
+        if writer.is_closing():  # the gateway went away: nobody reads this stream any more
+            self._cancel(job, "the OpenAI gateway's stream socket closed")
+            return
+        frame = STREAM_FRAME.pack(stream_id, STREAM_FRAME_DATA, len(data)) + data if data else b""
+        if last:
+            frame += STREAM_FRAME.pack(stream_id, STREAM_FRAME_END, 0)
+        writer.write(frame)
+        if writer.transport.get_write_buffer_size() > STREAM_SOCKET_HIGH_WATER:
+            await writer.drain()  # a gateway that reads slowly slows its streams, as a slow HTTP client would
+
+    async def _stream_link(self, path: str) -> asyncio.StreamWriter | None:
+        """The connection to the gateway whose stream socket is ``path``, made by the first request that names it;
+        None when it cannot be reached (that gateway then gets its bytes through Triton, and one warning)."""
+        link = self._stream_links.get(path)
+        if link is None or (link.done() and link.result() is not None and link.result().is_closing()):
+            link = self._stream_links[path] = asyncio.ensure_future(self._connect_stream(path))
+        return await asyncio.shield(link)
+
+    async def _connect_stream(self, path: str) -> asyncio.StreamWriter | None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+        except (OSError, ValueError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            _log(
+                "warn",
+                f"[vllm] the OpenAI gateway's stream socket {path} cannot be reached ({why}): its streamed responses "
+                "go through Triton (the gateway is on another host or in another container)",
+            )
+            return None
+        try:
+            hello = await asyncio.wait_for(reader.readexactly(len(STREAM_SOCKET_HELLO)), STREAM_SOCKET_HELLO_TIMEOUT_S)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
+            hello = b""
+        if hello != STREAM_SOCKET_HELLO:
+            writer.close()
+            _log("warn", f"[vllm] {path} is not an OpenAI gateway's stream socket: its responses go through Triton")
+            return None
+        _log("info", f"[vllm] streamed OpenAI responses go to the gateway's socket {path}")
+        return writer
 
     def _pump_openai(self, job: _OpenAIJob) -> None:
         """Send what is pending, unless a send of this request is in flight (its completion pumps again)."""

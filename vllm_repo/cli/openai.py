@@ -39,10 +39,25 @@ def openai(
     ] = DEFAULT_HOST,
     port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port of the OpenAI API.")] = DEFAULT_OPENAI_PORT,
     api_key: Annotated[list[str] | None, api_key_option()] = None,
+    stream_socket: Annotated[
+        str,
+        typer.Option(
+            "--stream-socket",
+            metavar="auto|on|off",
+            help="Let backends on this host write streamed answers to a Unix socket of the gateway, not a Triton "
+            "response per chunk: auto (when --triton-url is a loopback address), on, or off (every byte through "
+            "Triton). A backend that cannot reach the socket answers through Triton.",
+        ),
+    ] = "auto",
 ) -> None:
     """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions) in front of a running Triton."""
-    from vllm_repo.serve.openai import grpc_address, print_ready, run_gateway
+    from vllm_repo.errors import UsageError
+    from vllm_repo.serve.openai import StreamSocketMode, grpc_address, print_ready, run_gateway
 
+    try:
+        mode = StreamSocketMode(stream_socket)
+    except ValueError:
+        raise UsageError(f"--stream-socket {stream_socket!r}", hint="give auto, on or off") from None
     address = grpc_address(triton_url, triton_grpc_port)
     typer.echo(f"forwarding to Triton's gRPC endpoint at {address}", err=True)
-    raise typer.Exit(run_gateway(address, host, port, api_key or [], on_ready=print_ready))
+    raise typer.Exit(run_gateway(address, host, port, api_key or [], on_ready=print_ready, stream_socket=mode))

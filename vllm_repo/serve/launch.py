@@ -398,7 +398,8 @@ def endpoints_text(
 def start_openai_gateway(plan: LaunchPlan) -> subprocess.Popen:
     """The OpenAI API as a child in a process group of its own (the server's group is in another session, which a
     process cannot join); launch stops it before the server, and the guardian with it. It reaches Triton over gRPC
-    on this host; the API keys travel in its environment, not its argv."""
+    on this host, and the backends write streamed answers to its stream socket; the API keys travel in its
+    environment, not its argv."""
     from vllm_repo.serve.openai.gateway import API_KEY_ENV
 
     triton_host = "127.0.0.1" if plan.host in ("0.0.0.0", "", "::") else plan.host
@@ -406,7 +407,7 @@ def start_openai_gateway(plan: LaunchPlan) -> subprocess.Popen:
     if plan.openai_api_keys:
         env[API_KEY_ENV] = " ".join(plan.openai_api_keys)
     command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"grpc://{triton_host}:{plan.grpc_port}"]
-    command += ["--host", plan.host, "--port", str(plan.openai_port)]
+    command += ["--host", plan.host, "--port", str(plan.openai_port), "--stream-socket", "on"]
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -2,6 +2,8 @@
 
 - triton.py: the gRPC side, one decoupled stream per OpenAI request, carried in the backend's openai_request input;
 - catalog.py: which Triton model answers for a ``model`` name (served names and LoRA adapters, from the backends);
+- stream_socket.py: the Unix socket a backend on the same host writes streamed answers to, instead of a Triton
+  response per chunk;
 - app.py: the HTTP routes, ``--api-key``, and the copy of each backend response to the client as it arrives;
 - gateway.py: running it, alone or as launch's child.
 """
@@ -10,6 +12,7 @@ from vllm_repo.serve.openai.gateway import (
     API_KEY_ENV,
     DEFAULT_OPENAI_PORT,
     GatewayError,
+    StreamSocketMode,
     base_url,
     grpc_address,
     print_ready,
@@ -21,6 +24,7 @@ __all__ = [
     "API_KEY_ENV",
     "DEFAULT_OPENAI_PORT",
     "GatewayError",
+    "StreamSocketMode",
     "base_url",
     "grpc_address",
     "print_ready",

@@ -8,6 +8,7 @@ model when no backend is there to say so, authentication) follows ``vllm serve``
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import secrets
@@ -16,13 +17,20 @@ from typing import Any
 
 from aiohttp import web
 
+from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END
 from vllm_repo.serve.openai.catalog import ModelCatalog
-from vllm_repo.serve.openai.triton import TritonOpenAIClient, TritonUnavailable
+from vllm_repo.serve.openai.stream_socket import StreamInbox, StreamSocket
+from vllm_repo.serve.openai.triton import Chunk, TritonOpenAIClient, TritonUnavailable
 
 # The paths vllm serve's --api-key guards (its AuthenticationMiddleware): everything under /v1, never /health.
 GUARDED_PREFIX = "/v1"
 GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
+# How long a stream whose Triton side has ended may wait for the rest of its bytes on the stream socket: the backend
+# writes them before its final response, so they are at most a moment behind.
+STREAM_SOCKET_GRACE_S = 10.0
+# Inbox entries beside the socket's frames: a response from Triton, or Triton's failure.
+_FROM_TRITON, _TRITON_FAILED = "triton", "failed"
 
 
 def error_body(message: str, status: HTTPStatus, param: str | None = None) -> bytes:
@@ -65,13 +73,63 @@ class ApiKeyCheck:
         return await handler(request)
 
 
-class OpenAIGateway:
-    """The aiohttp application. ``triton`` is the server's gRPC side; ``api_keys`` empty means no authentication."""
+class Relay:
+    """What one OpenAI request has written to its client so far, from Triton's responses and the stream socket."""
 
-    def __init__(self, triton: TritonOpenAIClient, api_keys: list[str] | None = None) -> None:
+    def __init__(self, request: web.Request, streamed: bool) -> None:
+        self.request = request
+        self.streamed = streamed
+        self.response: web.StreamResponse | None = None
+        self.status = 200
+        self.collected: list[bytes] = []
+        self.bytes_from_triton = False
+
+    async def _stream(self) -> web.StreamResponse:
+        if self.response is None:
+            self.response = web.StreamResponse(status=200)
+            self.response.content_type = "text/event-stream"
+            self.response.charset = "utf-8"
+            await self.response.prepare(self.request)
+        return self.response
+
+    async def from_triton(self, chunk: Chunk) -> None:
+        if chunk.status is not None:
+            self.status = chunk.status
+        self.bytes_from_triton |= bool(chunk.body)
+        if not (self.streamed and self.status == 200):
+            self.collected.append(chunk.body)
+            return
+        response = await self._stream()
+        if chunk.body:
+            await response.write(chunk.body)
+
+    async def from_socket(self, data: bytes) -> None:
+        if data:
+            await (await self._stream()).write(data)
+
+    async def failed(self, exc: TritonUnavailable) -> None:
+        """Mid-stream, as vLLM itself reports an error once the stream has begun: an error event, then [DONE]."""
+        event = error_body(str(exc), HTTPStatus.INTERNAL_SERVER_ERROR).decode()
+        await self.response.write(f"data: {event}\n\ndata: [DONE]\n\n".encode())
+
+    async def finish(self) -> web.StreamResponse:
+        if self.response is None:
+            return web.Response(body=b"".join(self.collected), status=self.status, content_type="application/json")
+        await self.response.write_eof()
+        return self.response
+
+
+class OpenAIGateway:
+    """The aiohttp application. ``triton`` is the server's gRPC side; ``api_keys`` empty means no authentication;
+    ``streams``, when Triton is on this host, is where its backends write streamed responses."""
+
+    def __init__(
+        self, triton: TritonOpenAIClient, api_keys: list[str] | None = None, streams: StreamSocket | None = None
+    ) -> None:
         self.triton = triton
         self.catalog = ModelCatalog(triton)
         self.api_keys = [k for k in api_keys or () if k]
+        self.streams = streams
 
     def application(self) -> web.Application:
         middlewares = [ApiKeyCheck(self.api_keys).middleware] if self.api_keys else []
@@ -137,33 +195,68 @@ class OpenAIGateway:
 
     async def _forward(self, request: web.Request, model: str, body: dict[str, Any] | str) -> web.StreamResponse:
         streamed = isinstance(body, dict) and body.get("stream") is True
-        response: web.StreamResponse | None = None
-        collected: list[bytes] = []
-        status = 200
+        relay = Relay(request, streamed)
+        inbox = self.streams.open() if streamed and self.streams is not None else None
         try:
-            async for chunk in self.triton.call(model, request.path, body):
-                if chunk.status is not None:
-                    status = chunk.status
-                if not (streamed and status == 200):
-                    collected.append(chunk.body)
-                    continue
-                if response is None:
-                    response = web.StreamResponse(status=200)
-                    response.content_type = "text/event-stream"
-                    response.charset = "utf-8"
-                    await response.prepare(request)
-                if chunk.body:
-                    await response.write(chunk.body)
+            if inbox is None:
+                async for chunk in self.triton.call(model, request.path, body):
+                    await relay.from_triton(chunk)
+            else:
+                await self._relay_with_socket(model, request.path, body, inbox, relay)
         except TritonUnavailable as exc:
-            if response is None:
+            if relay.response is None:
                 return await self._refused(model, exc)
-            # Mid-stream, as vLLM itself reports an error once the stream has begun: an error event, then [DONE].
-            event = error_body(str(exc), HTTPStatus.INTERNAL_SERVER_ERROR).decode()
-            await response.write(f"data: {event}\n\ndata: [DONE]\n\n".encode())
-        if response is None:
-            return web.Response(body=b"".join(collected), status=status, content_type="application/json")
-        await response.write_eof()
-        return response
+            await relay.failed(exc)
+        finally:
+            if inbox is not None:
+                inbox.close()
+        return await relay.finish()
+
+    async def _relay_with_socket(
+        self, model: str, path: str, body: dict[str, Any], inbox: StreamInbox, relay: Relay
+    ) -> None:
+        """Triton's responses and the socket's frames in one inbox, written in the order they come. The answer is
+        complete once Triton's final response is in and, if the bytes took the socket, its END frame too."""
+
+        async def from_triton() -> None:
+            try:
+                async for chunk in self.triton.call(model, path, body, stream_to=inbox.address):
+                    inbox.queue.put_nowait((_FROM_TRITON, chunk))
+            except TritonUnavailable as exc:
+                inbox.queue.put_nowait((_TRITON_FAILED, exc))
+
+        triton_side = asyncio.create_task(from_triton())
+        triton_done = socket_used = socket_done = False
+        try:
+            while not triton_done or (socket_used and not socket_done) or self._bytes_may_follow(relay, socket_used):
+                try:
+                    kind, item = await asyncio.wait_for(
+                        inbox.queue.get(), STREAM_SOCKET_GRACE_S if triton_done else None
+                    )
+                except asyncio.TimeoutError:
+                    raise TritonUnavailable(
+                        f"the backend ended the request but its streamed bytes did not reach the gateway's socket "
+                        f"within {STREAM_SOCKET_GRACE_S:.0f} s"
+                    ) from None
+                if kind == _TRITON_FAILED:
+                    raise item
+                if kind == _FROM_TRITON:
+                    await relay.from_triton(item)
+                    triton_done = item.final
+                elif kind == STREAM_FRAME_DATA:
+                    socket_used = True
+                    await relay.from_socket(item)
+                elif kind == STREAM_FRAME_END:
+                    socket_used = socket_done = True
+        finally:
+            # Before Triton's final response (the client went away), this cancels the request in the engine.
+            triton_side.cancel()
+            await asyncio.gather(triton_side, return_exceptions=True)
+
+    @staticmethod
+    def _bytes_may_follow(relay: Relay, socket_used: bool) -> bool:
+        """Triton's side has ended without bytes for a streamed 200 answer: they took the socket, not yet read."""
+        return not socket_used and relay.status == 200 and not relay.bytes_from_triton
 
     async def _refused(self, model: str, exc: TritonUnavailable) -> web.Response:
         """Triton refused the request itself: most often the model was unloaded since the last look (its engine died

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import ipaddress
 import signal
 import sys
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from aiohttp import web
 
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.serve.openai.app import OpenAIGateway
+from vllm_repo.serve.openai.stream_socket import StreamSocket
 from vllm_repo.serve.openai.triton import TritonOpenAIClient
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_OPENAI_PORT
 
@@ -23,6 +26,26 @@ API_KEY_ENV = "VLLM_API_KEY"
 
 class GatewayError(VllmRepoError):
     """The gateway could not start."""
+
+
+class StreamSocketMode(str, enum.Enum):
+    """Whether streamed responses may come over the gateway's stream socket (vllm_repo.serve.openai.stream_socket)."""
+
+    AUTO = "auto"  # when Triton's address is a loopback one: the backend is on this host
+    ON = "on"  # offered whatever the address; a backend that cannot reach it answers through Triton
+    OFF = "off"  # every byte through Triton
+
+
+def offers_stream_socket(mode: StreamSocketMode, triton: str) -> bool:
+    if mode is not StreamSocketMode.AUTO:
+        return mode is StreamSocketMode.ON
+    host = urlsplit(f"grpc://{triton}").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def grpc_address(triton_url: str, grpc_port: int | None = None) -> str:
@@ -56,11 +79,26 @@ async def serve(
     port: int = DEFAULT_OPENAI_PORT,
     api_keys: list[str] | None = None,
     *,
+    stream_socket: StreamSocketMode = StreamSocketMode.AUTO,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or the task is cancelled). ``triton``: its gRPC address (grpc_address())."""
-    gateway = OpenAIGateway(TritonOpenAIClient(triton), api_keys)
+    streams = await StreamSocket().start() if offers_stream_socket(stream_socket, triton) else None
+    try:
+        await _serve(OpenAIGateway(TritonOpenAIClient(triton), api_keys, streams), host, port, on_ready, stop)
+    finally:
+        if streams is not None:
+            await streams.close()
+
+
+async def _serve(
+    gateway: OpenAIGateway,
+    host: str,
+    port: int,
+    on_ready: Callable[[str], None] | None,
+    stop: asyncio.Event | None,
+) -> None:
     # A client that goes away cancels its handler, and the handler its Triton stream: the engine stops generating.
     runner = web.AppRunner(gateway.application(), handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -86,6 +124,7 @@ def run_gateway(
     port: int = DEFAULT_OPENAI_PORT,
     api_keys: list[str] | None = None,
     on_ready: Callable[[str], None] | None = None,
+    stream_socket: StreamSocketMode = StreamSocketMode.AUTO,
 ) -> int:
     """Serve in this thread until SIGINT or SIGTERM; returns the exit status."""
 
@@ -95,7 +134,7 @@ def run_gateway(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        await serve(triton, host, port, api_keys, on_ready=on_ready, stop=stop)
+        await serve(triton, host, port, api_keys, stream_socket=stream_socket, on_ready=on_ready, stop=stop)
 
     asyncio.run(main())
     return 0

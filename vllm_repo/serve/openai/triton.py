@@ -61,12 +61,17 @@ def unpack_bytes(raw: bytes) -> list[bytes]:
     return items
 
 
-def openai_infer_request(model: str, endpoint: str, body: Any = None, request_id: str = "") -> Any:
+def openai_infer_request(
+    model: str, endpoint: str, body: Any = None, request_id: str = "", stream_to: dict[str, Any] | None = None
+) -> Any:
     """The Triton request that carries one OpenAI request. text_input is sent empty: older config.pbtxt files list
-    it as required, and the backend ignores it beside openai_request."""
+    it as required, and the backend ignores it beside openai_request. ``stream_to``: the gateway's stream socket
+    and the stream's id there (vllm_repo.serve.openai.stream_socket)."""
     envelope: dict[str, Any] = {"endpoint": endpoint}
     if body is not None:
         envelope["body"] = body
+    if stream_to is not None:
+        envelope["stream_to"] = stream_to
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
     request.parameters[_ENABLE_FINAL_FLAG].bool_param = True
     for name, value in (("text_input", b""), (OPENAI_REQUEST_INPUT, json.dumps(envelope).encode())):
@@ -136,10 +141,12 @@ class TritonOpenAIClient:
             self._speaks_openai[key] = any(i.name == OPENAI_REQUEST_INPUT for i in reply.config.input)
         return self._speaks_openai[key]
 
-    async def call(self, model: str, endpoint: str, body: Any = None) -> AsyncIterator[Chunk]:
+    async def call(
+        self, model: str, endpoint: str, body: Any = None, stream_to: dict[str, Any] | None = None
+    ) -> AsyncIterator[Chunk]:
         """The backend's responses to one OpenAI request, as they arrive. Closing the iterator early (the client
         went away) cancels the stream, and with it the request in the engine."""
-        request = openai_infer_request(model, endpoint, body)
+        request = openai_infer_request(model, endpoint, body, stream_to=stream_to)
         stream = self._stub.ModelStreamInfer(iter([request]))
         try:
             async for response in stream:

@@ -1,0 +1,278 @@
+"""The stream socket: a backend on the gateway's host writes a streamed answer's bytes there, Triton carries the rest.
+
+The gateway side is the real aiohttp application and a real Unix socket; the Triton side is a stand-in that, like the
+bundled backend, connects to the socket named in the request and writes frames. The backend's own side (its hello
+check, and the backend's frames through real Triton and vLLM) is tested here and in tests/serve/test_openai_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from vllm_repo.backend import contract
+from vllm_repo.backend import model as backend
+from vllm_repo.serve.openai import app as gateway_app
+from vllm_repo.serve.openai.app import OpenAIGateway
+from vllm_repo.serve.openai.gateway import StreamSocketMode, offers_stream_socket
+from vllm_repo.serve.openai.stream_socket import StreamSocket, encode_frame
+from vllm_repo.serve.openai.triton import Chunk, TritonUnavailable
+
+DATA, END = contract.STREAM_FRAME_DATA, contract.STREAM_FRAME_END
+FINAL_WITHOUT_BYTES = Chunk(200, b"", True)  # the backend's Triton side of an answer that took the socket
+
+
+class LocalBackend:
+    """Triton with a backend on this host: streamed answers go to the socket the request names, as ``frames``; the
+    Triton side yields ``triton`` (its final response last). ``final_first`` sends the final before the frames."""
+
+    def __init__(self, frames=(), triton=(FINAL_WITHOUT_BYTES,), final_first=False, hold=False):
+        self.frames = list(frames)
+        self.triton = list(triton)
+        self.final_first = final_first
+        self.hold = hold  # keep the request open after the frames, until the gateway cancels it
+        self.stream_to: dict | None = None
+        self.cancelled = asyncio.Event()
+
+    async def server_ready(self):
+        return True
+
+    async def openai_models(self):
+        return ["tiny"]
+
+    async def close(self):
+        pass
+
+    async def _write_frames(self, stream_to):
+        reader, writer = await asyncio.open_unix_connection(stream_to["socket"])
+        assert await reader.readexactly(len(contract.STREAM_SOCKET_HELLO)) == contract.STREAM_SOCKET_HELLO
+        for kind, payload in self.frames:
+            writer.write(encode_frame(stream_to["id"], kind, payload))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.close()
+
+    async def call(self, model, endpoint, body=None, stream_to=None):
+        if endpoint == "/v1/models":
+            yield Chunk(200, json.dumps({"object": "list", "data": [{"id": model}]}).encode(), True)
+            return
+        self.stream_to = stream_to
+        try:
+            if self.frames and not self.final_first:
+                await self._write_frames(stream_to)
+            if self.hold:
+                await asyncio.sleep(30)
+            for chunk in self.triton:
+                yield chunk
+        except (asyncio.CancelledError, GeneratorExit):
+            self.cancelled.set()
+            raise
+        if self.frames and self.final_first:
+            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._write_frames(stream_to)))
+
+
+async def _client(triton) -> tuple[TestClient, StreamSocket]:
+    streams = await StreamSocket().start()
+    client = TestClient(TestServer(OpenAIGateway(triton, streams=streams).application()))
+    await client.start_server()
+    return client, streams
+
+
+async def _stop(client, streams):
+    await client.close()
+    await streams.close()
+
+
+STREAM = {"model": "tiny", "stream": True}
+SSE = [(DATA, b"data: 1\n\n"), (DATA, b"data: 2\n\n"), (DATA, b"data: [DONE]\n\n"), (END, b"")]
+
+
+@pytest.mark.parametrize("final_first", [False, True], ids=["frames-first", "triton-final-first"])
+def test_a_streamed_answer_comes_whole_and_in_order_from_the_socket(final_first):
+    async def scenario():
+        triton = LocalBackend(frames=SSE, final_first=final_first)
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert (response.status, response.content_type) == (200, "text/event-stream")
+            assert await response.read() == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+            assert triton.stream_to["socket"] == streams.path
+            assert os.stat(os.path.dirname(streams.path)).st_mode & 0o777 == 0o700
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_backend_that_cannot_reach_the_socket_answers_through_triton():
+    chunks = (Chunk(200, b"data: 1\n\n", False), Chunk(200, b"data: [DONE]\n\n", True))
+
+    async def scenario():
+        triton = LocalBackend(triton=chunks)
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert await response.read() == b"data: 1\n\ndata: [DONE]\n\n"
+            assert triton.stream_to is not None  # offered, not taken
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_answers_that_are_not_streamed_are_not_offered_the_socket():
+    async def scenario():
+        triton = LocalBackend(triton=(Chunk(200, b'{"id": 1}', True),))
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/completions", json={"model": "tiny", "prompt": "x"})
+            assert await response.json() == {"id": 1}
+            assert triton.stream_to is None
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_bytes_that_never_reach_the_socket_end_the_stream_with_an_error_event(monkeypatch):
+    monkeypatch.setattr(gateway_app, "STREAM_SOCKET_GRACE_S", 0.2)
+
+    async def scenario():
+        # Triton says the request is done, with no bytes of its own, and the socket stays silent.
+        client, streams = await _client(LocalBackend(frames=[(DATA, b"data: 1\n\n")]))
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            events = (await response.read()).decode().split("\n\n")
+            assert events[0] == "data: 1"
+            message = json.loads(events[1].removeprefix("data: "))["error"]["message"]
+            assert "did not reach the gateway's socket" in message
+            assert events[2] == "data: [DONE]"
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_triton_error_mid_stream_ends_a_socket_stream_with_an_error_event():
+    async def scenario():
+        triton = LocalBackend(frames=SSE[:1], triton=(TritonUnavailable("request was cancelled"),))
+
+        async def failing_call(model, endpoint, body=None, stream_to=None):
+            if endpoint == "/v1/models":
+                yield Chunk(200, b'{"data": [{"id": "tiny"}]}', True)
+                return
+            await triton._write_frames(stream_to)
+            await asyncio.sleep(0.05)
+            raise TritonUnavailable("the model is being unloaded")
+            yield  # an async generator, as the real call is
+
+        triton.call = failing_call
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            events = (await response.read()).decode().split("\n\n")
+            assert events[0] == "data: 1"
+            assert json.loads(events[1].removeprefix("data: "))["error"]["message"] == "the model is being unloaded"
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_goes_away_cancels_the_triton_side_of_a_socket_stream():
+    async def scenario():
+        triton = LocalBackend(frames=SSE[:1], hold=True)
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert await response.content.readuntil(b"\n\n") == b"data: 1\n\n"
+            response.close()
+            await asyncio.wait_for(triton.cancelled.wait(), 5)
+            assert not streams._inboxes  # later frames of that stream are dropped
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_socket_ends_its_connections_and_removes_its_directory(caplog):
+    async def scenario():
+        streams = await StreamSocket().start()
+        directory = os.path.dirname(streams.path)
+        reader, writer = await asyncio.open_unix_connection(streams.path)
+        assert await reader.readexactly(len(contract.STREAM_SOCKET_HELLO)) == contract.STREAM_SOCKET_HELLO
+        await streams.close()
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # the backend's end sees EOF
+        writer.close()
+        assert not os.path.exists(directory)
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(scenario())
+    assert not caplog.records  # no task was cancelled mid-read
+
+
+# --- the backend's side: it writes only to a socket that says the gateway's hello -------------------------------------
+
+
+def _model() -> backend.TritonPythonModel:
+    return backend.TritonPythonModel.__new__(backend.TritonPythonModel)
+
+
+def test_the_backend_connects_to_a_gateways_socket():
+    async def scenario():
+        streams = await StreamSocket().start()
+        try:
+            writer = await _model()._connect_stream(streams.path)
+            assert writer is not None
+            inbox = streams.open()
+            writer.write(backend.STREAM_FRAME.pack(inbox.id, backend.STREAM_FRAME_DATA, 3) + b"abc")
+            assert await asyncio.wait_for(inbox.queue.get(), 5) == (DATA, b"abc")
+            writer.close()
+        finally:
+            await streams.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_backend_writes_nothing_to_a_socket_that_is_not_a_gateways(tmp_path, monkeypatch):
+    monkeypatch.setattr(backend, "STREAM_SOCKET_HELLO_TIMEOUT_S", 0.2)
+    received: list[bytes] = []
+
+    async def scenario():
+        async def other_program(reader, writer):  # e.g. an HTTP daemon: waits for its client to speak first
+            received.append(await reader.read(100))
+            writer.close()
+
+        path = str(tmp_path / "other.sock")
+        server = await asyncio.start_unix_server(other_program, path=path)
+        try:
+            model = _model()
+            assert await model._connect_stream(str(tmp_path / "missing.sock")) is None
+            assert await model._connect_stream(path) is None
+            await asyncio.sleep(0.05)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())
+    assert received == [b""]  # connected, then closed without a byte
+
+
+@pytest.mark.parametrize(
+    "mode, address, offered",
+    [
+        (StreamSocketMode.AUTO, "127.0.0.1:8001", True),
+        (StreamSocketMode.AUTO, "localhost:8001", True),
+        (StreamSocketMode.AUTO, "[::1]:8001", True),
+        (StreamSocketMode.AUTO, "10.1.2.3:8001", False),
+        (StreamSocketMode.AUTO, "triton.internal:8001", False),
+        (StreamSocketMode.ON, "10.1.2.3:8001", True),
+        (StreamSocketMode.OFF, "127.0.0.1:8001", False),
+    ],
+)
+def test_the_socket_is_offered_to_a_triton_on_this_host(mode, address, offered):
+    assert offers_stream_socket(mode, address) is offered
