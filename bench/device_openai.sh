@@ -39,6 +39,13 @@ run)
 'protobuf', google.protobuf.__version__, 'grpcio', grpc.__version__, 'aiohttp', aiohttp.__version__, 'vllm', vllm.__version__)" || exit 1
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
   [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m llama3-8b || exit 1
+  # An experiment, when GIL_SWITCH_INTERVAL_S is set: the backend's stub process (only it) runs with that GIL switch
+  # interval, set by a .pth file that checks which program is starting.
+  rm -f "$SP/zz_stub_switch.pth"
+  if [ -n "${GIL_SWITCH_INTERVAL_S:-}" ]; then
+    echo "import os, sys; os.readlink('/proc/self/exe').endswith('triton_python_backend_stub') and sys.setswitchinterval($GIL_SWITCH_INTERVAL_S)" \
+      > "$SP/zz_stub_switch.pth"
+  fi
   export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1; mkdir -p "${OUT:=/tmp/openai-out}"
   "$PY" bench/openai_gateway_device.py --model-dir /tmp/m --tokenizer /tmp/m/tok --out "${OUT:-/tmp/openai-out}" \
     --engine-args '{"load_format": "dummy", "max_model_len": 4096, "gpu_memory_utilization": 0.42}' "$@" 2>&1 \

@@ -50,9 +50,11 @@ CHAT_TEMPLATE = (
 )
 GATEWAY = """\
 import sys
-from vllm_repo.serve.openai import print_ready, run_gateway
-sys.exit(run_gateway(sys.argv[1], port=int(sys.argv[2]), on_ready=print_ready))
+from vllm_repo.serve.openai import StreamSocketMode, print_ready, run_gateway
+mode = StreamSocketMode(sys.argv[3])
+sys.exit(run_gateway(sys.argv[1], port=int(sys.argv[2]), on_ready=print_ready, stream_socket=mode))
 """
+STREAM_SOCKET_MARKER = "streamed OpenAI responses go to the gateway's socket"
 # The same process environment for Triton's engine and vllm serve's (the tests' reference runs vLLM in process).
 ENV = {**OFFLINE_ENV, "OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 ABORT_MARKER = "cancelled by the client: aborted in the engine"
@@ -78,6 +80,13 @@ def http_json(url: str, body: dict | None = None, timeout: float = 600) -> tuple
         return status, json.loads(text)
     except ValueError:
         return status, text
+
+
+def http_stream(url: str, body: dict, timeout: float = 600) -> bytes:
+    """A streamed answer's bytes, whole."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return resp.read()
 
 
 def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None) -> float:
@@ -177,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cancel-max-tokens", type=int, default=3000, help="the cancelled stream's max_tokens")
     parser.add_argument("--env", default="{}", help="JSON merged over both servers' environment")
+    parser.add_argument(
+        "--stream-socket",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the gateway's --stream-socket (auto: on, Triton is on this host; off: every byte through Triton)",
+    )
     parser.add_argument("--max-seconds", type=float, help="start no benchmark round after this many seconds")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -197,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     setup: dict = {
         "metrics": args.metrics,
+        "stream_socket": args.stream_socket,
         "engine_args": settings,
         "env": env,
         "host": platform.node(),
@@ -221,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port("127.0.0.1")
         with open(args.out / "gateway.log", "ab") as log:
             gateway = subprocess.Popen(
-                [sys.executable, "-c", GATEWAY, server.grpc_url, str(port)],
+                [sys.executable, "-c", GATEWAY, server.grpc_url, str(port), args.stream_socket],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -237,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
             {"model": args.name, "messages": [{"role": "user", "content": "t5 t6 t7"}], "max_tokens": 8},
         )
         setup["first_chat"] = {"status": status, "s": round(time.monotonic() - first, 2), "answer": answer}
+        streamed = http_stream(
+            f"{base_url}/chat/completions",
+            {"model": args.name, "messages": [{"role": "user", "content": "t5 t6"}], "max_tokens": 4, "stream": True},
+        )
+        setup["first_stream_events"] = streamed.count(b"data: ")
+        setup["backend_used_stream_socket"] = STREAM_SOCKET_MARKER in server.log_text()
         print("first chat through the gateway:", json.dumps(setup["first_chat"])[:2000], flush=True)
         if status != 200:
             raise RuntimeError(f"the gateway answered {status}: {answer}")
