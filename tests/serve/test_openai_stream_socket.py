@@ -226,12 +226,16 @@ def test_the_backend_connects_to_a_gateways_socket():
     async def scenario():
         streams = await StreamSocket().start()
         try:
-            writer = await _model()._connect_stream(streams.path)
-            assert writer is not None
-            inbox = streams.open()
-            writer.write(backend.STREAM_FRAME.pack(inbox.id, backend.STREAM_FRAME_DATA, 3) + b"abc")
-            assert await asyncio.wait_for(inbox.queue.get(), 5) == (DATA, b"abc")
-            writer.close()
+            link = await _model()._connect_stream(streams.path)
+            assert link is not None
+            first, second = streams.open(), streams.open()
+            for inbox, payload in ((first, b"abc"), (second, b"de"), (first, b"f")):
+                link.send(backend.STREAM_FRAME.pack(inbox.id, backend.STREAM_FRAME_DATA, len(payload)) + payload)
+            assert link.buffered() > 0  # held until the loop's pass ends, then written at once
+            assert await asyncio.wait_for(first.queue.get(), 5) == (DATA, b"abc")
+            assert await asyncio.wait_for(second.queue.get(), 5) == (DATA, b"de")
+            assert await asyncio.wait_for(first.queue.get(), 5) == (DATA, b"f")
+            link.writer.close()
         finally:
             await streams.close()
 

@@ -786,6 +786,42 @@ def parse_openai_request(raw: Any) -> tuple[str, str, bytes, StreamTo | None]:
     return endpoint, OPENAI_ENDPOINTS[endpoint], data, parse_stream_to(envelope.get("stream_to"))
 
 
+class StreamLink:
+    """One connection to a gateway's stream socket. The frames written in one pass of the engine loop go out in one
+    write after it: an engine step wakes every running stream at once, and their chunks then cost the loop one system
+    call, not one each."""
+
+    def __init__(self, writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop) -> None:
+        self.writer = writer
+        self._loop = loop
+        self._pending = bytearray()
+        self._scheduled = False
+
+    @property
+    def closed(self) -> bool:
+        return self.writer.is_closing()
+
+    def send(self, frame: bytes) -> None:
+        self._pending += frame
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if self._pending and not self.writer.is_closing():
+            self.writer.write(bytes(self._pending))
+        self._pending.clear()
+
+    def buffered(self) -> int:
+        """Bytes written but not yet taken by the gateway."""
+        return len(self._pending) + self.writer.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        self.flush()
+        await self.writer.drain()
+
+
 class SseJoiner:
     """The bytes of one OpenAI response waiting to go out, with at most one Triton response in flight.
 
@@ -1301,7 +1337,7 @@ class _OpenAIJob:
     disconnected: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     stream_to: StreamTo | None = None
     # The gateway's stream socket, once a streamed 200 response is writing its bytes there.
-    stream_writer: asyncio.StreamWriter | None = None
+    stream_link: StreamLink | None = None
 
 
 class TritonPythonModel:
@@ -1859,10 +1895,10 @@ class TritonPythonModel:
                 job.status = int(message["status"])
                 headers = dict(message.get("headers") or ())
                 job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
-                if job.streaming and job.status == 200 and link is not None and not link.is_closing():
-                    job.stream_writer = link
+                if job.streaming and job.status == 200 and link is not None and not link.closed:
+                    job.stream_link = link
             elif message["type"] == "http.response.body":
-                if job.stream_writer is not None:
+                if job.stream_link is not None:
                     await self._write_stream(job, message.get("body", b""), not message.get("more_body", False))
                     return
                 job.joiner.push(message.get("body", b""))
@@ -1920,32 +1956,34 @@ class TritonPythonModel:
                 job.status = 500
                 job.joiner.push(openai_error_body("vLLM's OpenAI layer gave no response", 500, "InternalServerError"))
             job.joiner.finish()
+            if job.stream_link is not None:
+                job.stream_link.flush()  # the stream's last frames go before its final response
             self._pump_openai(job)
             self._live.pop(job.request_id, None)
 
     async def _write_stream(self, job: _OpenAIJob, data: bytes, last: bool) -> None:
-        """A streamed response's bytes to the gateway's socket: a frame write, no round trip. The Triton final
-        response (the status, no bytes) follows the END frame once the app returns."""
-        writer, stream_id = job.stream_writer, job.stream_to.id
-        if writer.is_closing():  # the gateway went away: nobody reads this stream any more
+        """A streamed response's bytes to the gateway's socket: a frame, no round trip. The Triton final response
+        (the status, no bytes) follows the END frame once the app returns."""
+        link, stream_id = job.stream_link, job.stream_to.id
+        if link.closed:  # the gateway went away: nobody reads this stream any more
             self._cancel(job, "the OpenAI gateway's stream socket closed")
             return
         frame = STREAM_FRAME.pack(stream_id, STREAM_FRAME_DATA, len(data)) + data if data else b""
         if last:
             frame += STREAM_FRAME.pack(stream_id, STREAM_FRAME_END, 0)
-        writer.write(frame)
-        if writer.transport.get_write_buffer_size() > STREAM_SOCKET_HIGH_WATER:
-            await writer.drain()  # a gateway that reads slowly slows its streams, as a slow HTTP client would
+        link.send(frame)
+        if link.buffered() > STREAM_SOCKET_HIGH_WATER:
+            await link.drain()  # a gateway that reads slowly slows its streams, as a slow HTTP client would
 
-    async def _stream_link(self, path: str) -> asyncio.StreamWriter | None:
+    async def _stream_link(self, path: str) -> StreamLink | None:
         """The connection to the gateway whose stream socket is ``path``, made by the first request that names it;
         None when it cannot be reached (that gateway then gets its bytes through Triton, and one warning)."""
         link = self._stream_links.get(path)
-        if link is None or (link.done() and link.result() is not None and link.result().is_closing()):
+        if link is None or (link.done() and link.result() is not None and link.result().closed):
             link = self._stream_links[path] = asyncio.ensure_future(self._connect_stream(path))
         return await asyncio.shield(link)
 
-    async def _connect_stream(self, path: str) -> asyncio.StreamWriter | None:
+    async def _connect_stream(self, path: str) -> StreamLink | None:
         try:
             reader, writer = await asyncio.open_unix_connection(path)
         except (OSError, ValueError) as exc:
@@ -1965,7 +2003,7 @@ class TritonPythonModel:
             _log("warn", f"[vllm] {path} is not an OpenAI gateway's stream socket: its responses go through Triton")
             return None
         _log("info", f"[vllm] streamed OpenAI responses go to the gateway's socket {path}")
-        return writer
+        return StreamLink(writer, asyncio.get_running_loop())
 
     def _pump_openai(self, job: _OpenAIJob) -> None:
         """Send what is pending, unless a send of this request is in flight (its completion pumps again)."""
