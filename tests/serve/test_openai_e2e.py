@@ -114,17 +114,7 @@ def test_chat_streamed_and_not_give_the_same_text_and_usage(client):
     assert whole.model == "tiny"
     assert whole.choices[0].finish_reason in ("length", "stop")
     assert whole.usage.completion_tokens <= 12 and whole.usage.prompt_tokens > 5
-    chunks = list(
-        client.chat.completions.create(
-            model="tiny",
-            messages=CHAT,
-            max_tokens=12,
-            temperature=0,
-            seed=7,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
+    chunks = streamed_chunks(client, max_tokens=12, seed=7)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len([c for c in chunks if c.choices]) >= 2  # it streamed, not one lump
     assert text == whole.choices[0].message.content
@@ -132,19 +122,23 @@ def test_chat_streamed_and_not_give_the_same_text_and_usage(client):
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
 
 
-def streamed_chat(client) -> tuple[list[str], str | None, int]:
-    """A streamed answer at temperature 0 as (deltas, finish reason, completion tokens)."""
-    chunks = list(
-        client.chat.completions.create(
-            model="tiny",
-            messages=CHAT,
-            max_tokens=10,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True},
-        )
+def streamed_chunks(client, max_tokens: int, **options) -> list:
+    """The chunks of a streamed chat answer at temperature 0, usage last."""
+    stream = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        **options,
     )
+    return list(stream)
+
+
+def streamed_chat(client) -> tuple[list[str], str | None, int]:
+    """A streamed answer of 10 tokens as (deltas, finish reason, completion tokens)."""
+    chunks = streamed_chunks(client, max_tokens=10, extra_body={"ignore_eos": True})
     deltas = [c.choices[0].delta.content or "" for c in chunks if c.choices]
     finish = next((c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason), None)
     return deltas, finish, chunks[-1].usage.completion_tokens

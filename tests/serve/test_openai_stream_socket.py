@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -280,3 +282,14 @@ def test_the_backend_writes_nothing_to_a_socket_that_is_not_a_gateways(tmp_path,
 )
 def test_the_socket_is_offered_to_a_triton_on_this_host(mode, address, offered):
     assert offers_stream_socket(mode, address) is offered
+
+
+def test_an_unknown_stream_socket_mode_is_a_usage_error_naming_the_choices():
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "openai", "--stream-socket", "sometimes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--stream-socket 'sometimes'" in done.stderr and "hint: give auto, on or off" in done.stderr
