@@ -28,6 +28,9 @@ OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP re
   option: value}, e.g. chat_template, relative to the version directory, tool_call_parser, response_role) is checked
   with vLLM's parser at load. A complete answer is one final response; a stream (``"stream": true``) sends the SSE
   bytes as vLLM yields them, joining chunks that wait while a response is in flight, the final flag on the last.
+  With ``"stream_to": {"socket": PATH, "id": N}`` in the envelope (a gateway on this host), a streamed 200 answer's
+  bytes go to that Unix socket as frames of stream N instead, and the final response carries the status alone;
+  a socket that cannot be reached, or that does not say the gateway's hello first, is not written to.
 
 config.pbtxt parameters:
   REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint, unless model.json says
