@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +31,7 @@ pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
 
 READY_TIMEOUT = 300
 DEV_SHM = Path("/dev/shm")
+UUID_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def free_port() -> int:
@@ -40,6 +42,12 @@ def free_port() -> int:
 
 def shm_names() -> set[str]:
     return {p.name for p in DEV_SHM.iterdir()} if DEV_SHM.is_dir() else set()
+
+
+def ipc_sockets() -> set[str]:
+    """vLLM's ZMQ IPC sockets (files named by a UUID) directly in the temporary directory."""
+    tmp = Path(tempfile.gettempdir())
+    return {p.name for p in tmp.iterdir() if UUID_NAME.fullmatch(p.name) and p.is_socket()}
 
 
 def shm_in_use() -> set[str]:
@@ -78,6 +86,7 @@ class Launched:
     ports: tuple[int, int, int]
     lines: list[str]
     shm_before: set[str]
+    ipc_before: set[str] = dataclasses.field(default_factory=ipc_sockets)
     server_pid: int | None = None
 
     @property
@@ -193,6 +202,8 @@ def assert_nothing_left(launched: Launched) -> None:
             break
         time.sleep(0.5)
     assert left == set(), f"/dev/shm segments left behind: {sorted(left)}"
+    # vLLM's sockets go in the server's work directory, not the temporary directory, where a killed engine left them.
+    assert ipc_sockets() - launched.ipc_before == set()
     for port in launched.ports:  # nothing listens there any more
         with socket.socket() as s, pytest.raises(ConnectionRefusedError):
             s.connect(("127.0.0.1", port))

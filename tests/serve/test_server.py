@@ -21,6 +21,7 @@ from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
 pytestmark = [pytest.mark.e2e, needs_serving]
 
 ECHO_BACKEND = """
+import os
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -37,9 +38,15 @@ class TritonPythonModel:
             raise RuntimeError("this model refuses to load")
 
     def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "text_output", pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy()[::-1].copy())])
-            for r in requests]
+        # "$NAME" answers the environment variable NAME as the server's processes have it.
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("text_output", self._answer(r))]) for r in requests]
+
+    @staticmethod
+    def _answer(request):
+        text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+        if text[0].startswith(b"$"):
+            return np.array([os.environ.get(text[0][1:].decode(), "").encode()], dtype=np.object_)
+        return text[::-1].copy()
 """
 
 
@@ -100,6 +107,9 @@ def test_start_serve_stop_leaves_nothing(tmp_path, echo_backend):
         server.wait_ready(timeout=120)
         assert server.host == "127.0.0.1"
         assert generate(server, "echo", "héllo")["text_output"] == "héllo"
+        # vLLM's IPC sockets are made in the work directory, which goes with the server.
+        rpc = Path(generate(server, "echo", "$VLLM_RPC_BASE_PATH")["text_output"])
+        assert rpc.is_dir() and server.work_directory in rpc.parents
         pgid = server.pgid
         assert shm_segments(server.shm_prefix)  # the Python backend's region, under this server's prefix
         workdir = server._own_workdir

@@ -57,6 +57,10 @@ def serving_env(
     return env
 
 
+# Where vLLM makes its ZMQ IPC sockets (default: the temporary directory).
+RPC_PATH_ENV = "VLLM_RPC_BASE_PATH"
+
+
 class TritonServer:
     """One tritonserver process (and everything it starts) serving ``model_repository``.
 
@@ -127,8 +131,8 @@ class TritonServer:
 
     @property
     def work_directory(self) -> Path | None:
-        """The temporary directory this server made for itself (its backend directory, its log unless one was
-        given), removed by stop(); None before start() or when a backend directory was given."""
+        """The temporary directory this server made for itself (its backend directory and its log unless they were
+        given, vLLM's IPC sockets), removed by stop(); None before start() and after stop()."""
         return self._own_workdir
 
     @property
@@ -163,8 +167,9 @@ class TritonServer:
         for name, port in (("HTTP", self.http_port), ("gRPC", self.grpc_port), ("metrics", self.metrics_port)):
             if not port_is_free(port, self.host):
                 raise TritonServerError(f"{name} port {port} on {self.host} is in use; choose another port")
-        if self._backend_directory is None or self._log_path is None:
-            self._own_workdir = Path(tempfile.mkdtemp(prefix="vllm-repo-triton-"))
+        # The server runs in it when it holds the server's own files, else in the repository (as it always has).
+        cwd = self.model_repository if self._backend_directory and self._log_path else None
+        self._own_workdir = Path(tempfile.mkdtemp(prefix="vllm-repo-triton-"))
         if self._backend_directory is None:
             self._backend_directory = layout_backend_directory(
                 self._own_workdir / "backends",
@@ -178,14 +183,20 @@ class TritonServer:
         # Open for the server's whole life, closed by stop(): not a with block.
         self._log_file = open(self._log_path, "ab")  # noqa: SIM115
         self.log_start = self._log_file.tell()
-        env = serving_env(self.python, self.triton_home, overrides=self._env_overrides)
+        overrides = dict(self._env_overrides)
+        if RPC_PATH_ENV not in overrides and RPC_PATH_ENV not in os.environ:
+            # vLLM's ZMQ sockets between its processes are files; in the work directory they go with it, even when a
+            # killed engine could not remove them.
+            (self._own_workdir / "rpc").mkdir()
+            overrides[RPC_PATH_ENV] = str(self._own_workdir / "rpc")
+        env = serving_env(self.python, self.triton_home, overrides=overrides)
         self.process = subprocess.Popen(
             self.command(),
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,
-            cwd=str(self._own_workdir or self.model_repository),
+            cwd=str(cwd or self._own_workdir),
             start_new_session=True,
             preexec_fn=_reset_signals if _signals_need_reset() else None,
         )
