@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -20,7 +21,7 @@ from vllm_repo.backend import contract
 from vllm_repo.backend import model as backend
 from vllm_repo.serve.openai import app as gateway_app
 from vllm_repo.serve.openai.app import OpenAIGateway
-from vllm_repo.serve.openai.gateway import StreamSocketMode, offers_stream_socket
+from vllm_repo.serve.openai.gateway import StreamSocketMode, offers_stream_socket, open_stream_socket
 from vllm_repo.serve.openai.stream_socket import StreamSocket, encode_frame
 from vllm_repo.serve.openai.triton import Chunk, TritonUnavailable
 
@@ -293,3 +294,12 @@ def test_an_unknown_stream_socket_mode_is_a_usage_error_naming_the_choices():
     )
     assert done.returncode == 2
     assert "--stream-socket 'sometimes'" in done.stderr and "hint: give auto, on or off" in done.stderr
+
+
+def test_without_a_usable_temporary_directory_the_gateway_goes_without_the_socket(tmp_path, monkeypatch, capsys):
+    deep = tmp_path / ("d" * 120)  # past the length of a Unix socket's path
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert asyncio.run(open_stream_socket(StreamSocketMode.ON, "127.0.0.1:8001")) is None
+    assert "streamed answers go through Triton" in capsys.readouterr().err
+    assert list(deep.iterdir()) == []  # the directory made for it is gone again

@@ -48,6 +48,17 @@ def offers_stream_socket(mode: StreamSocketMode, triton: str) -> bool:
         return False
 
 
+async def open_stream_socket(mode: StreamSocketMode, triton: str) -> StreamSocket | None:
+    """The stream socket, when it is offered and can be made; without it every byte goes through Triton."""
+    if not offers_stream_socket(mode, triton):
+        return None
+    try:
+        return await StreamSocket().start()
+    except OSError as exc:  # e.g. a temporary directory whose path is too long for a Unix socket
+        print(f"warning: no stream socket ({exc}): streamed answers go through Triton", file=sys.stderr, flush=True)
+        return None
+
+
 def grpc_address(triton_url: str, grpc_port: int | None = None) -> str:
     """Triton's gRPC address from what users pass: ``http://HOST:8000`` (the server they know; its gRPC endpoint is
     on HOST at ``grpc_port``, Triton's 8001 by default), ``grpc://HOST:PORT`` or ``HOST:PORT``."""
@@ -84,7 +95,7 @@ async def serve(
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or the task is cancelled). ``triton``: its gRPC address (grpc_address())."""
-    streams = await StreamSocket().start() if offers_stream_socket(stream_socket, triton) else None
+    streams = await open_stream_socket(stream_socket, triton)
     try:
         await _serve(OpenAIGateway(TritonOpenAIClient(triton), api_keys, streams), host, port, on_ready, stop)
     finally:

@@ -64,7 +64,11 @@ class StreamSocket:
     async def start(self) -> StreamSocket:
         self._directory = tempfile.mkdtemp(prefix="vllm-repo-openai-")
         self.path = os.path.join(self._directory, "streams.sock")
-        self._server = await asyncio.start_unix_server(self._serve, path=self.path)
+        try:
+            self._server = await asyncio.start_unix_server(self._serve, path=self.path)
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def close(self) -> None:
