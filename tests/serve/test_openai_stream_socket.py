@@ -162,7 +162,7 @@ def test_bytes_that_never_reach_the_socket_end_the_stream_with_an_error_event(mo
 
 def test_a_triton_error_mid_stream_ends_a_socket_stream_with_an_error_event():
     async def scenario():
-        triton = LocalBackend(frames=SSE[:1], triton=(TritonUnavailable("request was cancelled"),))
+        triton = LocalBackend(frames=SSE[:1])
 
         async def failing_call(model, endpoint, body=None, stream_to=None):
             if endpoint == "/v1/models":

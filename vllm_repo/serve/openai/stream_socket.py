@@ -46,7 +46,7 @@ class StreamInbox:
 
     def close(self) -> None:
         """No more frames wanted (the answer is complete, or the client went away): later ones are dropped."""
-        self._owner._inboxes.pop(self.id, None)
+        self._owner.forget(self.id)
 
 
 class StreamSocket:
@@ -83,6 +83,9 @@ class StreamSocket:
         if self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
             self._directory = None
+
+    def forget(self, stream_id: int) -> None:
+        self._inboxes.pop(stream_id, None)
 
     def open(self) -> StreamInbox:
         inbox = StreamInbox(next(self._ids), self)
