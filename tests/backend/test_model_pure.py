@@ -910,3 +910,28 @@ def test_load_openai_options_resolves_a_relative_chat_template(tmp_path):
     (tmp_path / "openai.json").write_text("[1]")
     with pytest.raises(backend.BackendConfigError, match=r"openai\.json: must be a JSON object"):
         backend.load_openai_options(str(tmp_path))
+
+
+# -- the startup heap ------------------------------------------------------------------------------------------------
+
+
+def test_freezing_the_startup_heap_collects_its_garbage_first_and_freezes_what_lives():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    garbage, alive = Node(), Node()
+    garbage.self = garbage  # a cycle: only a collection frees it
+    gone = weakref.ref(garbage)
+    del garbage
+    before = gc.get_freeze_count()
+    try:
+        frozen = backend.freeze_startup_heap()
+        assert gone() is None  # collected, not frozen for the life of the process
+        assert frozen == gc.get_freeze_count() > before
+        assert not any(obj is alive for obj in gc.get_objects())  # beyond the collector's reach now
+    finally:
+        gc.unfreeze()
+    assert any(obj is alive for obj in gc.get_objects())

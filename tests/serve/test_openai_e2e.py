@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -148,6 +149,14 @@ def test_streamed_answers_reach_launchs_gateway_over_its_stream_socket(client, g
     streamed_chat(client)
     # The backend says so when it first connects.
     assert "streamed OpenAI responses go to the gateway's socket" in gateway.server_log.read_text()
+
+
+def test_the_backend_freezes_its_startup_heap_once_the_engine_and_again_once_the_openai_layer_is_built(client, gateway):
+    streamed_chat(client)
+    log = gateway.server_log.read_text()
+    counts = [int(n) for n in re.findall(r"\[vllm\] (\d+) objects of the startup heap frozen", log)]
+    # vLLM, torch and the tokenizer are millions of objects; the OpenAI layer adds its own on top.
+    assert len(counts) == 2 and 100_000 < counts[0] < counts[1], counts
 
 
 def test_completions_with_n_and_logprobs(client):
