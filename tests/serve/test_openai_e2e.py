@@ -317,8 +317,10 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
         done = other.completions.create(model="tiny", prompt="Hello", max_tokens=3, extra_body={"ignore_eos": True})
         assert done.usage.completion_tokens == 3
         through_triton = streamed_chat(other)
-        assert through_triton == streamed_chat(openai.OpenAI(base_url=gateway.base_url, api_key=API_KEY, max_retries=0))
-        assert len(through_triton[0]) >= 10 and through_triton[2] == 10
+        over_socket = streamed_chat(openai.OpenAI(base_url=gateway.base_url, api_key=API_KEY, max_retries=0))
+        # The same answer. Its deltas may be cut differently: vLLM joins the tokens of a stream whose reader lags.
+        assert ("".join(through_triton[0]), *through_triton[1:]) == ("".join(over_socket[0]), *over_socket[1:])
+        assert through_triton[2] == 10 and len(through_triton[0]) > 2 and len(over_socket[0]) > 2
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

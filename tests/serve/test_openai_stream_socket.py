@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -40,6 +41,8 @@ class LocalBackend:
         self.hold = hold  # keep the request open after the frames, until the gateway cancels it
         self.stream_to: dict | None = None
         self.cancelled = asyncio.Event()
+        self.from_gateway: list[tuple[int, int, int]] = []  # frame headers the gateway wrote to this backend
+        self.frame_from_gateway = asyncio.Event()
 
     async def server_ready(self):
         return True
@@ -53,11 +56,23 @@ class LocalBackend:
     async def _write_frames(self, stream_to):
         reader, writer = await asyncio.open_unix_connection(stream_to["socket"])
         assert await reader.readexactly(len(contract.STREAM_SOCKET_HELLO)) == contract.STREAM_SOCKET_HELLO
+        if self.hold:  # serving the stream until cancelled: listens to the gateway, as the backend does
+            self._listening = asyncio.ensure_future(self._listen(reader, writer))
         for kind, payload in self.frames:
             writer.write(encode_frame(stream_to["id"], kind, payload))
             await writer.drain()
             await asyncio.sleep(0.01)
-        writer.close()
+        if not self.hold:
+            writer.close()
+
+    async def _listen(self, reader, writer):
+        header = backend.STREAM_FRAME
+        try:
+            while True:
+                self.from_gateway.append(header.unpack(await reader.readexactly(header.size)))
+                self.frame_from_gateway.set()
+        except asyncio.IncompleteReadError:
+            writer.close()
 
     async def call(self, model, endpoint, body=None, stream_to=None):
         if endpoint == "/v1/models":
@@ -186,17 +201,38 @@ def test_a_triton_error_mid_stream_ends_a_socket_stream_with_an_error_event():
     asyncio.run(scenario())
 
 
-def test_a_client_that_goes_away_cancels_the_triton_side_of_a_socket_stream():
+def test_a_client_that_goes_away_cancels_its_stream_over_the_socket_and_its_triton_side():
     async def scenario():
         triton = LocalBackend(frames=SSE[:1], hold=True)
         client, streams = await _client(triton)
         try:
             response = await client.post("/v1/chat/completions", json=STREAM)
             assert await response.content.readuntil(b"\n\n") == b"data: 1\n\n"
+            assert not triton.from_gateway  # nothing but the hello while the client reads
             response.close()
             await asyncio.wait_for(triton.cancelled.wait(), 5)
+            await asyncio.wait_for(triton.frame_from_gateway.wait(), 5)
+            assert triton.from_gateway == [(triton.stream_to["id"], contract.STREAM_FRAME_CANCEL, 0)]
             assert not streams._inboxes  # later frames of that stream are dropped
         finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_complete_answer_sends_the_backend_no_cancel():
+    async def scenario():
+        triton = LocalBackend(frames=SSE, hold=False)
+        client, streams = await _client(triton)
+        reader, writer = await asyncio.open_unix_connection(streams.path)  # a second backend, listening
+        try:
+            assert await reader.readexactly(len(contract.STREAM_SOCKET_HELLO)) == contract.STREAM_SOCKET_HELLO
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert await response.read() == b"".join(payload for _, payload in SSE)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(reader.readexactly(1), 0.2)
+        finally:
+            writer.close()
             await _stop(client, streams)
 
     asyncio.run(scenario())
@@ -243,6 +279,67 @@ def test_the_backend_connects_to_a_gateways_socket():
             await streams.close()
 
     asyncio.run(scenario())
+
+
+def test_the_backend_cancels_a_stream_the_gateway_cancels_whenever_its_cancel_comes():
+    cancelled: list[tuple[str, str]] = []
+
+    async def scenario():
+        streams = await StreamSocket().start()
+        try:
+            model = _model()
+            model._cancel = lambda job, reason: cancelled.append((job, reason))
+            link = await model._connect_stream(streams.path)
+            first, second, early, detached = (streams.open() for _ in range(4))
+            link.attach(first.id, "first")
+            link.attach(second.id, "second")
+            link.attach(detached.id, "detached")
+            link.detach(detached.id)  # its request ended
+
+            first.cancel()
+            early.cancel()  # before the backend has its request
+            detached.cancel()
+            await asyncio.sleep(0.1)
+            assert cancelled == [("first", "request was cancelled")]
+            link.attach(early.id, "early")  # its request arrives: cancelled at once
+            assert cancelled[-1] == ("early", "request was cancelled")
+
+            await streams.close()  # the gateway goes away: what it still serves is cancelled too
+            await asyncio.wait_for(link.reading, 5)
+            assert cancelled[-1] == ("second", "the OpenAI gateway's stream socket closed")
+            assert link.closed
+            link.attach(streams.open().id, "late")  # a request that comes after
+            assert cancelled[-1] == ("late", "the OpenAI gateway's stream socket closed")
+        finally:
+            await streams.close()
+
+    asyncio.run(scenario())
+    assert [job for job, _ in cancelled] == ["first", "early", "second", "late"]
+
+
+def test_the_watcher_asks_triton_only_about_requests_no_gateway_link_watches():
+    asked: list[str] = []
+
+    class Sender:
+        def __init__(self, name):
+            self.name = name
+
+        def is_cancelled(self):
+            asked.append(self.name)
+            return False
+
+    model = _model()
+    model._live = {
+        "native": backend._Job(None, Sender("native"), "native", {}, None, None, None),
+        "openai": backend._OpenAIJob(Sender("openai"), "openai", "/v1/completions", "POST", b"{}"),
+        "linked": backend._OpenAIJob(
+            Sender("linked"), "linked", "/v1/completions", "POST", b"{}", watched_by_link=True
+        ),
+    }
+    model._dead_reason, model._closing = None, False
+    model.engine = types.SimpleNamespace(errored=False)
+    model._sweep()
+    assert asked == ["native", "openai"]
 
 
 def test_the_backend_writes_nothing_to_a_socket_that_is_not_a_gateways(tmp_path, monkeypatch):

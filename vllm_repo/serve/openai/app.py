@@ -249,7 +249,10 @@ class OpenAIGateway:
                 elif kind == STREAM_FRAME_END:
                     socket_used = socket_done = True
         finally:
-            # Before Triton's final response (the client went away), this cancels the request in the engine.
+            # Before Triton's final response (the client went away), this cancels the request in the engine: the
+            # socket tells the backend at once, and Triton's cancellation follows the gRPC call's.
+            if not triton_done:
+                inbox.cancel()
             triton_side.cancel()
             await asyncio.gather(triton_side, return_exceptions=True)
 

@@ -10,10 +10,12 @@ reach the socket (Triton in a container, on another host) answers through Triton
 that is not a streamed 200.
 
 A frame is FRAME_HEADER (stream id, kind, payload length; little-endian) and the payload: DATA carries bytes to
-write to the client as they are, END says the stream's bytes are complete. The socket first says STREAM_SOCKET_HELLO
-on every connection, and a backend writes nothing to a socket that does not: a request cannot point it at another
-program's socket. The backend's model.py writes the same
-frames (vllm_repo.backend.contract keeps the format; a test asserts the two agree).
+write to the client as they are, END says the stream's bytes are complete. The other way, the gateway writes CANCEL
+to its backends when a stream's client goes away, as well as cancelling its Triton request: the backend aborts it
+at once, without asking Triton about each request in flight. The socket first says STREAM_SOCKET_HELLO on every
+connection, and a backend writes nothing to a socket that does not: a request cannot point it at another program's
+socket. The backend's model.py writes and reads the same frames (vllm_repo.backend.contract keeps the format; a test
+asserts the two agree).
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ import shutil
 import struct
 import tempfile
 
-from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END, STREAM_FRAME_HEADER, STREAM_SOCKET_HELLO
+from vllm_repo.backend.contract import (
+    STREAM_FRAME_CANCEL,
+    STREAM_FRAME_DATA,
+    STREAM_FRAME_END,
+    STREAM_FRAME_HEADER,
+    STREAM_SOCKET_HELLO,
+)
 
 FRAME_HEADER = struct.Struct(STREAM_FRAME_HEADER)
 
@@ -47,6 +55,10 @@ class StreamInbox:
     def close(self) -> None:
         """No more frames wanted (the answer is complete, or the client went away): later ones are dropped."""
         self._owner.forget(self.id)
+
+    def cancel(self) -> None:
+        """The client went away before the answer was complete: its backend is told to abort the request."""
+        self._owner.cancel(self.id)
 
 
 class StreamSocket:
@@ -86,6 +98,15 @@ class StreamSocket:
 
     def forget(self, stream_id: int) -> None:
         self._inboxes.pop(stream_id, None)
+
+    def cancel(self, stream_id: int) -> None:
+        """A CANCEL frame to every connected backend: stream ids are this socket's, so only the one serving the
+        stream acts on it (or will, when its request reaches it)."""
+        self.forget(stream_id)
+        frame = FRAME_HEADER.pack(stream_id, STREAM_FRAME_CANCEL, 0)
+        for writer in self._connections.values():
+            if not writer.is_closing():
+                writer.write(frame)
 
     def open(self) -> StreamInbox:
         inbox = StreamInbox(next(self._ids), self)
