@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 
 from tests.backend.conftest import CONFIG_PBTXT, SERVER_ENV, engine_args
+from tests.serve.test_serve_e2e import ipc_sockets
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
-from vllm_repo.serve.server import TritonServer
+from vllm_repo.serve.server import RPC_PATH_ENV, TritonServer
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
@@ -75,6 +76,9 @@ def servers(tiny_model_dir, tmp_path_factory):
     (bad / "openai.json").write_text(json.dumps({"tool_call_parsr": "hermes"}))
 
     logs = tmp_path_factory.mktemp("openai-logs")
+    # vLLM's ZMQ IPC sockets are files, in the temporary directory unless told: here, with the test's other files.
+    rpc = tmp_path_factory.mktemp("vllm-serve-rpc")
+    sockets_before = ipc_sockets()
     port = _free_port()
     reference_log = open(logs / "vllm-serve.log", "wb")  # noqa: SIM115 - closed below
     reference = subprocess.Popen(
@@ -88,7 +92,12 @@ def servers(tiny_model_dir, tmp_path_factory):
             *("--served-model-name", MODEL, "--lora-modules", f"{ADAPTER}={version / 'adapters' / ADAPTER}"),
             *("--chat-template", str(version / CHAT_TEMPLATE), "--port", str(port), "--host", "127.0.0.1"),
         ],
-        env={**os.environ, **SERVER_ENV, "PATH": f"{Path(SERVING_PYTHON).parent}:{os.environ['PATH']}"},
+        env={
+            **os.environ,
+            **SERVER_ENV,
+            "PATH": f"{Path(SERVING_PYTHON).parent}:{os.environ['PATH']}",
+            RPC_PATH_ENV: str(rpc),
+        },
         stdout=reference_log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -119,6 +128,7 @@ def servers(tiny_model_dir, tmp_path_factory):
             os.killpg(reference.pid, 9)
         reference_log.close()
         server.stop()
+    assert ipc_sockets() <= sockets_before  # neither server left one in /tmp
 
 
 @pytest.fixture(scope="module")
