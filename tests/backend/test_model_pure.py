@@ -936,3 +936,24 @@ def test_freezing_the_startup_heap_collects_its_garbage_first_and_freezes_what_l
     finally:
         gc.unfreeze()
     assert any(obj is alive for obj in gc.get_objects())
+
+
+def test_final_sends_go_out_in_order_off_the_calling_thread_and_survive_a_failing_send(caplog):
+    import threading
+
+    sent: list[tuple[int, str]] = []
+    sends = backend.FinalSends()
+
+    def failing() -> None:
+        raise RuntimeError("the client is gone")
+
+    try:
+        for i in range(50):
+            sends.submit(lambda i=i: sent.append((i, threading.current_thread().name)))
+            if i == 10:
+                sends.submit(failing)
+    finally:
+        sends.stop()  # sends what was submitted first
+    assert [i for i, _ in sent] == list(range(50))
+    assert {name for _, name in sent} == {"vllm-final-sends"}
+    assert "could not send an OpenAI response: the client is gone" in caplog.text
