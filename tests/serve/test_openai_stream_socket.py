@@ -41,6 +41,7 @@ class LocalBackend:
         self.hold = hold  # keep the request open after the frames, until the gateway cancels it
         self.stream_to: dict | None = None
         self.cancelled = asyncio.Event()
+        self.shared: list[bool] = []  # per request: whether the gateway sent it on its shared Triton stream
         self.from_gateway: list[tuple[int, int, int]] = []  # frame headers the gateway wrote to this backend
         self.frame_from_gateway = asyncio.Event()
 
@@ -74,11 +75,12 @@ class LocalBackend:
         except asyncio.IncompleteReadError:
             writer.close()
 
-    async def call(self, model, endpoint, body=None, stream_to=None):
+    async def call(self, model, endpoint, body=None, stream_to=None, shared=False):
         if endpoint == "/v1/models":
             yield Chunk(200, json.dumps({"object": "list", "data": [{"id": model}]}).encode(), True)
             return
         self.stream_to = stream_to
+        self.shared.append(shared)
         try:
             if self.frames and not self.final_first:
                 await self._write_frames(stream_to)
@@ -179,7 +181,7 @@ def test_a_triton_error_mid_stream_ends_a_socket_stream_with_an_error_event():
     async def scenario():
         triton = LocalBackend(frames=SSE[:1])
 
-        async def failing_call(model, endpoint, body=None, stream_to=None):
+        async def failing_call(model, endpoint, body=None, stream_to=None, shared=False):
             if endpoint == "/v1/models":
                 yield Chunk(200, b'{"data": [{"id": "tiny"}]}', True)
                 return
@@ -216,6 +218,66 @@ def test_a_client_that_goes_away_cancels_its_stream_over_the_socket_and_its_trit
             assert not streams._inboxes  # later frames of that stream are dropped
         finally:
             await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_once_a_models_backend_wrote_to_the_socket_its_streams_share_tritons_stream_until_it_answers_through_triton():
+    async def scenario():
+        triton = LocalBackend(frames=SSE)
+        client, streams = await _client(triton)
+        try:
+            for _ in range(2):
+                response = await client.post("/v1/chat/completions", json=STREAM)
+                assert await response.read() == b"".join(payload for _, payload in SSE)
+            # Not answered through the socket: the bytes come through Triton.
+            triton.frames, triton.triton = [], [Chunk(200, b"data: 1\n\ndata: [DONE]\n\n", True)]
+            for _ in range(2):
+                response = await client.post("/v1/chat/completions", json=STREAM)
+                assert await response.read() == b"data: 1\n\ndata: [DONE]\n\n"
+            non_streamed = await client.post("/v1/chat/completions", json={"model": "tiny"})
+            assert non_streamed.status == 200
+        finally:
+            await _stop(client, streams)
+        # Only a stream whose backend is known to read the socket's CANCEL frames goes on the shared stream.
+        assert triton.shared == [False, True, True, False, False]
+
+    asyncio.run(scenario())
+
+
+def test_a_bug_on_the_triton_side_of_a_socket_stream_is_a_500_not_a_hang():
+    async def scenario():
+        triton = LocalBackend(frames=SSE)
+
+        async def broken_call(model, endpoint, body=None, stream_to=None, shared=False):
+            raise RuntimeError("a bug")
+            yield  # an async generator, as the client's call is
+
+        triton.call = broken_call
+        client, streams = await _client(triton)
+        try:
+            response = await asyncio.wait_for(client.post("/v1/chat/completions", json=STREAM), 5)
+            assert response.status == 500
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_backend_that_connects_after_a_cancel_is_told_of_it():
+    async def scenario():
+        streams = await StreamSocket().start()
+        try:
+            cancelled = streams.open()
+            cancelled.cancel()  # no backend connected yet: the request may still be on its way to one
+            reader, writer = await asyncio.open_unix_connection(streams.path)
+            assert await reader.readexactly(len(contract.STREAM_SOCKET_HELLO)) == contract.STREAM_SOCKET_HELLO
+            header = backend.STREAM_FRAME
+            frame = await asyncio.wait_for(reader.readexactly(header.size), 5)
+            assert header.unpack(frame) == (cancelled.id, contract.STREAM_FRAME_CANCEL, 0)
+            writer.close()
+        finally:
+            await streams.close()
 
     asyncio.run(scenario())
 

@@ -130,6 +130,9 @@ class OpenAIGateway:
         self.catalog = ModelCatalog(triton)
         self.api_keys = [k for k in api_keys or () if k]
         self.streams = streams
+        # Models whose backend has written to the stream socket, so reads the CANCEL frames there too: their streamed
+        # requests share one Triton stream, which cannot cancel them one by one.
+        self._socket_readers: set[str] = set()
 
     def application(self) -> web.Application:
         middlewares = [ApiKeyCheck(self.api_keys).middleware] if self.api_keys else []
@@ -218,11 +221,13 @@ class OpenAIGateway:
         """Triton's responses and the socket's frames in one inbox, written in the order they come. The answer is
         complete once Triton's final response is in and, if the bytes took the socket, its END frame too."""
 
+        shared = model in self._socket_readers
+
         async def from_triton() -> None:
             try:
-                async for chunk in self.triton.call(model, path, body, stream_to=inbox.address):
+                async for chunk in self.triton.call(model, path, body, stream_to=inbox.address, shared=shared):
                     inbox.queue.put_nowait((_FROM_TRITON, chunk))
-            except TritonUnavailable as exc:
+            except Exception as exc:  # TritonUnavailable; anything else is a bug, raised here rather than hung on
                 inbox.queue.put_nowait((_TRITON_FAILED, exc))
 
         triton_side = asyncio.create_task(from_triton())
@@ -245,12 +250,17 @@ class OpenAIGateway:
                     triton_done = item.final
                 elif kind == STREAM_FRAME_DATA:
                     socket_used = True
+                    self._socket_readers.add(model)
                     await relay.from_socket(item)
                 elif kind == STREAM_FRAME_END:
                     socket_used = socket_done = True
+                    self._socket_readers.add(model)
+            if relay.status == 200 and relay.bytes_from_triton:
+                self._socket_readers.discard(model)  # this backend answered through Triton: it cannot reach the socket
         finally:
             # Before Triton's final response (the client went away), this cancels the request in the engine: the
-            # socket tells the backend at once, and Triton's cancellation follows the gRPC call's.
+            # socket tells the backend at once, and Triton's cancellation follows the gRPC call's (of a request on a
+            # stream of its own; on the shared stream, this only stops listening).
             if not triton_done:
                 inbox.cancel()
             triton_side.cancel()

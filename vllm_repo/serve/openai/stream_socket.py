@@ -21,6 +21,7 @@ asserts the two agree).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import os
@@ -37,6 +38,8 @@ from vllm_repo.backend.contract import (
 )
 
 FRAME_HEADER = struct.Struct(STREAM_FRAME_HEADER)
+# Cancelled stream ids told again to each backend that connects later: one whose request was already on its way.
+RECENT_CANCELS_KEPT = 256
 
 
 class StreamInbox:
@@ -72,6 +75,7 @@ class StreamSocket:
         self._inboxes: dict[int, StreamInbox] = {}
         self._ids = itertools.count(1)
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._recent_cancels: collections.deque[bytes] = collections.deque(maxlen=RECENT_CANCELS_KEPT)
 
     async def start(self) -> StreamSocket:
         self._directory = tempfile.mkdtemp(prefix="vllm-repo-openai-")
@@ -104,6 +108,7 @@ class StreamSocket:
         stream acts on it (or will, when its request reaches it)."""
         self.forget(stream_id)
         frame = FRAME_HEADER.pack(stream_id, STREAM_FRAME_CANCEL, 0)
+        self._recent_cancels.append(frame)
         for writer in self._connections.values():
             if not writer.is_closing():
                 writer.write(frame)
@@ -118,7 +123,7 @@ class StreamSocket:
         if task is not None:
             self._connections[task] = writer
         try:
-            writer.write(STREAM_SOCKET_HELLO)
+            writer.write(STREAM_SOCKET_HELLO + b"".join(self._recent_cancels))
             while True:
                 stream_id, kind, size = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
                 payload = await reader.readexactly(size) if size else b""
