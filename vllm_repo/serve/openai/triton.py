@@ -88,7 +88,9 @@ def openai_infer_request(
 
 
 def read_chunk(response: Any) -> Chunk:
-    """A Triton response of the backend's OpenAI path as a Chunk."""
+    """A Triton response of the backend's OpenAI path as a Chunk; TritonUnavailable for Triton's error response."""
+    if response.error_message:
+        raise TritonUnavailable(response.error_message)
     infer = response.infer_response
     final = infer.parameters[_FINAL_FLAG].bool_param if _FINAL_FLAG in infer.parameters else False
     status, body = None, b""
@@ -131,8 +133,6 @@ class SharedStream:
                 item = await inbox.get()
                 if isinstance(item, TritonUnavailable):
                     raise item
-                if item.error_message:
-                    raise TritonUnavailable(item.error_message)
                 chunk = read_chunk(item)
                 yield chunk
                 if chunk.final:
@@ -248,8 +248,6 @@ class TritonOpenAIClient:
         stream = self._stub.ModelStreamInfer(iter([request]))
         try:
             async for response in stream:
-                if response.error_message:
-                    raise TritonUnavailable(response.error_message)
                 chunk = read_chunk(response)
                 yield chunk
                 if chunk.final:
