@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pytest
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
 from tests.serve.test_serve_e2e import free_port, start_launch, stop_and_check
 from vllm_repo.scaffold import init_model
+from vllm_repo.serve.processes import process_group_members
 
 openai = pytest.importorskip("openai")
 
@@ -326,3 +328,31 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
         assert proc.wait(timeout=20) == 0
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):
         s.connect(("127.0.0.1", port))
+
+
+# -- destructive, so last: the engine dies --------------------------------------------------------------------------
+
+
+def test_a_dead_engine_is_vllm_serves_500_in_openai_shape_naming_the_cause_and_launch_says_so(client, gateway):
+    engine = next(
+        pid
+        for pid in process_group_members(gateway.server_pid)
+        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore")
+    )
+    os.kill(engine, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, "requests still succeed after the engine was killed"
+        try:
+            client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=2)
+        except openai.APIStatusError as exc:
+            error = exc.body if isinstance(exc.body, dict) else {}
+            # As vllm serve answers once its engine is dead (a 500), in OpenAI's error shape.
+            assert exc.status_code == 500 and error.get("code") == 500, exc.body
+            if "vLLM engine has died" in error.get("message", ""):
+                break  # the backend's own answer, once it has seen the death: what died, and the log to read
+        time.sleep(0.1)
+    assert "engine core" in error["message"] and "(log: " in error["message"], error
+    while "model 'tiny' is no longer serving" not in gateway.output:
+        assert time.monotonic() < deadline, gateway.output[-2000:]
+        time.sleep(0.2)
