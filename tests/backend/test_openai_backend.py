@@ -356,6 +356,10 @@ def test_cancellation_mid_stream_aborts_the_request_in_the_engine(triton):
     assert "cancelled by the client: aborted in the engine" in triton.log_text()
 
 
+def test_health_is_200_while_the_engine_lives(triton):
+    assert via_triton(triton, "/health") == (200, [b""])
+
+
 def test_a_native_request_still_works_beside_openai_ones(triton):
     responses: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(triton.grpc_url)

@@ -333,7 +333,7 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
 # -- destructive, so last: the engine dies --------------------------------------------------------------------------
 
 
-def test_a_dead_engine_is_vllm_serves_500_in_openai_shape_naming_the_cause_and_launch_says_so(client, gateway):
+def test_a_dead_engine_is_vllm_serves_500_naming_the_cause_health_fails_and_launch_says_so(client, gateway):
     engine = next(
         pid
         for pid in process_group_members(gateway.server_pid)
@@ -353,6 +353,11 @@ def test_a_dead_engine_is_vllm_serves_500_in_openai_shape_naming_the_cause_and_l
                 break  # the backend's own answer, once it has seen the death: what died, and the log to read
         time.sleep(0.1)
     assert "engine core" in error["message"] and "(log: " in error["message"], error
+    # Triton still has the model loaded (launch runs it without explicit model control), yet /health says what
+    # vllm serve's does with a dead engine.
+    with pytest.raises(urllib.error.HTTPError) as health:
+        urllib.request.urlopen(f"http://127.0.0.1:{gateway.openai_port}/health", timeout=10)
+    assert health.value.code == 503
     while "model 'tiny' is no longer serving" not in gateway.output:
         assert time.monotonic() < deadline, gateway.output[-2000:]
         time.sleep(0.2)

@@ -103,6 +103,7 @@ class StandInTriton:
         self.cards = cards or {m: [{"id": m, "object": "model"}] for m in self.models}
         self.script = script or {}
         self.ready = ready
+        self.health: dict[str, int] = {}  # a model's backend's answer to /health (200 when not given)
         self.calls: list[tuple[str, str, object]] = []
         self.closed_early = asyncio.Event()
 
@@ -121,6 +122,9 @@ class StandInTriton:
             raise TritonUnavailable(f"Request for unknown model: '{model}' is not found")
         if endpoint == "/v1/models":
             yield Chunk(200, json.dumps({"object": "list", "data": self.cards[model]}).encode(), True)
+            return
+        if endpoint == "/health":
+            yield Chunk(self.health.get(model, 200), b"", True)
             return
         finished = False
         try:
@@ -307,6 +311,29 @@ def test_health_follows_triton_readiness_and_needs_a_model_that_speaks_openai():
             assert (await client.get("/health")).status == 503
             triton.ready, triton.models = True, []
             assert (await client.get("/health")).status == 503
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "backend_health, expected",
+    [
+        (503, 503),  # its engine is dead, though Triton still has the model loaded
+        (500, 503),  # a backend without /health whose engine is dead answers every request so
+        (404, 200),  # a backend without /health whose engine lives
+        (200, 200),
+    ],
+)
+def test_health_asks_every_models_backend_whether_its_engine_lives(backend_health, expected):
+    async def scenario():
+        triton = StandInTriton(models=("tiny", "other"))
+        triton.health["other"] = backend_health
+        client = await _client(triton)
+        try:
+            assert (await client.get("/health")).status == expected
+            assert {(m, e) for m, e, _ in triton.calls} == {("tiny", "/health"), ("other", "/health")}
         finally:
             await client.close()
 

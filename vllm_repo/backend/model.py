@@ -697,7 +697,8 @@ def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -
 
 OPENAI_FILE = "openai.json"
 # The endpoints an OpenAI request may name, with the HTTP method vLLM's router serves each with.
-OPENAI_ENDPOINTS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET"}
+# /health is the backend's own, as vllm serve answers it: 200 while the engine lives, 503 once it is dead.
+OPENAI_ENDPOINTS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET", "/health": "GET"}
 # vllm serve options the backend sets itself: the served model is the Triton model, the adapters are multi_lora.json's.
 # api_key: the gateway is the HTTP server and authenticates; no header reaches the backend to check a key against.
 _OPENAI_BACKEND_SET = {
@@ -1954,6 +1955,16 @@ class TritonPythonModel:
 
     # -- OpenAI requests: vLLM's own OpenAI layer (the app `vllm serve` runs) on this model's engine ----------------
     def _execute_openai(self, sender: Any, raw: Any) -> None:
+        try:
+            endpoint, method, body, stream_to = parse_openai_request(raw)
+        except OpenAIError as exc:
+            endpoint, malformed = None, exc
+        else:
+            malformed = None
+        if endpoint == "/health":
+            alive = self._dead_reason is None and not self._closing and not getattr(self.engine, "errored", True)
+            self._answer_openai_now(sender, 200 if alive else 503, b"")
+            return
         if self._dead_reason is not None:
             # What vllm serve answers once its engine is dead (EngineDeadError, a VLLMServerError), in our words.
             self._send_openai_now(sender, OpenAIError(500, self._dead_reason, "InternalServerError"))
@@ -1961,10 +1972,8 @@ class TritonPythonModel:
         if self._closing:
             self._send_openai_now(sender, OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError"))
             return
-        try:
-            endpoint, method, body, stream_to = parse_openai_request(raw)
-        except OpenAIError as exc:
-            self._send_openai_now(sender, exc)
+        if malformed is not None:
+            self._send_openai_now(sender, malformed)
             return
         job = _OpenAIJob(
             sender=sender, request_id=uuid.uuid4().hex, endpoint=endpoint, method=method, body=body, stream_to=stream_to
@@ -1972,12 +1981,13 @@ class TritonPythonModel:
         self._loop.call_soon_threadsafe(self._spawn_openai, job)
 
     def _send_openai_now(self, sender: Any, error: OpenAIError) -> None:
+        self._answer_openai_now(sender, error.status, error.body())
+
+    def _answer_openai_now(self, sender: Any, status: int, data: bytes) -> None:
         try:
-            sender.send(
-                self._openai_response(error.status, error.body()), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-            )
+            sender.send(self._openai_response(status, data), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as exc:  # the client may be gone already
-            _log("warn", f"[vllm] could not send an OpenAI error response ({error}): {exc}")
+            _log("warn", f"[vllm] could not send an OpenAI response ({status}): {exc}")
 
     @staticmethod
     def _openai_response(status: int, data: bytes) -> Any:

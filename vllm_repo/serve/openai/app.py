@@ -149,12 +149,23 @@ class OpenAIGateway:
         await self.triton.close()
 
     async def health(self, request: web.Request) -> web.Response:
-        """200 while Triton is ready (every model it loaded is ready) and serves a model that speaks OpenAI."""
+        """200 while Triton is ready (every model it loaded is ready) and serves a model that speaks OpenAI, and every
+        such model's engine lives. A model stays loaded in Triton when its engine dies unless its backend can unload
+        it (explicit model control): each backend is asked, as vllm serve's /health asks its engine."""
         try:
-            ready = await self.triton.server_ready() and bool(await self.triton.openai_models())
+            models = await self.triton.openai_models() if await self.triton.server_ready() else []
+            ready = bool(models) and all(await asyncio.gather(*(self._engine_lives(m) for m in models)))
         except TritonUnavailable:
             ready = False
         return web.Response(status=200 if ready else 503)
+
+    async def _engine_lives(self, model: str) -> bool:
+        try:
+            statuses = [chunk.status async for chunk in self.triton.call(model, "/health")]
+        except TritonUnavailable:
+            return False
+        # 503: its engine is dead; a 500 to every request is how a backend without /health says so (its 404 is not).
+        return not set(statuses) & {500, 503}
 
     async def list_models(self, request: web.Request) -> web.Response:
         try:
