@@ -23,9 +23,8 @@ import jsonschema
 import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
-from tests.serve.test_serve_e2e import free_port, start_launch, stop_and_check
+from tests.serve.test_serve_e2e import engine_core_pid, free_port, start_launch, stop_and_check
 from vllm_repo.scaffold import init_model
-from vllm_repo.serve.processes import process_group_members
 
 openai = pytest.importorskip("openai")
 
@@ -334,12 +333,7 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
 
 
 def test_a_dead_engine_is_vllm_serves_500_naming_the_cause_health_fails_and_launch_says_so(client, gateway):
-    engine = next(
-        pid
-        for pid in process_group_members(gateway.server_pid)
-        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore")
-    )
-    os.kill(engine, signal.SIGKILL)
+    os.kill(engine_core_pid(gateway.server_pid), signal.SIGKILL)
     deadline = time.monotonic() + 60
     while True:
         assert time.monotonic() < deadline, "requests still succeed after the engine was killed"

@@ -421,15 +421,19 @@ def test_sigterm_while_the_model_is_still_loading_stops_everything(tiny_reposito
         launched.kill_everything()
 
 
+def engine_core_pid(server_pgid: int) -> int:
+    """vLLM's EngineCore process in the Triton server's process group (found by its process title, in that group)."""
+    return next(
+        pid
+        for pid in process_group_members(server_pgid)
+        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore")
+    )
+
+
 def test_launch_says_on_its_console_when_a_model_stops_serving(tiny_repository):
     launched = start_launch(tiny_repository)
     try:
-        engine = next(
-            pid
-            for pid in process_group_members(launched.server_pid)
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore")
-        )
-        os.kill(engine, signal.SIGKILL)
+        os.kill(engine_core_pid(launched.server_pid), signal.SIGKILL)
         deadline = time.monotonic() + 60
         while "is no longer serving" not in launched.output and time.monotonic() < deadline:
             time.sleep(0.5)
