@@ -1958,9 +1958,8 @@ class TritonPythonModel:
         try:
             endpoint, method, body, stream_to = parse_openai_request(raw)
         except OpenAIError as exc:
-            endpoint, malformed = None, exc
-        else:
-            malformed = None
+            self._send_openai_now(sender, exc)
+            return
         if endpoint == "/health":
             alive = self._dead_reason is None and not self._closing and not getattr(self.engine, "errored", True)
             self._answer_openai_now(sender, 200 if alive else 503, b"")
@@ -1971,9 +1970,6 @@ class TritonPythonModel:
             return
         if self._closing:
             self._send_openai_now(sender, OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError"))
-            return
-        if malformed is not None:
-            self._send_openai_now(sender, malformed)
             return
         job = _OpenAIJob(
             sender=sender, request_id=uuid.uuid4().hex, endpoint=endpoint, method=method, body=body, stream_to=stream_to

@@ -261,14 +261,14 @@ class OpenAIGateway:
                     triton_done = item.final
                 elif kind == STREAM_FRAME_DATA:
                     socket_used = True
-                    self._socket_readers.add(model)
                     await relay.from_socket(item)
                 elif kind == STREAM_FRAME_END:
                     socket_used = socket_done = True
-                    self._socket_readers.add(model)
-            if relay.status == 200 and relay.bytes_from_triton:
-                self._socket_readers.discard(model)  # this backend answered through Triton: it cannot reach the socket
         finally:
+            if socket_used:
+                self._socket_readers.add(model)
+            elif relay.status == 200 and relay.bytes_from_triton:
+                self._socket_readers.discard(model)  # this backend answered through Triton: it cannot reach the socket
             # Before Triton's final response (the client went away), this cancels the request in the engine: the
             # socket tells the backend at once, and Triton's cancellation follows the gRPC call's (of a request on a
             # stream of its own; on the shared stream, this only stops listening).
