@@ -75,8 +75,18 @@ def bench_serve_in_process(argv: list[str]) -> None:
     bench_main(parser.parse_args(argv))
 
 
-def bench_serve(args, base_url: str, concurrency: int, result_dir: Path, label: str) -> dict:
-    num_prompts = args.num_prompts or max(2 * concurrency, 16)
+def prompts_for(num_prompts: str | None, concurrencies: list[int]) -> dict[int, int]:
+    """--num-prompts: one count for every concurrency, or one per concurrency in --concurrency's order; by default
+    twice the concurrency, at least 16."""
+    counts = [int(n) for n in num_prompts.split(",")] if num_prompts else []
+    if len(counts) == 1:
+        counts *= len(concurrencies)
+    if counts and len(counts) != len(concurrencies):
+        raise SystemExit(f"--num-prompts {num_prompts}: give one count, or one per concurrency ({len(concurrencies)})")
+    return {c: counts[i] if counts else max(2 * c, 16) for i, c in enumerate(concurrencies)}
+
+
+def bench_serve(args, base_url: str, concurrency: int, num_prompts: int, result_dir: Path, label: str) -> dict:
     filename = f"{label}_c{concurrency}_{time.monotonic_ns()}.json"
     command = [
         args.serving_python,
@@ -189,7 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serving-python", default=os.environ.get("VLLM_REPO_SERVING_PYTHON"))
     parser.add_argument("--concurrency", default="1,32,128")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--num-prompts", type=int, help="per measurement (default: twice the concurrency, >= 16)")
+    parser.add_argument(
+        "--num-prompts",
+        help="per measurement: one count, or one per concurrency, e.g. 32,256,1024 (default: twice the concurrency, "
+        ">= 16); a run of 128 streams that lasts a few seconds measures mostly its ramp",
+    )
+    parser.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=1,
+        help="rounds run first and left out of the summary: a server's first run, and the load generator's, is slower "
+        "for both servers",
+    )
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one `vllm bench serve` run")
@@ -234,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {**base, **json.loads(args.engine_args)}
     reference_args = TOOL_ARGS if args.reference_args is None else tuple(args.reference_args.split())
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    num_prompts = prompts_for(args.num_prompts, concurrencies)
 
     reference = None
     if args.reference_url is None:
@@ -257,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         "reference_args": list(reference_args) if reference else None,
         "input_len": args.input_len,
         "output_len": args.output_len,
+        "num_prompts": {f"c{c}": n for c, n in num_prompts.items()},
+        "warmup_rounds": args.warmup_rounds,
         "host": platform.node(),
         "cpus": os.cpu_count(),
     }
@@ -269,24 +293,26 @@ def main(argv: list[str] | None = None) -> int:
             results["gateway_url"] = results["reference_url"]
         urls = {"gateway": results["gateway_url"], "reference": results["reference_url"]}
         rounds = {f"c{c}": {name: [] for name in urls} for c in concurrencies}
+        warmup = {f"c{c}": {name: [] for name in urls} for c in concurrencies}
         started = time.monotonic()
-        for i in range(args.rounds):
-            if args.max_seconds is not None and i and time.monotonic() - started > args.max_seconds:
+        for i in range(-args.warmup_rounds, args.rounds):
+            if args.max_seconds is not None and i > 0 and time.monotonic() - started > args.max_seconds:
                 print(f"stopping after {i} rounds: --max-seconds {args.max_seconds:g} passed", flush=True)
                 break
             order = list(urls) if i % 2 == 0 else list(urls)[::-1]
             for c in concurrencies:
                 for name in order:
                     before = cpu_seconds_by_process() if args.cpu_seconds and c > 1 else None
-                    result = bench_serve(args, urls[name], c, work, name)
+                    result = bench_serve(args, urls[name], c, num_prompts[c], work, name)
                     if before is not None:
                         groups = dict(g.split("=", 1) for g in args.label_group)
                         if reference is not None:
                             groups["vllm serve"] = reference.pgid
                         result["cpu_s"] = cpu_used(before, cpu_seconds_by_process(), process_labels(groups))
-                    rounds[f"c{c}"][name].append(result)
-                    print(f"round {i} c={c:<3d} {name:9s} {result}", flush=True)
-        results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
+                    (rounds if i >= 0 else warmup)[f"c{c}"][name].append(result)
+                    kind = f"round {i}" if i >= 0 else "warm-up"
+                    print(f"{kind} c={c:<3d} {name:9s} {result}", flush=True)
+        results.update(warmup=warmup, rounds=rounds, summary=summarize(rounds) if args.rounds else {})
     finally:
         if reference is not None:
             reference.stop()

@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the gateway's --stream-socket (auto: on, Triton is on this host; off: every byte through Triton)",
     )
     parser.add_argument("--max-seconds", type=float, help="start no benchmark round after this many seconds")
+    parser.add_argument("--num-prompts", help="bench/openai_gateway.py's --num-prompts")
+    parser.add_argument("--warmup-rounds", type=int, default=1, help="bench/openai_gateway.py's --warmup-rounds")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = args.tokenizer or args.model_dir
@@ -305,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             "--out",
             str(args.work),
         ]
+        bench_argv += ["--warmup-rounds", str(args.warmup_rounds)]
+        if args.num_prompts:
+            bench_argv += ["--num-prompts", args.num_prompts]
         if args.max_seconds is not None:
             bench_argv += ["--max-seconds", str(args.max_seconds - (time.monotonic() - started))]
         openai_gateway.main(bench_argv)

@@ -630,6 +630,17 @@ class _FactorySender:
         self.freed = True
 
 
+def test_backend_middleware_drops_only_what_has_nothing_to_act_on_behind_the_gateway():
+    def entry(name):
+        return SimpleNamespace(cls=type(name, (), {}))
+
+    names = ["ScalingMiddleware", "CORSMiddleware", "AuthenticationMiddleware", "PrometheusInstrumentatorMiddleware"]
+    stack = [entry(n) for n in [*names, "GZipMiddleware"]]
+    kept = backend.backend_middleware(stack)
+    assert [m.cls.__name__ for m in kept] == ["ScalingMiddleware", "GZipMiddleware"]
+    assert kept[0] is stack[0] and kept[1] is stack[-1]
+
+
 def test_the_cancellation_watcher_never_asks_a_finished_request():
     import asyncio
     import threading
