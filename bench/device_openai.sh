@@ -13,6 +13,9 @@
 #   1. carry [.gpuroute/chunks/00, .gpuroute/remote]:               bash bench/device_openai.sh part 00
 #   2. carry [.gpuroute/chunks/01, .gpuroute/remote, .gpuroute/triton]: bash bench/device_openai.sh unpack
 #   3. carry [.gpuroute/remote, .gpuroute/whl]:                       bash bench/device_openai.sh run [driver args]
+# The last report's runs: run --rounds 2 --warmup-rounds 1 --concurrency 1,32,128 --num-prompts 24,256,1024
+#   --max-seconds 300 --engine-args '{"load_format":"dummy","max_model_len":4096,"gpu_memory_utilization":0.42,
+#   "max_num_batched_tokens":8192,"max_num_seqs":1024}'   (about 450 s)
 set -uo pipefail
 stage=${1:?part NN | unpack | run}; shift
 case $stage in

