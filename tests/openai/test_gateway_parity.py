@@ -6,6 +6,8 @@ bodies. Only ids, timestamps and system_fingerprint may differ (tests/openai/par
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,42 @@ def test_the_gateway_answers_every_request_as_vllm_serve_does(reference_url, gat
     through_triton = run_all(gateway_url)
     assert [o.name for o in through_triton] == [r.name for r in REQUESTS]
     assert compare(reference, through_triton) == []
+
+
+# A page at another origin asking, then calling: vllm serve's default (no --allowed-origins) refuses the origin.
+CORS_REQUESTS = [
+    (
+        "OPTIONS",
+        "/chat/completions",
+        {
+            "Origin": "https://ui.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    ),
+    ("OPTIONS", "/models", {"Origin": "https://ui.example", "Access-Control-Request-Method": "TRACE"}),
+    ("GET", "/models", {"Origin": "https://ui.example"}),
+]
+
+
+def cors_answer(base_url: str, method: str, path: str, headers: dict) -> tuple:
+    """The status, the CORS headers and Vary, and a preflight's text."""
+    request = urllib.request.Request(base_url + path, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, got, body = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as exc:
+        status, got, body = exc.code, exc.headers, exc.read()
+    kept = {k.lower(): v for k, v in got.items() if k.lower().startswith("access-control-") or k.lower() == "vary"}
+    return status, kept, body.decode() if method == "OPTIONS" else None
+
+
+def test_pages_of_other_origins_get_vllm_serves_cors_answers(reference_url, gateway_url):
+    for method, path, headers in CORS_REQUESTS:
+        expected = cors_answer(reference_url, method, path, headers)
+        # What is compared is CORS's answer, not a 405 for the method.
+        if method == "OPTIONS":
+            assert expected[0] == 400 and expected[2].startswith("Disallowed CORS origin"), expected
+        else:
+            assert expected[1].get("vary") == "Origin", expected
+        assert cors_answer(gateway_url, method, path, headers) == expected, (method, path)

@@ -8,10 +8,12 @@ from typing import Annotated
 
 import typer
 
-from vllm_repo.cli.openai import api_key_option
+from vllm_repo.cli.openai import api_key_option, cors_options
 from vllm_repo.cli.output import print_diagnostics, print_notes
 from vllm_repo.errors import UsageError
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+
+LAUNCH_CORS = cors_options("With --openai-port: ")
 
 
 def launch(
@@ -68,6 +70,10 @@ def launch(
         ),
     ] = None,
     api_key: Annotated[list[str] | None, api_key_option("With --openai-port: ")] = None,
+    allowed_origins: Annotated[str | None, LAUNCH_CORS["allowed_origins"]] = None,
+    allow_credentials: Annotated[bool, LAUNCH_CORS["allow_credentials"]] = False,
+    allowed_methods: Annotated[str | None, LAUNCH_CORS["allowed_methods"]] = None,
+    allowed_headers: Annotated[str | None, LAUNCH_CORS["allowed_headers"]] = None,
 ) -> None:
     """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
     if dry_run and not docker:
@@ -82,6 +88,7 @@ def launch(
         _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run)
         return
     from vllm_repo.serve.launch import prepare_launch, run_server
+    from vllm_repo.serve.openai.cors import CorsPolicy
 
     def progress(message: str) -> None:
         typer.echo(message, err=True)
@@ -98,6 +105,7 @@ def launch(
         progress=progress,
         openai_port=openai_port,
         openai_api_keys=api_key or [],
+        openai_cors=CorsPolicy.from_options(allowed_origins, allow_credentials, allowed_methods, allowed_headers),
         ray_address=ray_address,
     )
     print_diagnostics(plan.diagnostics)

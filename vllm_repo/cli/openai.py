@@ -19,6 +19,30 @@ def api_key_option(when: str = "") -> Any:
     )
 
 
+def cors_options(when: str = "") -> dict[str, Any]:
+    """vllm serve's CORS options, for `openai` and `launch`: each list is JSON, as vllm serve takes it."""
+    return {
+        "allowed_origins": typer.Option(
+            "--allowed-origins",
+            metavar="JSON",
+            help=f"""{when}origins whose pages may call the API, e.g. '["https://ui.example"]' or '["*"]' (default: """
+            "none, as vllm serve).",
+        ),
+        "allow_credentials": typer.Option(
+            "--allow-credentials", help=f"{when}let those pages send cookies and authorization (as vllm serve)."
+        ),
+        "allowed_methods": typer.Option(
+            "--allowed-methods", metavar="JSON", help=f"""{when}methods they may use (default '["*"]')."""
+        ),
+        "allowed_headers": typer.Option(
+            "--allowed-headers", metavar="JSON", help=f"""{when}headers they may send (default '["*"]')."""
+        ),
+    }
+
+
+CORS = cors_options()
+
+
 def openai(
     triton_url: Annotated[
         str,
@@ -49,15 +73,22 @@ def openai(
             "Triton). A backend that cannot reach the socket answers through Triton.",
         ),
     ] = "auto",
+    allowed_origins: Annotated[str | None, CORS["allowed_origins"]] = None,
+    allow_credentials: Annotated[bool, CORS["allow_credentials"]] = False,
+    allowed_methods: Annotated[str | None, CORS["allowed_methods"]] = None,
+    allowed_headers: Annotated[str | None, CORS["allowed_headers"]] = None,
 ) -> None:
     """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions) in front of a running Triton."""
     from vllm_repo.errors import UsageError
-    from vllm_repo.serve.openai import StreamSocketMode, grpc_address, print_ready, run_gateway
+    from vllm_repo.serve.openai import CorsPolicy, StreamSocketMode, grpc_address, print_ready, run_gateway
 
     try:
         mode = StreamSocketMode(stream_socket)
     except ValueError:
         raise UsageError(f"--stream-socket {stream_socket!r}", hint="give auto, on or off") from None
+    cors = CorsPolicy.from_options(allowed_origins, allow_credentials, allowed_methods, allowed_headers)
     address = grpc_address(triton_url, triton_grpc_port)
     typer.echo(f"forwarding to Triton's gRPC endpoint at {address}", err=True)
-    raise typer.Exit(run_gateway(address, host, port, api_key or [], on_ready=print_ready, stream_socket=mode))
+    raise typer.Exit(
+        run_gateway(address, host, port, api_key or [], on_ready=print_ready, stream_socket=mode, cors=cors)
+    )

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from vllm_repo.backend import contract
 from vllm_repo.repository import ModelDirectory, open_repository
@@ -37,6 +37,9 @@ from vllm_repo.serve.server import TritonServer
 from vllm_repo.serve.server_files import ServerChoice, find_server
 from vllm_repo.serve.shm_watch import SharedMemoryWatch
 from vllm_repo.validate.diagnostics import Diagnostic
+
+if TYPE_CHECKING:
+    from vllm_repo.serve.openai.cors import CorsPolicy
 
 # Without a GPU vLLM sizes its KV cache as gpu_memory_utilization x RAM; this bounds it (whole GiB, per model).
 CPU_KVCACHE_GIB = 1
@@ -59,6 +62,7 @@ class LaunchPlan:
     backend_directory: Path | None = None  # an existing backend directory to use as is (an older container's)
     openai_port: int | None = None  # serve the OpenAI API there too (vllm_repo.serve.openai)
     openai_api_keys: list[str] = dataclasses.field(default_factory=list)  # what its /v1 paths require
+    openai_cors: CorsPolicy | None = None  # which other origins' pages may call it (None: vllm serve's default)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -206,6 +210,7 @@ def prepare_launch(
     progress: Callable[[str], None] | None = None,
     openai_port: int | None = None,
     openai_api_keys: Iterable[str] = (),
+    openai_cors: CorsPolicy | None = None,
     ray_address: str | None = None,
 ) -> LaunchPlan:
     """Everything launch checks before it starts a process. Raises LaunchError with what to do."""
@@ -267,6 +272,7 @@ def prepare_launch(
         backend_directory=backend_directory,
         openai_port=openai_port,
         openai_api_keys=[k for k in openai_api_keys if k],
+        openai_cors=openai_cors,
     )
 
 
@@ -408,6 +414,8 @@ def start_openai_gateway(plan: LaunchPlan) -> subprocess.Popen:
         env[API_KEY_ENV] = " ".join(plan.openai_api_keys)
     command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"grpc://{triton_host}:{plan.grpc_port}"]
     command += ["--host", plan.host, "--port", str(plan.openai_port), "--stream-socket", "on"]
+    if plan.openai_cors is not None:
+        command += plan.openai_cors.argv()
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
 

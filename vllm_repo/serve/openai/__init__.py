@@ -5,9 +5,11 @@
 - stream_socket.py: the Unix socket a backend on the same host writes streamed answers to, instead of a Triton
   response per chunk;
 - app.py: the HTTP routes, ``--api-key``, and the copy of each backend response to the client as it arrives;
+- cors.py: what pages of other origins may call, answered as vllm serve's CORS options answer;
 - gateway.py: running it, alone or as launch's child.
 """
 
+from vllm_repo.serve.openai.cors import CorsPolicy
 from vllm_repo.serve.openai.gateway import (
     API_KEY_ENV,
     DEFAULT_OPENAI_PORT,
@@ -23,6 +25,7 @@ from vllm_repo.serve.openai.gateway import (
 __all__ = [
     "API_KEY_ENV",
     "DEFAULT_OPENAI_PORT",
+    "CorsPolicy",
     "GatewayError",
     "StreamSocketMode",
     "base_url",

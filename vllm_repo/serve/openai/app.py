@@ -19,6 +19,7 @@ from aiohttp import web
 
 from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END
 from vllm_repo.serve.openai.catalog import ModelCatalog
+from vllm_repo.serve.openai.cors import NO_CORS, CorsPolicy
 from vllm_repo.serve.openai.stream_socket import StreamInbox, StreamSocket
 from vllm_repo.serve.openai.triton import Chunk, TritonOpenAIClient, TritonUnavailable
 
@@ -69,7 +70,9 @@ class ApiKeyCheck:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if not self.allows(request):
-            return web.json_response({"error": "Unauthorized"}, status=401)
+            refused = web.json_response({"error": "Unauthorized"}, status=401)
+            refused[NO_CORS] = True  # vllm serve checks the key outside its CORS middleware
+            return refused
         return await handler(request)
 
 
@@ -121,12 +124,18 @@ class Relay:
 
 class OpenAIGateway:
     """The aiohttp application. ``triton`` is the server's gRPC side; ``api_keys`` empty means no authentication;
-    ``streams``, when Triton is on this host, is where its backends write streamed responses."""
+    ``streams``, when Triton is on this host, is where its backends write streamed responses; ``cors``, which other
+    origins' pages may call it (none by default, as vllm serve)."""
 
     def __init__(
-        self, triton: TritonOpenAIClient, api_keys: list[str] | None = None, streams: StreamSocket | None = None
+        self,
+        triton: TritonOpenAIClient,
+        api_keys: list[str] | None = None,
+        streams: StreamSocket | None = None,
+        cors: CorsPolicy | None = None,
     ) -> None:
         self.triton = triton
+        self.cors = cors or CorsPolicy()
         self.catalog = ModelCatalog(triton)
         self.api_keys = [k for k in api_keys or () if k]
         self.streams = streams
@@ -138,6 +147,7 @@ class OpenAIGateway:
         middlewares = [ApiKeyCheck(self.api_keys).middleware] if self.api_keys else []
         # Bodies up to what vLLM accepts from a long multimodal prompt; aiohttp's 1 MiB default is too small.
         app = web.Application(middlewares=middlewares, client_max_size=64 * 2**20)
+        self.cors.install(app)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.list_models)
         for endpoint in GENERATION_ENDPOINTS:

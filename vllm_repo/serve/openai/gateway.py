@@ -16,6 +16,7 @@ from aiohttp import web
 
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.serve.openai.app import OpenAIGateway
+from vllm_repo.serve.openai.cors import CorsPolicy
 from vllm_repo.serve.openai.stream_socket import StreamSocket
 from vllm_repo.serve.openai.triton import TritonOpenAIClient
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_OPENAI_PORT
@@ -91,13 +92,15 @@ async def serve(
     api_keys: list[str] | None = None,
     *,
     stream_socket: StreamSocketMode = StreamSocketMode.AUTO,
+    cors: CorsPolicy | None = None,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or the task is cancelled). ``triton``: its gRPC address (grpc_address())."""
     streams = await open_stream_socket(stream_socket, triton)
     try:
-        await _serve(OpenAIGateway(TritonOpenAIClient(triton), api_keys, streams), host, port, on_ready, stop)
+        gateway = OpenAIGateway(TritonOpenAIClient(triton), api_keys, streams, cors)
+        await _serve(gateway, host, port, on_ready, stop)
     finally:
         if streams is not None:
             await streams.close()
@@ -136,6 +139,7 @@ def run_gateway(
     api_keys: list[str] | None = None,
     on_ready: Callable[[str], None] | None = None,
     stream_socket: StreamSocketMode = StreamSocketMode.AUTO,
+    cors: CorsPolicy | None = None,
 ) -> int:
     """Serve in this thread until SIGINT or SIGTERM; returns the exit status."""
 
@@ -145,7 +149,7 @@ def run_gateway(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        await serve(triton, host, port, api_keys, stream_socket=stream_socket, on_ready=on_ready, stop=stop)
+        await serve(triton, host, port, api_keys, stream_socket=stream_socket, cors=cors, on_ready=on_ready, stop=stop)
 
     asyncio.run(main())
     return 0
