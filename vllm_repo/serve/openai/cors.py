@@ -131,20 +131,19 @@ class CorsPolicy:
 
         @web.middleware
         async def preflights(request: web.Request, handler: Any) -> web.StreamResponse:
-            if (
-                request.method == "OPTIONS"
-                and "Origin" in request.headers
-                and "Access-Control-Request-Method" in request.headers
-            ):
-                return self.preflight(request)
-            return await handler(request)
+            return self.preflight(request) if is_preflight(request) else await handler(request)
 
         async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
-            if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
+            if not is_preflight(request):
                 self.annotate(request, response)
 
         app.middlewares.insert(0, preflights)
         app.on_response_prepare.append(on_prepare)
+
+
+def is_preflight(request: web.Request) -> bool:
+    headers = request.headers
+    return request.method == "OPTIONS" and "Origin" in headers and "Access-Control-Request-Method" in headers
 
 
 def _json_list(option: str, raw: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
