@@ -6,6 +6,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -170,3 +173,52 @@ def test_a_caller_blocking_sigterm_still_gets_a_stoppable_server(tmp_path, echo_
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     assert server.escalated_to is None, server.log_tail()
+
+
+# A program that starts a server and is then killed before it can stop it.
+OWNER = """
+import sys, time
+from vllm_repo.serve.server import TritonServer
+repo, python, home, backend = sys.argv[1:]
+server = TritonServer(repo, serving_python=python, triton_home=home, backend_source=backend).start()
+server.wait_ready(120)
+print(server.pgid, server.shm_prefix, server.work_directory, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_whose_owner_is_killed_is_stopped_by_its_guardian(tmp_path, echo_backend):
+    repo = make_repo(tmp_path / "repo", "echo")
+    command = [sys.executable, "-c", OWNER, str(repo), SERVING_PYTHON, TRITON_HOME, str(echo_backend)]
+    owner = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    pgid = None
+    try:
+        pgid, prefix, work = owner.stdout.readline().split()
+        pgid = int(pgid)
+        assert process_group_members(pgid) and list(shm_segments(prefix))
+        os.killpg(owner.pid, signal.SIGKILL)  # no handler runs, no stop()
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 45
+        while (process_group_members(pgid) or list(shm_segments(prefix)) or Path(work).exists()) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        assert process_group_members(pgid) == []
+        assert list(shm_segments(prefix)) == []
+        assert not Path(work).exists()
+    finally:
+        for group in (owner.pid, pgid):
+            if group and process_group_members(group):
+                os.killpg(group, signal.SIGKILL)
+
+
+def test_a_normal_stop_lets_the_guardian_go_and_an_unguarded_server_has_none(tmp_path, echo_backend):
+    repo = make_repo(tmp_path / "repo", "echo")
+    kwargs = {"serving_python": SERVING_PYTHON, "triton_home": TRITON_HOME, "backend_source": echo_backend}
+    with TritonServer(repo, **kwargs) as server:
+        server.wait_ready(120)
+        guardian = server.guardian
+        assert guardian is not None and guardian.process.poll() is None
+    assert guardian.process.poll() == 0 and server.guardian is None
+    with TritonServer(repo, guard=False, **kwargs) as unguarded:
+        assert unguarded.guardian is None

@@ -1,11 +1,12 @@
-"""A guardian process that stops the server group if launch itself dies without stopping it (SIGKILL, the OOM
-killer): no signal handler runs then, so nothing else would.
+"""A guardian process that stops the server group if its owner (launch, or any program that started a TritonServer)
+dies without stopping it (SIGKILL, the OOM killer, a killed test runner): no signal handler runs then, so nothing
+else would.
 
-The guardian runs in its own session and holds the read end of a pipe whose write end only launch has. When launch
-stops the server normally it writes "done" and the guardian exits quietly. When launch dies, the pipe closes without
-"done": the guardian sends SIGTERM to the server's process group, SIGKILL to what is left after a grace period, and
-removes Triton's shared-memory regions (named with the server's unique prefix) and the files launch would have
-removed at a normal stop (the server's work directory, launch's own log).
+The guardian runs in its own session and holds the read end of a pipe whose write end only the owner has. When the
+owner stops the server normally it writes "done" and the guardian exits quietly. When the owner dies, the pipe closes
+without "done": the guardian sends SIGTERM to the server's process group, SIGKILL to what is left after a grace
+period, and removes Triton's shared-memory regions (named with the server's unique prefix) and the files a normal stop
+would have removed (the server's work directory, launch's own log).
 """
 
 from __future__ import annotations

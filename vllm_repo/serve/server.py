@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from vllm_repo.serve.errors import TritonServerError
+from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port, port_is_free
 from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group, unique_shm_prefix
 from vllm_repo.serve.python_env import PythonInfo, probe_python
@@ -69,7 +70,10 @@ class TritonServer:
     ...     print(server.http_url)
 
     Ports default to free ones on ``host``; ``host`` defaults to 127.0.0.1 so nothing is exposed by accident.
-    ``env`` entries are added to the server's environment (e.g. VLLM_CPU_KVCACHE_SPACE).
+    ``env`` entries are added to the server's environment (e.g. VLLM_CPU_KVCACHE_SPACE). With ``guard`` (the
+    default) a guardian process stops the server's group, and removes its shared memory and work directory, should
+    this process die without stopping it (SIGKILL, a killed test runner); launch, which guards the server and its
+    OpenAI gateway together, turns it off.
     """
 
     def __init__(
@@ -88,6 +92,7 @@ class TritonServer:
         extra_args: Iterable[str] = (),
         log_path: str | os.PathLike | None = None,
         exit_timeout_s: int = 5,
+        guard: bool = True,
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         self.python = serving_python if isinstance(serving_python, PythonInfo) else probe_python(serving_python)
@@ -104,6 +109,8 @@ class TritonServer:
         self._extra_args = list(extra_args)
         self._log_path = Path(log_path) if log_path else None
         self._exit_timeout_s = exit_timeout_s
+        self._guard = guard
+        self.guardian: Guardian | None = None
         self._log_file = None
         # Where this server's output starts in its log: a log file given by the user is appended to, run after run.
         self.log_start = 0
@@ -200,6 +207,8 @@ class TritonServer:
             start_new_session=True,
             preexec_fn=_reset_signals if _signals_need_reset() else None,
         )
+        if self._guard:
+            self.guardian = Guardian(self.pgid, self.shm_prefix, remove=[self._own_workdir])
         return self
 
     def is_running(self) -> bool:
@@ -275,6 +284,9 @@ class TritonServer:
             self._log_file.close()
             self._log_file = None
         self._cleanup_workdir()
+        if self.guardian is not None:
+            self.guardian.release()
+            self.guardian = None
         return status
 
     def _wait_group_empty(self, pgid: int, deadline: float) -> None:
