@@ -12,6 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from typer.testing import CliRunner
 
+import vllm_repo.serve.openai as openai_package
 from tests.serve.test_openai_gateway import StandInTriton
 from vllm_repo.cli import build_app
 from vllm_repo.errors import UsageError
@@ -143,8 +144,6 @@ def test_launch_hands_its_policy_to_the_gateway_and_openai_reads_it_back(monkeyp
     argv = started[0][started[0].index("openai") + 1 :]
 
     seen = {}
-    import vllm_repo.serve.openai as openai_package
-
     monkeypatch.setattr(openai_package, "run_gateway", lambda *a, **kw: seen.update(kw) or 0)
     result = CliRunner().invoke(build_app(), ["openai", *argv])
     assert result.exit_code == 0, result.output
