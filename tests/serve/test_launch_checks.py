@@ -402,3 +402,12 @@ def test_launch_stops_on_sigint_even_when_started_with_sigint_ignored():
     finally:
         proc.kill()
     assert "stopped by SIGINT" in out and proc.returncode == 0  # and the ignored disposition is restored after
+
+
+def test_free_ports_are_distinct_free_and_avoid_the_given_ones():
+    from vllm_repo.serve.ports import free_ports, port_is_free
+
+    first = free_ports(1)
+    ports = free_ports(50, avoid=first)
+    assert len(set(ports)) == 50 and first[0] not in ports
+    assert all(port_is_free(p) for p in ports[:5])

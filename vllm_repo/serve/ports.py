@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterable
 
 from vllm_repo.serve.errors import LaunchError
 
@@ -20,6 +22,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now, none of ``avoid``. Each is held open while the next is
+    picked: one free_port() after another may be handed the same port twice."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < count:
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+        return ports
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

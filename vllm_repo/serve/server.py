@@ -26,7 +26,7 @@ from pathlib import Path
 
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.guardian import Guardian
-from vllm_repo.serve.ports import free_port, port_is_free
+from vllm_repo.serve.ports import free_ports, port_is_free
 from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group, unique_shm_prefix
 from vllm_repo.serve.python_env import PythonInfo, probe_python
 from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
@@ -98,9 +98,11 @@ class TritonServer:
         self.python = serving_python if isinstance(serving_python, PythonInfo) else probe_python(serving_python)
         self.triton_home = triton_home if isinstance(triton_home, TritonHome) else TritonHome(Path(triton_home))
         self.host = host
-        self.http_port = http_port or free_port(host)
-        self.grpc_port = grpc_port or free_port(host)
-        self.metrics_port = metrics_port or free_port(host)
+        given = [p for p in (http_port, grpc_port, metrics_port) if p]
+        picked = iter(free_ports(3 - len(given), host, avoid=given))
+        self.http_port = http_port or next(picked)
+        self.grpc_port = grpc_port or next(picked)
+        self.metrics_port = metrics_port or next(picked)
         self.shm_prefix = unique_shm_prefix()
         self._own_workdir: Path | None = None
         self._backend_directory = Path(backend_directory) if backend_directory else None
