@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +58,25 @@ add_cli_args(parser)
 main(parser.parse_args(sys.argv[1:]))
 """
 METRICS = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms")
+# Triton's per-model statistics: for a decoupled model, "queue" is the wait for the model instance (requests reach
+# execute() one at a time) and "compute_infer" the execute() call itself, the stub's main thread included.
+TRITON_STATS = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def triton_stats(url: str, model: str) -> dict[str, tuple[int, int]]:
+    """{statistic: (count, ns)} from Triton's cumulative inference statistics of ``model``."""
+    with urllib.request.urlopen(f"{url}/v2/models/{model}/stats", timeout=10) as resp:
+        stats = json.loads(resp.read())["model_stats"][0]["inference_stats"]
+    return {name: (int(stats[name]["count"]), int(stats[name]["ns"])) for name in ("success", *TRITON_STATS)}
+
+
+def triton_stats_used(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """The mean of each statistic over the requests of one run, in ms."""
+    used: dict[str, float] = {"requests": after["success"][0] - before["success"][0]}
+    for name in TRITON_STATS:
+        count = after[name][0] - before[name][0]
+        used[f"{name}_ms"] = round((after[name][1] - before[name][1]) / count / 1e6, 3) if count else 0.0
+    return used
 
 
 def server_root(base_url: str) -> str:
@@ -243,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=PGID",
         help="with --cpu-seconds: a process group's members are labelled 'NAME: command'",
     )
+    parser.add_argument(
+        "--triton-url",
+        help="Triton's HTTP URL: each gateway run records the means of Triton's statistics of --model over it "
+        "(queue and execute times per request)",
+    )
     args = parser.parse_args(argv)
     if not args.serving_python:
         parser.error("--serving-python (or VLLM_REPO_SERVING_PYTHON) is needed: it runs vLLM")
@@ -305,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
             for c in concurrencies:
                 for name in order:
                     before = cpu_seconds_by_process() if args.cpu_seconds and c > 1 else None
+                    stats_before = triton_stats(args.triton_url, args.model) if args.triton_url else None
                     result = bench_serve(args, urls[name], c, num_prompts[c], work, name)
+                    if stats_before is not None and name == "gateway":
+                        result["triton"] = triton_stats_used(stats_before, triton_stats(args.triton_url, args.model))
                     if before is not None:
                         groups = dict(g.split("=", 1) for g in args.label_group)
                         if reference is not None:

@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "--in-process",
             "--cpu-seconds",
+            "--triton-url",
+            server.http_url,
             "--label-group",
             f"triton={server.pgid}",
             "--label-group",

@@ -968,3 +968,14 @@ def test_final_sends_go_out_in_order_off_the_calling_thread_and_survive_a_failin
     assert [i for i, _ in sent] == list(range(50))
     assert {name for _, name in sent} == {"vllm-final-sends"}
     assert "could not send an OpenAI response: the client is gone" in caplog.text
+
+
+def test_request_ids_are_random_128_bit_hex_made_without_a_system_call(monkeypatch):
+    def no_syscall(size):
+        raise AssertionError("os.urandom lets go of the GIL on execute()'s thread")
+
+    monkeypatch.setattr(backend.os, "urandom", no_syscall)
+    ids = {backend.new_request_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert len({i[:8] for i in ids}) > 1990  # not a counter: the leading digits vary too

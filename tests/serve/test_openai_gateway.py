@@ -166,7 +166,31 @@ def test_a_streamed_answer_is_written_chunk_by_chunk_with_the_event_stream_type(
             assert response.status == 200
             assert response.content_type == "text/event-stream"
             assert await response.read() == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
-            assert triton.calls[-1] == ("tiny", "/v1/chat/completions", {"model": "tiny", "stream": True})
+            model, endpoint, body = triton.calls[-1]
+            assert (model, endpoint) == ("tiny", "/v1/chat/completions")
+            assert json.loads(body) == {"model": "tiny", "stream": True}
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_json_object_goes_to_the_backend_as_the_clients_own_text_and_utf16_as_the_object():
+    # vLLM parses exactly what the client sent, as vllm serve would: spacing, key order, 1.0, escapes and all.
+    sent = '{ "temperature": 1.0,"model":"tiny",  "messages": [{"role": "user", "content": "caf\u00e9 \u2603"}] }'
+    chunks = [Chunk(200, b"{}", True)]
+
+    async def scenario():
+        triton = StandInTriton(script={"tiny": chunks})
+        client = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", data=sent.encode())
+            assert response.status == 200
+            assert triton.calls[-1] == ("tiny", "/v1/chat/completions", sent)
+            # JSON may come in UTF-16: json.loads reads it; vLLM then gets the object, re-encoded.
+            response = await client.post("/v1/chat/completions", data=json.dumps({"model": "tiny"}).encode("utf-16"))
+            assert response.status == 200
+            assert triton.calls[-1] == ("tiny", "/v1/chat/completions", {"model": "tiny"})
         finally:
             await client.close()
 

@@ -54,6 +54,7 @@ import logging
 import math
 import os
 import queue
+import random
 import re
 import signal
 import stat
@@ -62,7 +63,6 @@ import threading
 import time
 import traceback
 import types
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -1444,6 +1444,17 @@ def _call_with_known(function: Any, values: Mapping[str, Any]) -> Any:
     return function(**{k: v for k, v in values.items() if k in parameters})
 
 
+# Seeded once from os.urandom. Triton's execute() runs on the stub's main thread, which must win the GIL back from
+# the busy engine loop after every call that lets go of it: uuid4()'s os.urandom did, once per request admitted,
+# and Triton hands the model its requests one execute() at a time.
+_REQUEST_IDS = random.Random()
+
+
+def new_request_id() -> str:
+    """A random 128-bit request id, in hex as uuid4().hex gives it, made without a system call."""
+    return f"{_REQUEST_IDS.getrandbits(128):032x}"
+
+
 @dataclasses.dataclass
 class _Job:
     """One request in flight."""
@@ -1871,7 +1882,7 @@ class TritonPythonModel:
         return _Job(
             request=request,
             sender=sender,
-            request_id=uuid.uuid4().hex,
+            request_id=new_request_id(),
             prompt=prompt,
             sampling_params=sampling_params,
             lora_request=lora_request,
@@ -2019,7 +2030,7 @@ class TritonPythonModel:
             self._send_openai_now(sender, OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError"))
             return
         job = _OpenAIJob(
-            sender=sender, request_id=uuid.uuid4().hex, endpoint=endpoint, method=method, body=body, stream_to=stream_to
+            sender=sender, request_id=new_request_id(), endpoint=endpoint, method=method, body=body, stream_to=stream_to
         )
         self._loop.call_soon_threadsafe(self._spawn_openai, job)
 

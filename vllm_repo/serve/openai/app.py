@@ -198,7 +198,7 @@ class OpenAIGateway:
                 return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
             if not self.catalog.models:
                 return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
-            return await self._forward(request, self.catalog.models[0], raw.decode("utf-8", "replace"))
+            return await self._forward(request, self.catalog.models[0], raw.decode("utf-8", "replace"), False)
         name = body.get("model")
         try:
             model = await self.catalog.owner_of(name if isinstance(name, str) else None)
@@ -215,10 +215,18 @@ class OpenAIGateway:
                 )
             # Any backend's vLLM answers an unknown name exactly as vllm serve does (after validating the body).
             model = self.catalog.models[0]
-        return await self._forward(request, model, body)
+        streamed = body.get("stream") is True
+        try:
+            # The client's own bytes, as a string in the envelope: vLLM parses them as vllm serve would, and the
+            # backend, whose execute() admits requests one at a time, need not parse and re-encode the body first.
+            forwarded: dict[str, Any] | str = raw.decode("utf-8")
+        except UnicodeDecodeError:  # a UTF-16 or UTF-32 body, which JSON allows: vLLM gets it re-encoded
+            forwarded = body
+        return await self._forward(request, model, forwarded, streamed)
 
-    async def _forward(self, request: web.Request, model: str, body: dict[str, Any] | str) -> web.StreamResponse:
-        streamed = isinstance(body, dict) and body.get("stream") is True
+    async def _forward(
+        self, request: web.Request, model: str, body: dict[str, Any] | str, streamed: bool
+    ) -> web.StreamResponse:
         relay = Relay(request, streamed)
         inbox = self.streams.open() if streamed and self.streams is not None else None
         try:
@@ -237,7 +245,7 @@ class OpenAIGateway:
         return await relay.finish()
 
     async def _relay_with_socket(
-        self, model: str, path: str, body: dict[str, Any], inbox: StreamInbox, relay: Relay
+        self, model: str, path: str, body: dict[str, Any] | str, inbox: StreamInbox, relay: Relay
     ) -> None:
         """Triton's responses and the socket's frames in one inbox, written in the order they come. The answer is
         complete once Triton's final response is in and, if the bytes took the socket, its END frame too."""
