@@ -24,6 +24,7 @@ import pytest
 
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
 from tests.serve.test_serve_e2e import engine_core_pid, free_port, start_launch, stop_and_check
+from vllm_repo.backend import model as backend
 from vllm_repo.scaffold import init_model
 
 openai = pytest.importorskip("openai")
@@ -158,6 +159,13 @@ def test_the_backend_freezes_its_startup_heap_once_the_engine_and_again_once_the
     counts = [int(n) for n in re.findall(r"\[vllm\] (\d+) objects of the startup heap frozen", log)]
     # vLLM, torch and the tokenizer are millions of objects; the OpenAI layer adds its own on top.
     assert len(counts) == 2 and 100_000 < counts[0] < counts[1], counts
+
+
+def test_the_backend_lowers_the_gil_switch_interval_so_that_execute_admits_soon(client, gateway):
+    streamed_chat(client)
+    found = re.findall(rf"\[vllm\] {backend.SWITCH_INTERVAL_LOG} ([0-9.]+) ms", gateway.server_log.read_text())
+    # Read back in the stub after it was set: Python's default there is 5 ms.
+    assert [float(ms) for ms in found] == [backend.ADMISSION_SWITCH_INTERVAL_S * 1e3]
 
 
 def test_completions_with_n_and_logprobs(client):
