@@ -13,9 +13,10 @@
 #   1. carry [.gpuroute/chunks/00, .gpuroute/remote]:               bash bench/device_openai.sh part 00
 #   2. carry [.gpuroute/chunks/01, .gpuroute/remote, .gpuroute/triton]: bash bench/device_openai.sh unpack
 #   3. carry [.gpuroute/remote, .gpuroute/whl]:                       bash bench/device_openai.sh run [driver args]
-# The last report's runs: run --rounds 2 --warmup-rounds 1 --concurrency 1,32,128 --num-prompts 24,256,1024
+# The report's runs: run --rounds 2 --warmup-rounds 1 --concurrency 1,32,128 --num-prompts 24,256,1024
 #   --max-seconds 300 --engine-args '{"load_format":"dummy","max_model_len":4096,"gpu_memory_utilization":0.42,
-#   "max_num_batched_tokens":8192,"max_num_seqs":1024}'   (about 450 s)
+#   "max_num_batched_tokens":8192,"max_num_seqs":1024}'   (about 450 s; --concurrency 128 --num-prompts 1024 alone
+#   takes about 190 s, --concurrency 1,32 --num-prompts 24,256 about 230 s)
 set -uo pipefail
 stage=${1:?part NN | unpack | run}; shift
 case $stage in
@@ -42,13 +43,7 @@ run)
 'protobuf', google.protobuf.__version__, 'grpcio', grpc.__version__, 'aiohttp', aiohttp.__version__, 'vllm', vllm.__version__)" || exit 1
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
   [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m llama3-8b || exit 1
-  # An experiment, when GIL_SWITCH_INTERVAL_S is set: the backend's stub process (only it) runs with that GIL switch
-  # interval, set by a .pth file that checks which program is starting.
-  rm -f "$SP/zz_stub_switch.pth"
-  if [ -n "${GIL_SWITCH_INTERVAL_S:-}" ]; then
-    echo "import os, sys; os.readlink('/proc/self/exe').endswith('triton_python_backend_stub') and sys.setswitchinterval($GIL_SWITCH_INTERVAL_S)" \
-      > "$SP/zz_stub_switch.pth"
-  fi
+  rm -f "$SP/zz_stub_switch.pth"  # an older experiment's; the backend now sets its own GIL switch interval
   export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1; mkdir -p "${OUT:=/tmp/openai-out}"
   "$PY" bench/openai_gateway_device.py --model-dir /tmp/m --tokenizer /tmp/m/tok --out "${OUT:-/tmp/openai-out}" \
     --engine-args '{"load_format": "dummy", "max_model_len": 4096, "gpu_memory_utilization": 0.42}' "$@" 2>&1 \
