@@ -411,3 +411,38 @@ def test_free_ports_are_distinct_free_and_avoid_the_given_ones():
     ports = free_ports(50, avoid=first)
     assert len(set(ports)) == 50 and first[0] not in ports
     assert all(port_is_free(p) for p in ports[:5])
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--api-key", "k"], ["--allowed-origins", '["*"]'], ["--allow-credentials"], ["--allowed-headers", "[]"]],
+)
+def test_openai_options_without_openai_port_are_refused_before_anything_starts(repo, option, monkeypatch):
+    # Without the gateway they would guard or open nothing: Triton's own endpoints take no key, send no CORS.
+    from typer.testing import CliRunner
+
+    from vllm_repo.cli import build_app
+
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    monkeypatch.setattr(launch, "prepare_launch", lambda *a, **k: pytest.fail("launch went on"))
+    result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo), *option])
+    assert result.exit_code == 2
+    assert f"{option[0]} goes with --openai-port" in result.output
+
+
+def test_the_api_key_from_the_environment_is_no_reason_to_refuse_a_launch_without_the_gateway(repo, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vllm_repo.cli import build_app
+
+    monkeypatch.setenv("VLLM_API_KEY", "from-the-shell")  # set for vllm serve, say
+    reached = []
+
+    def prepare(*args, **kwargs):
+        reached.append(kwargs)
+        raise UsageError("stopped before the server starts")
+
+    monkeypatch.setattr(launch, "prepare_launch", prepare)
+    result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo)])
+    assert "stopped before the server starts" in result.output
+    assert reached[0]["openai_port"] is None and reached[0]["openai_api_keys"] == ["from-the-shell"]

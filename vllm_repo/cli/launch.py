@@ -14,9 +14,27 @@ from vllm_repo.errors import UsageError
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 
 LAUNCH_CORS = cors_options("With --openai-port: ")
+# Options of the OpenAI API alone, by parameter name. Given without --openai-port they would guard or open nothing:
+# Triton's own endpoints take no key and send no CORS headers.
+OPENAI_ONLY = {
+    "api_key": "--api-key",
+    "allowed_origins": "--allowed-origins",
+    "allow_credentials": "--allow-credentials",
+    "allowed_methods": "--allowed-methods",
+    "allowed_headers": "--allowed-headers",
+}
+
+
+def given_on_the_command_line(ctx: typer.Context, names: dict[str, str]) -> list[str]:
+    """The flags of ``names`` that the command line gave (not a default, nor VLLM_API_KEY from the environment)."""
+    # By name: newer typer releases vendor click, whose ParameterSource is then another enum than click's own.
+    return [
+        flag for name, flag in names.items() if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+    ]
 
 
 def launch(
+    ctx: typer.Context,
     repo: Annotated[Path, typer.Argument(help="Model repository to serve.")],
     http_port: Annotated[int, typer.Option("--http-port", help="HTTP port.")] = DEFAULT_HTTP_PORT,
     grpc_port: Annotated[int, typer.Option("--grpc-port", help="gRPC port.")] = DEFAULT_GRPC_PORT,
@@ -76,6 +94,12 @@ def launch(
     allowed_headers: Annotated[str | None, LAUNCH_CORS["allowed_headers"]] = None,
 ) -> None:
     """Validate REPO, start a Triton server for it, and serve until Ctrl-C."""
+    stray = given_on_the_command_line(ctx, OPENAI_ONLY) if openai_port is None else []
+    if stray:
+        raise UsageError(
+            f"{stray[0]} goes with --openai-port: it applies to the OpenAI API, and Triton's own endpoints take no "
+            "API key and send no CORS headers"
+        )
     if dry_run and not docker:
         raise UsageError("--dry-run goes with --docker")
     if log_file is not None and docker:
