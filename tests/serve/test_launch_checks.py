@@ -446,3 +446,36 @@ def test_the_api_key_from_the_environment_is_no_reason_to_refuse_a_launch_withou
     result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo)])
     assert "stopped before the server starts" in result.output
     assert reached[0]["openai_port"] is None and reached[0]["openai_api_keys"] == ["from-the-shell"]
+
+
+def test_docker_with_a_ray_address_shares_the_hosts_network_and_binds_the_host_itself(repo):
+    plain = docker_plan(repo, vllm_version="0.11.0", host="127.0.0.1")
+    assert "--network" not in plain.argv and "127.0.0.1:8000:8000" in plain.argv
+    plan = docker_plan(repo, vllm_version="0.11.0", host="127.0.0.1", ray_address="10.0.0.1:6379")
+    argv = plan.argv
+    # Ray's other nodes connect back to the engines on ports Ray picks: no published port would do.
+    assert argv[argv.index("--network") + 1] == "host" and "-p" not in argv
+    assert argv[argv.index("-e") + 1] == "RAY_ADDRESS=10.0.0.1:6379"
+    assert {"--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"} <= set(argv)
+    assert any("shares this host's network" in note for note in plan.notes)
+    # An empty RAY_ADDRESS is unset, as for launch without --docker.
+    assert "--network" not in docker_plan(repo, vllm_version="0.11.0", ray_address="").argv
+
+
+@pytest.mark.parametrize(("address", "says"), [("auto", "session files"), ("nonsense", "is not HOST:PORT")])
+def test_docker_refuses_a_ray_address_the_container_cannot_use(repo, address, says):
+    with pytest.raises(UsageError, match=says):
+        docker_plan(repo, vllm_version="0.11.0", ray_address=address)
+
+
+def test_docker_dry_run_takes_the_ray_address(repo):
+    done = subprocess.run(
+        vllm_repo_cli(
+            "launch", str(repo), "--docker", "--dry-run", "--vllm-version", "0.11.0", "--ray-address", "10.0.0.1:6379"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--network host" in done.stdout and "RAY_ADDRESS=10.0.0.1:6379" in done.stdout

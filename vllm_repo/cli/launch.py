@@ -109,7 +109,7 @@ def launch(
             "--openai-port goes without --docker; run `vllm-repo openai --triton-url` beside the container"
         )
     if docker:
-        _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run)
+        _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run, ray_address)
         return
     from vllm_repo.serve.launch import prepare_launch, run_server
     from vllm_repo.serve.openai.cors import CorsPolicy
@@ -143,13 +143,26 @@ def launch(
 
 
 def _docker(
-    repo: Path, http_port: int, grpc_port: int, metrics_port: int, host: str, vllm_version: str | None, dry_run: bool
+    repo: Path,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    host: str,
+    vllm_version: str | None,
+    dry_run: bool,
+    ray_address: str | None,
 ) -> None:
     from vllm_repo.serve.docker import docker_plan, run_docker
     from vllm_repo.serve.launch import validate_repository
 
     plan = docker_plan(
-        repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, host=host, vllm_version=vllm_version
+        repo,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        host=host,
+        vllm_version=vllm_version,
+        ray_address=ray_address,
     )
     # Checked against the vLLM inside the chosen container.
     print_diagnostics(validate_repository(repo, plan.match.release.vllm))

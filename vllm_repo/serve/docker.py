@@ -23,6 +23,7 @@ from vllm_repo.schema.loader import installed_vllm_version
 from vllm_repo.serve.errors import DockerError
 from vllm_repo.serve.ngc import Match, container_for_vllm
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
+from vllm_repo.serve.ray_cluster import RAY_ADDRESS_ENV, RAY_HEAD_PORT, check_address
 
 CONTAINER_REPOSITORY = "/models"
 # vLLM's multiprocessing executor puts segments of 160 and 240 MiB in /dev/shm; Docker's default is 64 MiB.
@@ -48,7 +49,7 @@ class DockerPlan:
         lines, opts = ["docker run"], self.options[:]
         while opts:
             arg = opts.pop(0)
-            if arg in ("-p", "-v", "-e", "--name", "--gpus") and opts:
+            if arg in ("-p", "-v", "-e", "--name", "--gpus", "--network") and opts:
                 arg = f"{arg} {shlex.quote(opts.pop(0))}"
             else:
                 arg = shlex.quote(arg)
@@ -79,10 +80,24 @@ def docker_plan(
     host: str = DEFAULT_HOST,
     vllm_version: str | None = None,
     hf_cache: Path | None = None,
+    ray_address: str | None = None,
 ) -> DockerPlan:
+    """``docker run`` of the NGC container that matches the repository's vLLM. With ``ray_address``, the container's
+    engines join that Ray cluster: it shares the host's network (Ray's other nodes connect back to the process that
+    drives them, on ports Ray picks), and Triton binds ``host`` itself rather than through published ports."""
     repo = Path(repository).resolve()
     if not repo.is_dir():
         raise UsageError(f"{repository}: no such directory")
+    if ray_address is not None and not ray_address.strip():
+        ray_address = None  # RAY_ADDRESS= (empty) is how a shell unsets it
+    if ray_address is not None:
+        ray_address = check_address(ray_address)
+        if ray_address == "auto":
+            raise UsageError(
+                "--ray-address auto finds the cluster through this host's Ray session files, which the container "
+                "cannot see",
+                hint=f"give the head's address, e.g. --ray-address 10.0.0.1:{RAY_HEAD_PORT}",
+            )
     wanted = vllm_version or installed_vllm_version()
     match = container_for_vllm(wanted)
     origin = (
@@ -104,15 +119,17 @@ def docker_plan(
         "--gpus",
         "all",
         f"--shm-size={SHM_SIZE}",
-        "-p",
-        f"{host}:{http_port}:{http_port}",
-        "-p",
-        f"{host}:{grpc_port}:{grpc_port}",
-        "-p",
-        f"{host}:{metrics_port}:{metrics_port}",
-        "-v",
-        f"{repo}:{CONTAINER_REPOSITORY}:ro",
     ]
+    if ray_address is None:
+        for port in (http_port, grpc_port, metrics_port):
+            options += ["-p", f"{host}:{port}:{port}"]
+    else:
+        options += ["--network", "host", "-e", f"{RAY_ADDRESS_ENV}={ray_address}"]
+        notes.append(
+            f"--ray-address {ray_address}: the container shares this host's network, for Ray's other nodes to reach "
+            f"its engines; Triton binds {host}"
+        )
+    options += ["-v", f"{repo}:{CONTAINER_REPOSITORY}:ro"]
     for path in _local_paths(repo):
         options += ["-v", f"{path}:{path}:ro"]
     hf_cache = hf_cache or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
@@ -126,6 +143,8 @@ def docker_plan(
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
     ]
+    if ray_address is not None:
+        server_args += [f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}"]
     return DockerPlan(
         options=options,
         image=match.release.image,
