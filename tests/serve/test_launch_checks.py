@@ -479,3 +479,25 @@ def test_docker_dry_run_takes_the_ray_address(repo):
     )
     assert done.returncode == 0, done.stderr
     assert "--network host" in done.stdout and "RAY_ADDRESS=10.0.0.1:6379" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--tritonserver", "/usr/bin/tritonserver"],
+        ["--python", sys.executable],
+        ["--ready-timeout", "5"],
+        ["--log-file", "x.log"],
+    ],
+)
+def test_options_of_a_local_server_are_refused_with_docker(repo, option, monkeypatch):
+    # The container brings its own server, Python and console: these would be ignored there.
+    from typer.testing import CliRunner
+
+    from vllm_repo.cli import build_app
+    from vllm_repo.serve import docker
+
+    monkeypatch.setattr(docker, "docker_plan", lambda *a, **k: pytest.fail("the container was planned"))
+    result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo), "--docker", "--dry-run", *option])
+    assert result.exit_code == 2
+    assert f"{option[0]} goes without --docker" in result.output

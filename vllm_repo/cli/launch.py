@@ -25,6 +25,16 @@ OPENAI_ONLY = {
 }
 
 
+# Options of a server launch runs itself, by parameter name: the container of --docker brings its own server, Python
+# and console.
+LOCAL_ONLY = {
+    "tritonserver": "--tritonserver",
+    "python": "--python",
+    "ready_timeout": "--ready-timeout",
+    "log_file": "--log-file",
+}
+
+
 def given_on_the_command_line(ctx: typer.Context, names: dict[str, str]) -> list[str]:
     """The flags of ``names`` that the command line gave (not a default, nor VLLM_API_KEY from the environment)."""
     # By name: newer typer releases vendor click, whose ParameterSource is then another enum than click's own.
@@ -102,8 +112,11 @@ def launch(
         )
     if dry_run and not docker:
         raise UsageError("--dry-run goes with --docker")
-    if log_file is not None and docker:
-        raise UsageError("--log-file goes without --docker (the container logs to the console)")
+    local = given_on_the_command_line(ctx, LOCAL_ONLY) if docker else []
+    if local:
+        raise UsageError(
+            f"{local[0]} goes without --docker: the container runs its own Triton and vLLM, and logs to the console"
+        )
     if openai_port is not None and docker:
         raise UsageError(
             "--openai-port goes without --docker; run `vllm-repo openai --triton-url` beside the container"
