@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.backend.conftest import SERVER_ENV, engine_args
+from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port, port_is_free
 from vllm_repo.serve.processes import DEV_SHM, process_group_members, signal_group
 
@@ -107,6 +108,7 @@ class ReferenceServer:
         self._log_file = None
         self.process: subprocess.Popen | None = None
         self.pgid: int | None = None
+        self.guardian: Guardian | None = None
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
         self.leftovers: list[str] = []
@@ -176,6 +178,9 @@ class ReferenceServer:
         )
         # The leader of a new session: its pid is the group's id, also after it has exited.
         self.pgid = self.process.pid
+        # Should the program that started it die without stop() (a killed test runner), the guardian stops the
+        # group and removes the work directory. The prefix names no segment: vLLM's are told apart in stop().
+        self.guardian = Guardian(self.pgid, f"vllm_repo_reference_{self.pgid}_", remove=[self._workdir])
         return self
 
     def wait_ready(self, timeout: float = 600.0, poll_s: float = 0.5) -> ReferenceServer:
@@ -249,6 +254,9 @@ class ReferenceServer:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
         self.process = None
+        if self.guardian is not None:
+            self.guardian.release()
+            self.guardian = None
         return status
 
     @staticmethod

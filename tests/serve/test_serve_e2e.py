@@ -24,6 +24,7 @@ import pytest
 from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.infer import infer
 from vllm_repo.serve.processes import process_group_members
 
@@ -88,6 +89,13 @@ class Launched:
     shm_before: set[str]
     ipc_before: set[str] = dataclasses.field(default_factory=ipc_sockets)
     server_pid: int | None = None
+    # Stops launch's group (launch then stops its server) should this test process die first.
+    guardian: Guardian | None = None
+
+    def release_guardian(self) -> None:
+        if self.guardian is not None and self.proc.poll() is not None:
+            self.guardian.release()
+            self.guardian = None
 
     @property
     def output(self) -> str:
@@ -105,6 +113,7 @@ class Launched:
     def wait_exit(self, timeout: float) -> tuple[int, float]:
         began = time.monotonic()
         code = self.proc.wait(timeout=timeout)
+        self.release_guardian()
         return code, time.monotonic() - began
 
     def kill_everything(self) -> None:
@@ -119,6 +128,7 @@ class Launched:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        self.release_guardian()
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -156,6 +166,7 @@ def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | N
         lines=[],
         shm_before=shm_names(),
     )
+    launched.guardian = Guardian(launched.proc.pid, f"vllm_repo_test_launch_{launched.proc.pid}_", grace_s=30)
     reader = threading.Thread(
         target=lambda: launched.lines.extend(iter(launched.proc.stdout.readline, "")), daemon=True
     )
