@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,13 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.infer import infer
+from vllm_repo.serve.ports import free_ports
 from vllm_repo.serve.processes import process_group_members
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tree_rss_mib(pgid: int) -> float:
@@ -64,7 +58,7 @@ def server_pid(launch_pid: int) -> int | None:
 
 
 def cycle(repo: Path, python: str) -> dict:
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     url = f"http://127.0.0.1:{ports[0]}"
     began = time.monotonic()
     proc = subprocess.Popen(

@@ -11,7 +11,6 @@ import json
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ import pytest
 from tests.backend.conftest import CONFIG_PBTXT, SERVER_ENV, engine_args
 from tests.serve.test_serve_e2e import ipc_sockets
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import RPC_PATH_ENV, TritonServer
 
 pytestmark = [pytest.mark.e2e, needs_serving]
@@ -35,12 +35,6 @@ ADAPTER = "doll"
 BAD_MODEL = "bad_openai"  # its openai.json has a misspelt key: it must fail to load, naming the file and the key
 CHAT_TEMPLATE = "chat.jinja"  # in the version directory, named relatively in openai.json
 MESSAGES = [{"role": "user", "content": "Hello there"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _serve_flags(settings: dict) -> list[str]:
@@ -79,7 +73,7 @@ def servers(tiny_model_dir, tmp_path_factory):
     # vLLM's ZMQ IPC sockets are files, in the temporary directory unless told: here, with the test's other files.
     rpc = tmp_path_factory.mktemp("vllm-serve-rpc")
     sockets_before = ipc_sockets()
-    port = _free_port()
+    port = free_port()
     reference_log = open(logs / "vllm-serve.log", "wb")  # noqa: SIM115 - closed below
     reference = subprocess.Popen(
         [

@@ -179,8 +179,8 @@ class ReferenceServer:
         # The leader of a new session: its pid is the group's id, also after it has exited.
         self.pgid = self.process.pid
         # Should the program that started it die without stop() (a killed test runner), the guardian stops the
-        # group and removes the work directory. The prefix names no segment: vLLM's are told apart in stop().
-        self.guardian = Guardian(self.pgid, f"vllm_repo_reference_{self.pgid}_", remove=[self._workdir])
+        # group and removes the work directory. vLLM's segments have no name of their own: stop() tells them apart.
+        self.guardian = Guardian(self.pgid, None, remove=[self._workdir])
         return self
 
     def wait_ready(self, timeout: float = 600.0, poll_s: float = 0.5) -> ReferenceServer:

@@ -80,3 +80,21 @@ def test_the_guardian_also_stops_the_gateways_group():
         for group in (server, gateway):
             if process_group_members(group.pid):
                 os.killpg(group.pid, signal.SIGKILL)
+
+
+def test_a_guardian_with_no_prefix_stops_the_group_and_removes_no_shared_memory(tmp_path):
+    # An empty prefix would name every segment on the machine: other servers' regions must stay.
+    server = start_group()
+    region = Path("/dev/shm") / f"vllm_repo_test_{os.getpid()}_someone_elses"
+    region.write_bytes(b"x")
+    try:
+        guardian = Guardian(server.pid, None, grace_s=5)
+        guardian.process.stdin.close()
+        guardian.process.wait(timeout=30)
+        server.wait(timeout=10)
+        assert process_group_members(server.pid) == []
+        assert region.exists()
+    finally:
+        region.unlink(missing_ok=True)
+        if process_group_members(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)

@@ -23,7 +23,7 @@ from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import open_repository
 from vllm_repo.serve import ray_cluster
-from vllm_repo.serve.ports import free_port
+from vllm_repo.serve.ports import free_port, free_ports
 from vllm_repo.serve.processes import process_table
 from vllm_repo.serve.ray_cluster import (
     RayClusterError,
@@ -359,7 +359,8 @@ def cluster():
 
 
 def ports() -> list[str]:
-    return [arg for option in ("--http-port", "--grpc-port", "--metrics-port") for arg in (option, str(free_port()))]
+    options = ("--http-port", "--grpc-port", "--metrics-port")
+    return [arg for option, port in zip(options, free_ports(3), strict=True) for arg in (option, str(port))]
 
 
 def ray_repo(root: Path, tp: int, count: int | None = None) -> Path:

@@ -8,6 +8,7 @@ start/stop cycles reuse few starts.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from vllm_repo.scaffold import init_model
 from vllm_repo.serve.errors import InferError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.infer import infer
+from vllm_repo.serve.ports import free_port, free_ports
 from vllm_repo.serve.processes import process_group_members
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
@@ -33,12 +35,6 @@ pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
 READY_TIMEOUT = 300
 DEV_SHM = Path("/dev/shm")
 UUID_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def shm_names() -> set[str]:
@@ -138,7 +134,9 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 
 def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | None = None) -> Launched:
-    ports = (free_port(), free_port(), free_port())
+    # Distinct, and none a port the caller picked for the command (--openai-port).
+    given = [int(value) for flag, value in itertools.pairwise(extra) if flag.endswith("-port")]
+    ports = tuple(free_ports(3, avoid=given))
     cmd = vllm_repo_cli(
         "launch",
         str(repo),
@@ -166,7 +164,7 @@ def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | N
         lines=[],
         shm_before=shm_names(),
     )
-    launched.guardian = Guardian(launched.proc.pid, f"vllm_repo_test_launch_{launched.proc.pid}_", grace_s=30)
+    launched.guardian = Guardian(launched.proc.pid, None, grace_s=30)  # launch removes its server's regions
     reader = threading.Thread(
         target=lambda: launched.lines.extend(iter(launched.proc.stdout.readline, "")), daemon=True
     )

@@ -16,30 +16,19 @@ from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_
 LAUNCH_CORS = cors_options("With --openai-port: ")
 # Options of the OpenAI API alone, by parameter name. Given without --openai-port they would guard or open nothing:
 # Triton's own endpoints take no key and send no CORS headers.
-OPENAI_ONLY = {
-    "api_key": "--api-key",
-    "allowed_origins": "--allowed-origins",
-    "allow_credentials": "--allow-credentials",
-    "allowed_methods": "--allowed-methods",
-    "allowed_headers": "--allowed-headers",
-}
+OPENAI_ONLY = ("api_key", "allowed_origins", "allow_credentials", "allowed_methods", "allowed_headers")
+# Options of a server launch runs itself: the container of --docker brings its own server, Python and console.
+LOCAL_ONLY = ("tritonserver", "python", "ready_timeout", "log_file")
 
 
-# Options of a server launch runs itself, by parameter name: the container of --docker brings its own server, Python
-# and console.
-LOCAL_ONLY = {
-    "tritonserver": "--tritonserver",
-    "python": "--python",
-    "ready_timeout": "--ready-timeout",
-    "log_file": "--log-file",
-}
-
-
-def given_on_the_command_line(ctx: typer.Context, names: dict[str, str]) -> list[str]:
-    """The flags of ``names`` that the command line gave (not a default, nor VLLM_API_KEY from the environment)."""
+def given_on_the_command_line(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The flags of the parameters ``names`` that the command line gave (not a default, nor VLLM_API_KEY from the
+    environment)."""
     # By name: newer typer releases vendor click, whose ParameterSource is then another enum than click's own.
     return [
-        flag for name, flag in names.items() if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name in names and getattr(ctx.get_parameter_source(param.name), "name", "") == "COMMANDLINE"
     ]
 
 

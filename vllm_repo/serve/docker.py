@@ -23,7 +23,7 @@ from vllm_repo.schema.loader import installed_vllm_version
 from vllm_repo.serve.errors import DockerError
 from vllm_repo.serve.ngc import Match, container_for_vllm
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
-from vllm_repo.serve.ray_cluster import RAY_ADDRESS_ENV, RAY_HEAD_PORT, check_address
+from vllm_repo.serve.ray_cluster import RAY_ADDRESS_ENV, RAY_HEAD_PORT, given_address
 
 CONTAINER_REPOSITORY = "/models"
 # vLLM's multiprocessing executor puts segments of 160 and 240 MiB in /dev/shm; Docker's default is 64 MiB.
@@ -88,16 +88,13 @@ def docker_plan(
     repo = Path(repository).resolve()
     if not repo.is_dir():
         raise UsageError(f"{repository}: no such directory")
-    if ray_address is not None and not ray_address.strip():
-        ray_address = None  # RAY_ADDRESS= (empty) is how a shell unsets it
-    if ray_address is not None:
-        ray_address = check_address(ray_address)
-        if ray_address == "auto":
-            raise UsageError(
-                "--ray-address auto finds the cluster through this host's Ray session files, which the container "
-                "cannot see",
-                hint=f"give the head's address, e.g. --ray-address 10.0.0.1:{RAY_HEAD_PORT}",
-            )
+    ray_address = given_address(ray_address)
+    if ray_address == "auto":
+        raise UsageError(
+            "--ray-address auto finds the cluster through this host's Ray session files, which the container "
+            "cannot see",
+            hint=f"give the head's address, e.g. --ray-address 10.0.0.1:{RAY_HEAD_PORT}",
+        )
     wanted = vllm_version or installed_vllm_version()
     match = container_for_vllm(wanted)
     origin = (

@@ -50,7 +50,7 @@ if members():
             time.sleep(0.2)
         if not members():
             break
-if os.path.isdir("/dev/shm"):
+if prefix and os.path.isdir("/dev/shm"):
     for name in os.listdir("/dev/shm"):
         if name.startswith(prefix):
             try:
@@ -70,14 +70,20 @@ for path in remove:
 
 class Guardian:
     def __init__(
-        self, pgid: int, shm_prefix: str, grace_s: float = 20.0, remove: Sequence[Path] = (), also: Sequence[int] = ()
+        self,
+        pgid: int,
+        shm_prefix: str | None,
+        grace_s: float = 20.0,
+        remove: Sequence[Path] = (),
+        also: Sequence[int] = (),
     ) -> None:
-        """``remove``: files and directories to delete once the group is stopped (only if launch died); ``also``:
+        """``shm_prefix``: Triton's shared-memory regions to remove, by name (None: the group names none);
+        ``remove``: files and directories to delete once the group is stopped (only if its owner died); ``also``:
         more process groups to stop with it (the OpenAI gateway's: a group cannot span sessions, and the server
         has a session of its own)."""
         groups = ",".join(str(g) for g in (pgid, *also))
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _GUARDIAN, groups, shm_prefix, str(grace_s), *map(str, remove)],
+            [sys.executable, "-I", "-c", _GUARDIAN, groups, shm_prefix or "", str(grace_s), *map(str, remove)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -433,6 +433,14 @@ finally:
 _HOST_PORT = re.compile(r"^(?P<host>\[[^\]]+\]|[^:/\s]+):(?P<port>\d+)$")
 
 
+def given_address(address: str | None) -> str | None:
+    """--ray-address / RAY_ADDRESS as checked by check_address(); None when not given, or given empty (``RAY_ADDRESS=``
+    is how a shell unsets it)."""
+    if address is None or not address.strip():
+        return None
+    return check_address(address)
+
+
 def check_address(address: str) -> str:
     """``address`` as given to --ray-address / RAY_ADDRESS: HOST:PORT (a head's GCS), ``auto`` (the cluster this
     host belongs to) or ray://HOST:PORT (Ray Client). Anything else is refused before Ray sees it."""
@@ -585,10 +593,8 @@ def ray_preflight(
     problems: list[str] = []
     check = None
     cluster = None
-    if address is not None and not address.strip():
-        address = None  # RAY_ADDRESS= (empty) is how a shell unsets it
+    address = given_address(address)
     if address is not None:
-        address = check_address(address)
         env[RAY_ADDRESS_ENV] = address
         if not engines:
             notes.append(
