@@ -10,13 +10,11 @@ import asyncio
 import contextlib
 import json
 import struct
-import sys
 
 import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from vllm_repo.serve.openai.gateway import new_event_loop
 from vllm_repo.serve.openai.triton import TritonOpenAIClient, TritonUnavailable, pack_bytes, unpack_bytes
 
 
@@ -146,33 +144,3 @@ def test_a_request_whose_client_left_stops_being_listened_to_and_the_stream_goes
             assert triton.streams == 1 and not stream.waiting
 
     asyncio.run(scenario())
-
-
-def test_the_shared_stream_runs_on_the_gateway_s_own_event_loop():
-    """run_gateway runs on uvloop where it is installed: gRPC's asyncio client and the shared stream must work there."""
-    uvloop = pytest.importorskip("uvloop")
-    loop = new_event_loop()
-    try:
-        assert isinstance(loop, uvloop.Loop)
-
-        async def scenario():
-            async with triton_and_client() as (triton, client):
-                slow, fast = await asyncio.gather(answer(client, "slow", delay=0.1), answer(client, "fast"))
-                assert (slow, fast) == ([b"slow:1", b"slow:2"], [b"fast:1", b"fast:2"])
-                with pytest.raises(TritonUnavailable, match="going away"):
-                    await answer(client, "fail")
-                assert await answer(client, "after") == [b"after:1", b"after:2"]
-                assert triton.streams == 2
-
-        loop.run_until_complete(scenario())
-    finally:
-        loop.close()
-
-
-def test_without_uvloop_the_gateway_runs_on_asyncio_s_loop(monkeypatch):
-    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: its import fails
-    loop = new_event_loop()
-    try:
-        assert type(loop).__module__.startswith("asyncio")
-    finally:
-        loop.close()

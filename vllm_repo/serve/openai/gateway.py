@@ -132,15 +132,6 @@ async def _serve(
         await runner.cleanup()
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop where it is installed (a dependency, but not on every platform), else asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run_gateway(
     triton: str,
     host: str = DEFAULT_HOST,
@@ -160,11 +151,7 @@ def run_gateway(
                 loop.add_signal_handler(sig, stop.set)
         await serve(triton, host, port, api_keys, stream_socket=stream_socket, cors=cors, on_ready=on_ready, stop=stop)
 
-    if sys.version_info >= (3, 11):
-        with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            runner.run(main())
-    else:  # no loop factory before 3.11: asyncio's own loop
-        asyncio.run(main())
+    asyncio.run(main())
     return 0
 
 

@@ -127,8 +127,8 @@ class SharedStream:
         request.id = f"{self._prefix}-{next(self._ids)}"
         inbox: asyncio.Queue = asyncio.Queue()
         stream.waiting[request.id] = inbox
+        stream.outbox.put_nowait(request)
         try:
-            await stream.send(request)
             while True:
                 item = await inbox.get()
                 if isinstance(item, TritonUnavailable):
@@ -148,24 +148,18 @@ class SharedStream:
 
 
 class _StreamCall:
-    """One stream of a SharedStream: requests go out through ``send``, responses to ``waiting``'s queues by id."""
+    """One stream of a SharedStream: requests go out from ``outbox``, responses to ``waiting``'s queues by id."""
 
     def __init__(self, stub: Any, address: str) -> None:
         self.address = address
+        self.outbox: asyncio.Queue = asyncio.Queue()
         self.waiting: dict[str, asyncio.Queue] = {}
-        # Written by the requests themselves, one at a time (gRPC allows one message in flight per call), rather than
-        # taken from a request iterator: that was a queue and a task switch more before each request left.
-        self._call = stub.ModelStreamInfer()
-        self._writing = asyncio.Lock()
+        self._call = stub.ModelStreamInfer(self._requests())
         self.reader = asyncio.ensure_future(self._read())
 
-    async def send(self, request: Any) -> None:
-        try:
-            async with self._writing:
-                await self._call.write(request)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
-            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else "the stream has ended"
-            raise TritonUnavailable(f"Triton at {self.address}: {details}") from exc
+    async def _requests(self) -> AsyncIterator[Any]:
+        while True:
+            yield await self.outbox.get()
 
     async def _read(self) -> None:
         failure = TritonUnavailable(f"Triton at {self.address} ended the gateway's shared stream")
