@@ -142,6 +142,11 @@ class ReferenceServer:
             *self._extra_args,
         ]
 
+    @property
+    def workdir(self) -> Path | None:
+        """The server's own temporary directory (its TMPDIR and cwd) while it runs; removed when it stops."""
+        return self._workdir
+
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         # The serving venv first on PATH (what vLLM's helpers run as python3); a caller's virtualenv variables would

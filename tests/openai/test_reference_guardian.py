@@ -21,7 +21,7 @@ sys.path.insert(0, sys.argv[3])
 from tests.openai.reference import ReferenceServer
 server = ReferenceServer(sys.argv[1], Path(sys.argv[2]), settings={})
 server.start()
-print(server.pgid, server._workdir, flush=True)
+print(server.pgid, server.workdir, flush=True)
 time.sleep(600)
 """
 
