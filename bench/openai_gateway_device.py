@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import openai_gateway
 from backend_throughput import OFFLINE_ENV, gpu_memory_used, write_model
+from openai_hops import triton_trace_args
 
 from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import TritonServer
@@ -195,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, help="start no benchmark round after this many seconds")
     parser.add_argument("--num-prompts", help="bench/openai_gateway.py's --num-prompts")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="bench/openai_gateway.py's --warmup-rounds")
+    parser.add_argument(
+        "--triton-trace",
+        metavar="DIR",
+        help="Triton writes a trace of every request there (timestamps; bench/openai_hops.py reads it)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = args.tokenizer or args.model_dir
@@ -226,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
         env=env,
         log_path=args.out / "tritonserver.log",
+        extra_args=triton_trace_args(args.triton_trace) if args.triton_trace else (),
     )
     gateway = None
     started = time.monotonic()
