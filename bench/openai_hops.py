@@ -66,7 +66,8 @@ EDITS: list[tuple[str, list[tuple[str, str]]]] = [
         [
             (
                 "                inbox = self._inboxes.get(stream_id)\n",
-                "                _hop('GR', stream_id)\n                inbox = self._inboxes.get(stream_id)\n",
+                "                if kind == STREAM_FRAME_DATA:\n                    _hop('GR', stream_id)\n"
+                "                inbox = self._inboxes.get(stream_id)\n",
             ),
         ],
     ),

@@ -70,6 +70,7 @@ def test_model_py_carries_the_same_contract_as_contract_py():
     assert backend.STREAM_FRAME.format == contract.STREAM_FRAME_HEADER
     assert backend.STREAM_FRAME_DATA == contract.STREAM_FRAME_DATA
     assert backend.STREAM_FRAME_END == contract.STREAM_FRAME_END
+    assert backend.STREAM_FRAME_START == contract.STREAM_FRAME_START
     assert backend.STREAM_FRAME_CANCEL == contract.STREAM_FRAME_CANCEL
     assert backend.STREAM_SOCKET_HELLO == contract.STREAM_SOCKET_HELLO
     assert backend.FALSE_STRINGS == contract.FALSE_STRINGS

@@ -26,7 +26,8 @@ from vllm_repo.serve.openai.gateway import StreamSocketMode, offers_stream_socke
 from vllm_repo.serve.openai.stream_socket import StreamSocket, encode_frame
 from vllm_repo.serve.openai.triton import Chunk, TritonUnavailable
 
-DATA, END = contract.STREAM_FRAME_DATA, contract.STREAM_FRAME_END
+DATA, END, START = contract.STREAM_FRAME_DATA, contract.STREAM_FRAME_END, contract.STREAM_FRAME_START
+WAIT = "wait"  # in LocalBackend's frames: (WAIT, event) holds the frames after it until the event is set
 FINAL_WITHOUT_BYTES = Chunk(200, b"", True)  # the backend's Triton side of an answer that took the socket
 
 
@@ -60,6 +61,9 @@ class LocalBackend:
         if self.hold:  # serving the stream until cancelled: listens to the gateway, as the backend does
             self._listening = asyncio.ensure_future(self._listen(reader, writer))
         for kind, payload in self.frames:
+            if kind == WAIT:
+                await payload.wait()
+                continue
             writer.write(encode_frame(stream_to["id"], kind, payload))
             await writer.drain()
             await asyncio.sleep(0.01)
@@ -462,3 +466,87 @@ def test_without_a_usable_temporary_directory_the_gateway_goes_without_the_socke
     assert asyncio.run(open_stream_socket(StreamSocketMode.ON, "127.0.0.1:8001")) is None
     assert "streamed answers go through Triton" in capsys.readouterr().err
     assert list(deep.iterdir()) == []  # the directory made for it is gone again
+
+
+async def _serve_with_app(streams, app, monkeypatch):
+    """The backend's _serve_openai on one streamed request, with ``app`` in place of vLLM's; the request's inbox on
+    the gateway's socket, and the final responses handed to the final-sends thread."""
+
+    def unexpected(message):
+        raise AssertionError(message)
+
+    logger = types.SimpleNamespace(log_info=lambda message: None, log_warn=unexpected, log_error=unexpected)
+    monkeypatch.setattr(
+        backend, "pb_utils", types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Logger=logger)
+    )
+    model = _model()
+    model._loop = asyncio.get_running_loop()
+    model._stream_links, model._live = {}, {}
+    finals: list = []
+    model._final_sends = types.SimpleNamespace(submit=finals.append)
+    model._openai_response = lambda status, data: (status, data)
+
+    async def openai_app():
+        return app
+
+    model._openai_app = openai_app
+    inbox = streams.open()
+    job = backend._OpenAIJob(
+        types.SimpleNamespace(send=lambda response, flags: None),
+        "r1",
+        "/v1/chat/completions",
+        "POST",
+        b"{}",
+        stream_to=backend.StreamTo(streams.path, inbox.id),
+    )
+    return inbox, asyncio.ensure_future(model._serve_openai(job)), finals
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["event-stream", "json"])
+def test_the_backend_says_start_when_vllm_begins_a_streamed_answer_before_its_first_bytes(streamed, monkeypatch):
+    first_chunk = asyncio.Event()
+    content_type = b"text/event-stream; charset=utf-8" if streamed else b"application/json"
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", content_type)]})
+        await first_chunk.wait()  # vLLM is still prefilling
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def scenario():
+        streams = await StreamSocket().start()
+        try:
+            inbox, serving, finals = await _serve_with_app(streams, app, monkeypatch)
+            if streamed:
+                assert await asyncio.wait_for(inbox.queue.get(), 5) == (START, b"")
+            else:
+                await asyncio.sleep(0.2)
+                assert inbox.queue.empty()  # a whole JSON answer goes through Triton, status and all
+            first_chunk.set()
+            if streamed:
+                assert await asyncio.wait_for(inbox.queue.get(), 5) == (DATA, b"data: 1\n\n")
+                assert await asyncio.wait_for(inbox.queue.get(), 5) == (END, b"")
+            await asyncio.wait_for(serving, 5)
+            assert len(finals) == 1 and inbox.queue.empty()
+        finally:
+            await streams.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_client_gets_the_headers_at_start_before_the_first_chunk():
+    async def scenario():
+        first_chunk = asyncio.Event()
+        triton = LocalBackend(frames=[(START, b""), (WAIT, first_chunk), *SSE])
+        client, streams = await _client(triton)
+        try:
+            # The response object comes once the headers are in; the first chunk waits for the test.
+            response = await asyncio.wait_for(client.post("/v1/chat/completions", json=STREAM), 5)
+            assert (response.status, response.content_type) == (200, "text/event-stream")
+            first_chunk.set()
+            assert await response.read() == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())

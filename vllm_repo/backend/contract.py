@@ -49,12 +49,14 @@ OUTPUTS: tuple[Tensor, ...] = (
 )
 
 # A frame on a gateway's stream socket (vllm_repo.serve.openai.stream_socket): struct format of the header (stream id,
-# kind, payload length), then the payload. From the backend, DATA: bytes of the response body, in order; END: the body
-# is complete. From the gateway, CANCEL (no payload): the stream's client went away, abort its request.
+# kind, payload length), then the payload. From the backend, START (no payload): vLLM has begun a streamed 200 answer,
+# its headers may go to the client; DATA: bytes of the response body, in order; END: the body is complete. From the
+# gateway, CANCEL (no payload): the stream's client went away, abort its request.
 STREAM_FRAME_HEADER = "<QBI"
 STREAM_FRAME_DATA = 0
 STREAM_FRAME_END = 1
 STREAM_FRAME_CANCEL = 2
+STREAM_FRAME_START = 3
 # What the gateway writes first on each connection; a backend writes only to a socket that says it.
 STREAM_SOCKET_HELLO = b"vllm-repo stream socket 1\n"
 

@@ -117,12 +117,14 @@ ADDITIONAL_OUTPUT_FLAGS = (
 )
 
 # A frame on an OpenAI gateway's stream socket: header (stream id, kind, payload length), then the payload. Written
-# here, DATA: bytes of a streamed response body, in order; END: the body is complete. Read here, from the gateway,
-# CANCEL: that stream's client went away.
+# here, START: a streamed 200 response has begun (the gateway sends the client its headers then, as vllm serve does,
+# rather than with the first chunk); DATA: bytes of its body, in order; END: the body is complete. Read here, from
+# the gateway, CANCEL: that stream's client went away.
 STREAM_FRAME = struct.Struct("<QBI")
 STREAM_FRAME_DATA = 0
 STREAM_FRAME_END = 1
 STREAM_FRAME_CANCEL = 2
+STREAM_FRAME_START = 3
 # Stream ids a gateway cancelled before their request reached this backend, remembered for when it does.
 STREAM_EARLY_CANCELS_KEPT = 1024
 # What a stream socket says first: the backend writes only to a socket that is a gateway's (not to any path a request
@@ -2086,6 +2088,7 @@ class TritonPythonModel:
                 job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
                 if job.streaming and job.status == 200 and link is not None and not link.closed:
                     job.stream_link = link
+                    link.send(STREAM_FRAME.pack(job.stream_to.id, STREAM_FRAME_START, 0))
             elif message["type"] == "http.response.body":
                 if job.stream_link is not None:
                     await self._write_stream(job, message.get("body", b""), not message.get("more_body", False))

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END
+from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END, STREAM_FRAME_START
 from vllm_repo.serve.openai.catalog import ModelCatalog
 from vllm_repo.serve.openai.cors import NO_CORS, CorsPolicy
 from vllm_repo.serve.openai.stream_socket import StreamInbox, StreamSocket
@@ -109,6 +109,10 @@ class Relay:
     async def from_socket(self, data: bytes) -> None:
         if data:
             await (await self._stream()).write(data)
+
+    async def begin(self) -> None:
+        """The streamed answer has begun: its headers go now, and its first chunk needs only its own write."""
+        await self._stream()
 
     async def failed(self, exc: TritonUnavailable) -> None:
         """Mid-stream, as vLLM itself reports an error once the stream has begun: an error event, then [DONE]."""
@@ -277,6 +281,9 @@ class OpenAIGateway:
                 if kind == _FROM_TRITON:
                     await relay.from_triton(item)
                     triton_done = item.final
+                elif kind == STREAM_FRAME_START:
+                    socket_used = True
+                    await relay.begin()
                 elif kind == STREAM_FRAME_DATA:
                     socket_used = True
                     await relay.from_socket(item)

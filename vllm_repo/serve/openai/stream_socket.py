@@ -9,13 +9,14 @@ itself: its admission to the model, cancellation, and the final response with th
 reach the socket (Triton in a container, on another host) answers through Triton as before; so does every response
 that is not a streamed 200.
 
-A frame is FRAME_HEADER (stream id, kind, payload length; little-endian) and the payload: DATA carries bytes to
-write to the client as they are, END says the stream's bytes are complete. The other way, the gateway writes CANCEL
-to its backends when a stream's client goes away, as well as cancelling its Triton request: the backend aborts it
-at once, without asking Triton about each request in flight. The socket first says STREAM_SOCKET_HELLO on every
-connection, and a backend writes nothing to a socket that does not: a request cannot point it at another program's
-socket. The backend's model.py writes and reads the same frames (vllm_repo.backend.contract keeps the format; a test
-asserts the two agree).
+A frame is FRAME_HEADER (stream id, kind, payload length; little-endian) and the payload: START says vLLM has begun
+a streamed 200 answer (the client gets its headers then, as from vllm serve, not with the first token), DATA carries
+bytes to write to the client as they are, END says the stream's bytes are complete. The other way, the gateway
+writes CANCEL to its backends when a stream's client goes away, as well as cancelling its Triton request: the
+backend aborts it at once, without asking Triton about each request in flight. The socket first says
+STREAM_SOCKET_HELLO on every connection, and a backend writes nothing to a socket that does not: a request cannot
+point it at another program's socket. The backend's model.py writes and reads the same frames
+(vllm_repo.backend.contract keeps the format; a test asserts the two agree).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from vllm_repo.backend.contract import (
     STREAM_FRAME_DATA,
     STREAM_FRAME_END,
     STREAM_FRAME_HEADER,
+    STREAM_FRAME_START,
     STREAM_SOCKET_HELLO,
 )
 
@@ -128,7 +130,7 @@ class StreamSocket:
                 stream_id, kind, size = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
                 payload = await reader.readexactly(size) if size else b""
                 inbox = self._inboxes.get(stream_id)
-                if inbox is not None and kind in (STREAM_FRAME_DATA, STREAM_FRAME_END):
+                if inbox is not None and kind in (STREAM_FRAME_START, STREAM_FRAME_DATA, STREAM_FRAME_END):
                     inbox.queue.put_nowait((kind, payload))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the backend closed its end: its model was unloaded, or its process ended
