@@ -116,26 +116,26 @@ EDITS: list[tuple[str, list[tuple[str, str]]]] = [
     ),
 ]
 
-# (label, start event, end event). Events: G* the gateway's, B* the backend's, T:NAME Triton's trace; [1] the
-# second occurrence (the first content chunk follows vLLM's role chunk).
-HOPS = [
-    ("gateway handler to its Triton call", "G0", "G1"),
-    ("the call to the gRPC write", "G1", "G2"),
-    ("the gRPC write to Triton's read of it", "G2", "T:GRPC_WAITREAD_END"),
-    ("Triton: read to queue", "T:GRPC_WAITREAD_END", "T:QUEUE_START"),
-    ("Triton: queue to the model instance", "T:QUEUE_START", "T:COMPUTE_START"),
-    ("the model instance to execute() (the stub's IPC)", "T:COMPUTE_START", "B0"),
-    ("execute(): the envelope read, the request handed over", "B0", "B1"),
-    ("the hand-off to the request's task on the engine loop", "B1", "B2"),
-    ("vLLM's app: the task to the response's start", "B2", "B3"),
-    ("vLLM: the response's start to the first chunk", "B3", "B4"),
-    ("the first chunk to the first content chunk", "B4", "B4[1]"),
-    ("the first chunk to the gateway's read of it", "B4", "GR"),
-    ("the read to the request's handler", "GR", "G3"),
-    ("the handler to the bytes written to the client", "G3", "G4"),
-    ("total: handler to the first content written", "G0", "G4[1]"),
+# (label, spans): a hop's time is the sum of its spans, each (start event, end event). Events: G* the gateway's, B* the
+# backend's, T:NAME Triton's trace; [1] the second occurrence (the first content chunk follows vLLM's role chunk).
+HOPS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
+    ("gateway handler to its Triton call", (("G0", "G1"),)),
+    ("the call to the gRPC write", (("G1", "G2"),)),
+    ("the gRPC write to Triton's read of it", (("G2", "T:GRPC_WAITREAD_END"),)),
+    ("Triton: read to queue", (("T:GRPC_WAITREAD_END", "T:QUEUE_START"),)),
+    ("Triton: queue to the model instance", (("T:QUEUE_START", "T:COMPUTE_START"),)),
+    ("the model instance to execute() (the stub's IPC)", (("T:COMPUTE_START", "B0"),)),
+    ("execute(): the envelope read, the request handed over", (("B0", "B1"),)),
+    ("the hand-off to the request's task on the engine loop", (("B1", "B2"),)),
+    ("vLLM's app: the task to the response's start", (("B2", "B3"),)),
+    ("vLLM: the response's start to the first chunk", (("B3", "B4"),)),
+    ("the first chunk to the first content chunk", (("B4", "B4[1]"),)),
+    ("the first chunk to the gateway's read of it", (("B4", "GR"),)),
+    ("the read to the request's handler", (("GR", "G3"),)),
+    ("the handler to the bytes written to the client", (("G3", "G4"),)),
+    ("total: handler to the first content written", (("G0", "G4[1]"),)),
+    ("outside vLLM", (("G0", "B2"), ("B4", "G4"))),
 ]
-OUTSIDE_VLLM = (("G0", "B2"), ("B4", "G4"))
 
 
 def triton_trace_args(directory: str) -> list[str]:
@@ -212,32 +212,28 @@ def at(request: dict[str, list[int]], event: str) -> int | None:
     return times[position] if len(times) > position else None
 
 
+def span_ms(request: dict[str, list[int]], spans: tuple[tuple[str, str], ...]) -> float | None:
+    """The hop's time in ms, or None when one of its events is missing."""
+    ends = [(at(request, start), at(request, end)) for start, end in spans]
+    if any(a is None or b is None for a, b in ends):
+        return None
+    return sum(b - a for a, b in ends) / 1e6
+
+
 def report(hops_dir: str, skip: int) -> dict[str, float]:
     requests = [r for r in read_events(hops_dir).values() if at(r, "B2") is not None and at(r, "G4") is not None]
     requests = requests[skip:]
     medians: dict[str, float] = {}
     print(f"{len(requests)} requests")
-    for label, start, end in [*HOPS, ("outside vLLM", "", "")]:
-        if label == "outside vLLM":
-            spans = [
-                sum(at(r, b) - at(r, a) for a, b in OUTSIDE_VLLM) / 1e6
-                for r in requests
-                if all(at(r, e) is not None for pair in OUTSIDE_VLLM for e in pair)
-            ]
-        else:
-            spans = [
-                (at(r, end) - at(r, start)) / 1e6
-                for r in requests
-                if at(r, start) is not None and at(r, end) is not None
-            ]
-        if not spans:
+    for label, spans in HOPS:
+        times = sorted(t for t in (span_ms(r, spans) for r in requests) if t is not None)
+        if not times:
             print(f"{label:58s} (no events)")
             continue
-        spans.sort()
-        medians[label] = statistics.median(spans)
+        medians[label] = statistics.median(times)
         print(
-            f"{label:58s} median {medians[label]:7.3f} ms   p10 {spans[len(spans) // 10]:7.3f}   "
-            f"p90 {spans[len(spans) * 9 // 10]:7.3f}   n={len(spans)}"
+            f"{label:58s} median {medians[label]:7.3f} ms   p10 {times[len(times) // 10]:7.3f}   "
+            f"p90 {times[len(times) * 9 // 10]:7.3f}   n={len(times)}"
         )
     return medians
 

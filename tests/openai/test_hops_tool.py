@@ -98,7 +98,7 @@ def test_the_report_joins_gateway_backend_and_triton_events_per_request(tmp_path
         (hops / f"trace.txt.{index}").write_text(json.dumps(trace))
     medians = load_tool().report(str(hops), skip=0)
     assert "2 requests" in capsys.readouterr().out
-    for label, _, _ in load_tool().HOPS[:-1]:
+    for label, _ in load_tool().HOPS[:-2]:
         if label == "the first chunk to the gateway's read of it":
             assert medians[label] == pytest.approx(3.0)  # B4 at step 10, GR at step 12
         else:
