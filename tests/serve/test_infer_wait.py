@@ -4,19 +4,13 @@ go ahead once the model is ready. The server here plays only Triton's readiness 
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 
 import pytest
 
 from vllm_repo.serve.errors import InferError
 from vllm_repo.serve.infer import wait_until_ready
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from vllm_repo.serve.ports import free_port
 
 
 def readiness_server(port: int, ready_after: int) -> tuple[http.server.HTTPServer, list[str]]:

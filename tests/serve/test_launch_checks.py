@@ -413,6 +413,42 @@ def test_free_ports_are_distinct_free_and_avoid_the_given_ones():
     assert all(port_is_free(p) for p in ports[:5])
 
 
+def test_free_ports_lie_outside_the_range_the_kernel_hands_out_itself():
+    # A free port inside it can go to vLLM's torch.distributed store, bound to port 0 while Triton loads the model
+    # and before Triton listens: the server then dies with its port "already in use".
+    from vllm_repo.serve.ports import LOWEST_PICKED_PORT, ephemeral_port_range, free_ports
+
+    low, high = ephemeral_port_range()
+    assert low <= high
+    ports = free_ports(200)
+    assert len(set(ports)) == 200
+    assert all(LOWEST_PICKED_PORT <= p < low or p > high for p in ports)
+
+
+def test_free_ports_fall_back_to_the_kernels_pick_when_nothing_lies_outside_its_range(monkeypatch):
+    from vllm_repo.serve import ports as ports_module
+
+    monkeypatch.setattr(ports_module, "ephemeral_port_range", lambda: (1024, 65535))
+    ports = ports_module.free_ports(5)
+    assert len(set(ports)) == 5 and all(1024 <= p <= 65535 for p in ports)
+
+
+def test_a_port_held_by_another_socket_is_never_picked(monkeypatch):
+    import socket
+
+    from vllm_repo.serve import ports as ports_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        # Only two ports to choose from, one of them held: the other is picked every time.
+        monkeypatch.setattr(ports_module, "LOWEST_PICKED_PORT", busy)
+        monkeypatch.setattr(ports_module, "ephemeral_port_range", lambda: (busy + 2, 65535))
+        if not ports_module.port_is_free(busy + 1):
+            pytest.skip(f"port {busy + 1} is in use here")
+        assert {ports_module.free_ports(1)[0] for _ in range(20)} == {busy + 1}
+
+
 @pytest.mark.parametrize(
     "option",
     [["--api-key", "k"], ["--allowed-origins", '["*"]'], ["--allow-credentials"], ["--allowed-headers", "[]"]],

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 from collections.abc import Iterable
+from pathlib import Path
 
 from vllm_repo.serve.errors import LaunchError
 
@@ -17,31 +19,85 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+# Where the kernel picks the port of a socket bound to port 0 or connected without a bind, when it cannot say: Linux's
+# default range (macOS and the BSDs use 49152-65535, inside it).
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+# Below this are the well-known and registered ports other services expect to find free (8000-8002, 9000 among them).
+LOWEST_PICKED_PORT = 10000
+# Ports tried at random outside the kernel's range before falling back to the kernel's own pick.
+PICK_ATTEMPTS = 500
+# Its own generator, seeded from the OS: a caller's random.seed() must not give two processes the same ports.
+_rng = random.Random()
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for ports it picks itself (Linux's ip_local_port_range)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+    return low, high
+
+
+def _random_port_outside_ephemeral() -> int | None:
+    low, high = ephemeral_port_range()
+    ranges = [r for r in (range(LOWEST_PICKED_PORT, low), range(high + 1, 65536)) if len(r) > 0]
+    index = _rng.randrange(sum(len(r) for r in ranges)) if ranges else None
+    for r in ranges:
+        if index < len(r):
+            return r[index]
+        index -= len(r)
+    return None
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` now, none of ``avoid``. Each is held open while the next is
-    picked: one free_port() after another may be handed the same port twice."""
+    """``count`` distinct TCP ports free on ``host`` now, none of ``avoid``.
+
+    Picked outside the kernel's ephemeral range: a port there that is free now can be handed by the kernel to any
+    socket before our server binds it. vLLM binds port 0 for torch.distributed's store while Triton loads the model,
+    which Triton does before it listens on its own ports, and every outgoing connection takes one too: either took a
+    port picked earlier and the server died at start ("already in use"). Each port is held open while the next is
+    picked, so no two are the same."""
+    avoided = set(avoid)
     with contextlib.ExitStack() as held:
         ports: list[int] = []
+        for _ in range(PICK_ATTEMPTS):
+            if len(ports) == count:
+                return ports
+            port = _random_port_outside_ephemeral()
+            if port is None:
+                break
+            if port in avoided or port in ports:
+                continue
+            s = held.enter_context(socket.socket(_family(host), socket.SOCK_STREAM))
+            try:
+                s.bind((host, port))  # no SO_REUSEADDR: a port still in TIME_WAIT is passed over too
+            except OSError:
+                continue
+            ports.append(port)
+        # Nearly every port outside the kernel's range is taken (or it has none): the kernel picks the rest.
         while len(ports) < count:
-            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s = held.enter_context(socket.socket(_family(host), socket.SOCK_STREAM))
             s.bind((host, 0))
             port = s.getsockname()[1]
-            if port not in avoid:
+            if port not in avoided:
                 ports.append(port)
         return ports
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (see free_ports)."""
+    return free_ports(1, host)[0]
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """Whether a server could listen on ``port`` now. SO_REUSEADDR as servers set it: a port whose last connection
     is in TIME_WAIT is free for a new listener."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
