@@ -468,14 +468,20 @@ def test_without_a_usable_temporary_directory_the_gateway_goes_without_the_socke
     assert list(deep.iterdir()) == []  # the directory made for it is gone again
 
 
-async def _serve_with_app(streams, app, monkeypatch):
+async def _serve_with_app(streams, app, monkeypatch, errors=None, sent=None, use_socket=True):
     """The backend's _serve_openai on one streamed request, with ``app`` in place of vLLM's; the request's inbox on
-    the gateway's socket, and the final responses handed to the final-sends thread."""
+    the gateway's socket, and the final responses handed to the final-sends thread. Errors the backend logs go to
+    ``errors`` (none are expected without it), the responses it sends before the final to ``sent``; without
+    ``use_socket`` the request names no stream socket, as from a gateway on another host."""
 
     def unexpected(message):
         raise AssertionError(message)
 
-    logger = types.SimpleNamespace(log_info=lambda message: None, log_warn=unexpected, log_error=unexpected)
+    logger = types.SimpleNamespace(
+        log_info=lambda message: None,
+        log_warn=unexpected,
+        log_error=unexpected if errors is None else errors.append,
+    )
     monkeypatch.setattr(
         backend, "pb_utils", types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Logger=logger)
     )
@@ -492,12 +498,12 @@ async def _serve_with_app(streams, app, monkeypatch):
     model._openai_app = openai_app
     inbox = streams.open()
     job = backend._OpenAIJob(
-        types.SimpleNamespace(send=lambda response, flags: None),
+        types.SimpleNamespace(send=lambda response, flags: (sent if sent is not None else []).append(response)),
         "r1",
         "/v1/chat/completions",
         "POST",
         b"{}",
-        stream_to=backend.StreamTo(streams.path, inbox.id),
+        stream_to=backend.StreamTo(streams.path, inbox.id) if use_socket else None,
     )
     return inbox, asyncio.ensure_future(model._serve_openai(job)), finals
 
@@ -550,3 +556,52 @@ def test_the_client_gets_the_headers_at_start_before_the_first_chunk():
             await _stop(client, streams)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("use_socket", [True, False], ids=["socket", "through-triton"])
+@pytest.mark.parametrize("fails", ["mid-stream", "after-the-last-chunk"])
+def test_an_app_that_fails_after_its_stream_began_ends_the_stream_with_an_error_event(fails, use_socket, monkeypatch):
+    # vLLM's app answers its own errors; a failing middleware (or a bug) raises through it instead. The stream then
+    # ends at once, as vLLM's generators end one (an error event, [DONE]), not when the gateway gives up waiting.
+    async def app(scope, receive, send):
+        await receive()
+        start = {"type": "http.response.start", "status": 200}
+        await send({**start, "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": fails == "mid-stream"})
+        raise RuntimeError("a middleware broke")
+
+    errors, sent = [], []
+
+    async def scenario():
+        streams = await StreamSocket().start()
+        try:
+            inbox, serving, finals = await _serve_with_app(
+                streams, app, monkeypatch, errors=errors, sent=sent, use_socket=use_socket
+            )
+            await asyncio.wait_for(serving, 5)
+            assert len(finals) == 1
+            status, final_bytes = finals[0].args[0]
+            assert status == 200  # the stream had begun with it
+            if use_socket:
+                count = 4 if fails == "mid-stream" else 3  # with the error event's DATA frame
+                frames = [await asyncio.wait_for(inbox.queue.get(), 5) for _ in range(count)]
+                assert frames[:2] == [(START, b""), (DATA, b"data: 1\n\n")] and frames[-1] == (END, b"")
+                assert final_bytes == b"" and not sent
+                await asyncio.sleep(0.1)
+                assert inbox.queue.empty()
+                body = b"".join(payload for kind, payload in frames if kind == DATA)
+            else:
+                body = b"".join(data for _, data in sent) + final_bytes
+            return body
+        finally:
+            await streams.close()
+
+    events = asyncio.run(scenario()).decode().split("\n\n")
+    assert events[0] == "data: 1"
+    if fails == "mid-stream":
+        error = json.loads(events[1].removeprefix("data: "))["error"]
+        assert error["message"] == "RuntimeError: a middleware broke" and error["code"] == 500
+        assert events[2:] == ["data: [DONE]", ""]
+    else:
+        assert events[1:] == [""]  # the answer was whole: nothing is added to it
+    assert len(errors) == 1 and "a middleware broke" in errors[0]

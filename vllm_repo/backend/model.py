@@ -815,6 +815,14 @@ def parse_openai_request(raw: Any) -> tuple[str, str, bytes, StreamTo | None]:
     return endpoint, OPENAI_ENDPOINTS[endpoint], data, parse_stream_to(envelope.get("stream_to"))
 
 
+def stream_frames(stream_id: int, data: bytes, last: bool) -> bytes:
+    """A DATA frame of ``data`` (none when it is empty), and the END frame when ``last``."""
+    frames = STREAM_FRAME.pack(stream_id, STREAM_FRAME_DATA, len(data)) + data if data else b""
+    if last:
+        frames += STREAM_FRAME.pack(stream_id, STREAM_FRAME_END, 0)
+    return frames
+
+
 class StreamLink:
     """One connection to a gateway's stream socket. The frames written in one pass of the engine loop go out in one
     write after it: an engine step wakes every running stream at once, and their chunks then cost the loop one system
@@ -1499,6 +1507,7 @@ class _OpenAIJob:
     joiner: SseJoiner = dataclasses.field(default_factory=SseJoiner)
     status: int | None = None  # the HTTP status vLLM's app started its response with
     streaming: bool = False
+    body_complete: bool = False  # the app has sent the last of its body
     task: asyncio.Task | None = None
     finished: bool = False
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # as _Job.lock
@@ -2090,11 +2099,12 @@ class TritonPythonModel:
                     job.stream_link = link
                     link.send(STREAM_FRAME.pack(job.stream_to.id, STREAM_FRAME_START, 0))
             elif message["type"] == "http.response.body":
+                job.body_complete = not message.get("more_body", False)
                 if job.stream_link is not None:
-                    await self._write_stream(job, message.get("body", b""), not message.get("more_body", False))
+                    await self._write_stream(job, message.get("body", b""), job.body_complete)
                     return
                 job.joiner.push(message.get("body", b""))
-                if not message.get("more_body", False):
+                if job.body_complete:
                     job.joiner.finish()
                 if job.streaming or job.joiner.done:
                     self._pump_openai(job)
@@ -2144,9 +2154,12 @@ class TritonPythonModel:
         except Exception as exc:
             # vLLM's app answers its own errors; this is one it let through (e.g. a failing middleware).
             _log("error", f"[vllm] OpenAI request {job.endpoint} failed: {traceback.format_exc()}")
+            message = f"{type(exc).__name__}: {exc}"
             if job.status is None:
                 job.status = 500
-                job.joiner.push(openai_error_body(f"{type(exc).__name__}: {exc}", 500, "InternalServerError"))
+                job.joiner.push(openai_error_body(message, 500, "InternalServerError"))
+            elif job.streaming and not job.body_complete:
+                self._end_failed_stream(job, message)
         finally:
             job.disconnected.set()
             if job.status is None:
@@ -2160,6 +2173,16 @@ class TritonPythonModel:
             self._pump_openai(job)
             self._live.pop(job.request_id, None)
 
+    def _end_failed_stream(self, job: _OpenAIJob, message: str) -> None:
+        """A streamed answer whose app failed after it began ends as vLLM's own generators end a failing stream: an
+        error event, then [DONE]. Its END frame goes too, or the gateway would wait for bytes that never come."""
+        event = b"data: " + openai_error_body(message, 500, "InternalServerError") + b"\n\ndata: [DONE]\n\n"
+        job.body_complete = True
+        if job.stream_link is None:
+            job.joiner.push(event)
+        elif not job.stream_link.closed:
+            job.stream_link.send(stream_frames(job.stream_to.id, event, last=True))
+
     async def _write_stream(self, job: _OpenAIJob, data: bytes, last: bool) -> None:
         """A streamed response's bytes to the gateway's socket: a frame, no round trip. The Triton final response
         (the status, no bytes) follows the END frame once the app returns."""
@@ -2167,10 +2190,7 @@ class TritonPythonModel:
         if link.closed:  # the gateway went away: nobody reads this stream any more
             self._cancel(job, "the OpenAI gateway's stream socket closed")
             return
-        frame = STREAM_FRAME.pack(stream_id, STREAM_FRAME_DATA, len(data)) + data if data else b""
-        if last:
-            frame += STREAM_FRAME.pack(stream_id, STREAM_FRAME_END, 0)
-        link.send(frame)
+        link.send(stream_frames(stream_id, data, last))
         if link.buffered() > STREAM_SOCKET_HIGH_WATER:
             await link.drain()  # a gateway that reads slowly slows its streams, as a slow HTTP client would
 
