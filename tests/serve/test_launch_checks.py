@@ -423,6 +423,8 @@ def test_free_ports_lie_outside_the_range_the_kernel_hands_out_itself():
     ports = free_ports(200)
     assert len(set(ports)) == 200
     assert all(LOWEST_PICKED_PORT <= p < low or p > high for p in ports)
+    # Nor among Ray's default worker ports, where Ray refuses a GCS port (test_ray_cluster starts Ray on one).
+    assert not [p for p in ports if 10002 <= p <= 19999]
 
 
 def test_free_ports_fall_back_to_the_kernels_pick_when_nothing_lies_outside_its_range(monkeypatch):

@@ -22,8 +22,9 @@ DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 # Where the kernel picks the port of a socket bound to port 0 or connected without a bind, when it cannot say: Linux's
 # default range (macOS and the BSDs use 49152-65535, inside it).
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
-# Below this are the well-known and registered ports other services expect to find free (8000-8002, 9000 among them).
-LOWEST_PICKED_PORT = 10000
+# Below this are the ports other services expect to find free: the well-known and registered ones (8000-8002 and
+# 9000 among them), and Ray's, whose workers take 10002-19999 by default (Ray refuses a GCS port among them).
+LOWEST_PICKED_PORT = 20000
 # Ports tried at random outside the kernel's range before falling back to the kernel's own pick.
 PICK_ATTEMPTS = 500
 # Its own generator, seeded from the OS: a caller's random.seed() must not give two processes the same ports.
