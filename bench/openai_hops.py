@@ -94,10 +94,10 @@ EDITS: list[tuple[str, list[tuple[str, str]]]] = [
                 "        self._hops_entry = _hops_time.monotonic_ns()\n",
             ),
             (
-                "        job = _OpenAIJob(\n            sender=sender, request_id=new_request_id(),",
+                "        job = _OpenAIJob(\n            sender=sender,\n",
                 "        _sid = stream_to.id if stream_to is not None else -1\n"
                 "        _hop('B0', _sid, self._hops_entry); _hop('B1', _sid)\n"
-                "        job = _OpenAIJob(\n            sender=sender, request_id=new_request_id(),",
+                "        job = _OpenAIJob(\n            sender=sender,\n",
             ),
             (
                 "    async def _serve_openai(self, job: _OpenAIJob) -> None:\n        sent_body = False\n",

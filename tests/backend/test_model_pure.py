@@ -751,21 +751,34 @@ def envelope(value) -> bytes:
 
 def test_openai_envelope_gives_endpoint_method_and_body():
     body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}
-    endpoint, method, data, stream_to = backend.parse_openai_request(
+    endpoint, method, data, stream_to, headers = backend.parse_openai_request(
         envelope({"endpoint": "/v1/chat/completions", "body": body})
     )
-    assert (endpoint, method, stream_to) == ("/v1/chat/completions", "POST", None)
+    assert (endpoint, method, stream_to, headers) == ("/v1/chat/completions", "POST", None, None)
     assert json.loads(data) == body
     assert "héllo".encode() in data  # UTF-8, not \\u escapes
     models = backend.parse_openai_request(np.bytes_(envelope({"endpoint": "/v1/models"})))
-    assert models == ("/v1/models", "GET", b"", None)
+    assert models == ("/v1/models", "GET", b"", None, None)
     # A body the gateway could not parse goes to vLLM as it came, for vLLM's own answer to bad JSON.
     assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "body": "{oops"}))[2] == b"{oops"
 
 
 def test_openai_envelope_names_the_gateways_stream_socket():
     raw = envelope({"endpoint": "/v1/completions", "body": {}, "stream_to": {"socket": "/run/g/s.sock", "id": 7}})
-    assert backend.parse_openai_request(raw)[3] == backend.StreamTo("/run/g/s.sock", 7)
+    assert backend.parse_openai_request(raw).stream_to == backend.StreamTo("/run/g/s.sock", 7)
+
+
+def test_openai_envelope_gives_the_client_headers_as_asgi_has_them():
+    headers = [["Content-Type", "text/plain"], ["x-request-id", "r\udcff"], ["x-a", "1"], ["x-a", "2"]]
+    raw = envelope({"endpoint": "/v1/completions", "body": {}, "headers": headers})
+    # Names lower-cased, order and repeats kept, a value the gateway decoded with surrogateescape as its bytes.
+    assert backend.parse_openai_request(raw).headers == [
+        (b"content-type", b"text/plain"),
+        (b"x-request-id", b"r\xff"),
+        (b"x-a", b"1"),
+        (b"x-a", b"2"),
+    ]
+    assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "headers": []})).headers == []
 
 
 @pytest.mark.parametrize(
@@ -781,6 +794,10 @@ def test_openai_envelope_names_the_gateways_stream_socket():
         (envelope({"endpoint": "/v1/models", "stream_to": {"socket": "/tmp/s", "id": -1}}), 400, "stream_to must be"),
         (envelope({"endpoint": "/v1/models", "stream_to": {"socket": "/tmp/s", "id": True}}), 400, "stream_to must be"),
         (envelope({"endpoint": "/v1/models", "stream_to": {"socket": "", "id": 1}}), 400, "stream_to must be"),
+        (envelope({"endpoint": "/v1/models", "headers": {"x-a": "1"}}), 400, "headers must be"),
+        (envelope({"endpoint": "/v1/models", "headers": [["x-a", 1]]}), 400, "headers must be"),
+        (envelope({"endpoint": "/v1/models", "headers": [["", "1"]]}), 400, "headers must be"),
+        (envelope({"endpoint": "/v1/models", "headers": [["x-a"]]}), 400, "headers must be"),
     ],
 )
 def test_a_malformed_openai_envelope_is_an_error_in_vllms_shape(raw, status, fragment):

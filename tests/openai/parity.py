@@ -95,28 +95,30 @@ TOOL_ROUND_TRIP = [
 @dataclass(frozen=True)
 class Request:
     """One request: ``endpoint`` is "chat", "completions" or "models"; ``body`` the SDK call's arguments (vLLM's own
-    parameters go in ``extra_body``, as the SDK wants them); ``expect_status`` the HTTP status vLLM answers with."""
+    parameters go in ``extra_body``, as the SDK wants them); ``expect_status`` the HTTP status vLLM answers with;
+    ``headers`` sent besides the SDK's own (replacing them where the names match)."""
 
     name: str
     endpoint: str
     body: dict = field(default_factory=dict)
     expect_status: int = 200
+    headers: dict = field(default_factory=dict)
 
     @property
     def stream(self) -> bool:
         return bool(self.body.get("stream"))
 
 
-def _chat(name: str, expect_status: int = 200, **body: Any) -> Request:
-    return Request(name, "chat", {"model": MODEL, "messages": CHAT, **body}, expect_status)
+def _chat(name: str, expect_status: int = 200, headers: dict | None = None, **body: Any) -> Request:
+    return Request(name, "chat", {"model": MODEL, "messages": CHAT, **body}, expect_status, headers or {})
 
 
 def _conversation(name: str, messages: list[dict], expect_status: int = 200, **body: Any) -> Request:
     return Request(name, "chat", {"model": MODEL, "messages": messages, **body}, expect_status)
 
 
-def _completion(name: str, expect_status: int = 200, **body: Any) -> Request:
-    return Request(name, "completions", {"model": MODEL, "prompt": PROMPT, **body}, expect_status)
+def _completion(name: str, expect_status: int = 200, headers: dict | None = None, **body: Any) -> Request:
+    return Request(name, "completions", {"model": MODEL, "prompt": PROMPT, **body}, expect_status, headers or {})
 
 
 def _named(function: str) -> dict:
@@ -168,6 +170,9 @@ _SUCCESSES = [
     _completion("completion/logprobs", max_tokens=8, logprobs=3, **GREEDY),
     _completion("completion/echo", max_tokens=4, echo=True, logprobs=1, **GREEDY),
     _completion("completion/prompt-list", prompt=["Hello world!", "The quick brown fox"], max_tokens=6, **GREEDY),
+    # vLLM names the answer after the client's X-Request-Id (chatcmpl-ID, cmpl-ID): the header reaches its app.
+    _chat("chat/x-request-id", max_tokens=4, headers={"X-Request-Id": "parity-chat"}, **GREEDY),
+    _completion("completion/x-request-id", max_tokens=4, headers={"X-Request-Id": "parity-completion"}, **GREEDY),
 ]
 
 _ERRORS = [
@@ -188,6 +193,9 @@ _ERRORS = [
     _conversation("error/no-messages", [], 400, max_tokens=4),
     _conversation("error/message-without-role", [{"content": "hi"}], 400, max_tokens=4),
     _chat("error/named-tool-unknown", 400, tools=TOOLS, tool_choice=_named("nope"), max_tokens=4),
+    # A JSON body sent as another media type (curl -d sends form-urlencoded): vLLM refuses all but application/json.
+    _chat("error/content-type", 400, headers={"Content-Type": "text/plain"}, max_tokens=4),
+    _completion("error/content-type-form", 400, headers={"Content-Type": "application/x-www-form-urlencoded"}),
 ]
 
 REQUESTS: list[Request] = [
@@ -220,6 +228,8 @@ class Observation:
     models: list[dict] | None = None
     fields: list[str] = field(default_factory=list)
     stream_info: dict | None = None
+    # The answer's id (every chunk's, of a stream), kept only where the request named it with X-Request-Id.
+    named_ids: list[str] | None = None
 
     def texts(self) -> list[str]:
         return [c["text"] for c in self.choices]
@@ -253,11 +263,14 @@ def run_one(client, request: Request) -> Observation:
             obs.fields = sorted(_paths({"object": page.object, "data": [m.to_dict() for m in page.data]}))
             return obs
         create = client.chat.completions.create if request.endpoint == "chat" else client.completions.create
-        result = create(**request.body)
+        result = create(**request.body, extra_headers=request.headers or None)
         if request.stream:
-            _reassemble(obs, result)
+            ids = _reassemble(obs, result)
         else:
+            ids = {result.id}
             _record(obs, result.to_dict())
+        if any(name.lower() == "x-request-id" for name in request.headers):
+            obs.named_ids = sorted(ids)
     except openai.APIStatusError as exc:
         obs.status = exc.status_code
         obs.error = _strip(exc.body) if exc.body is not None else exc.response.text
@@ -294,15 +307,18 @@ def _tool_call(call: dict) -> dict:
     return {"type": call.get("type"), "name": function.get("name"), "arguments": function.get("arguments")}
 
 
-def _reassemble(obs: Observation, stream) -> None:
-    """Concatenate the deltas of each choice; tool calls are merged by their index, as clients do."""
+def _reassemble(obs: Observation, stream) -> set[str]:
+    """Concatenate the deltas of each choice; tool calls are merged by their index, as clients do. Returns the ids the
+    chunks carried."""
     choices: dict[int, dict] = {}
     calls: dict[int, dict[int, dict]] = {}
     paths: set[str] = set()
     chunks = usage_chunks = 0
     last_has_choices = None
+    ids: set[str] = set()
     for chunk in stream:
         body = chunk.to_dict()
+        ids.add(body.get("id"))
         chunks += 1
         paths |= _paths(body)
         obs.model, obs.object = body.get("model"), body.get("object")
@@ -360,6 +376,7 @@ def _reassemble(obs: Observation, stream) -> None:
     obs.choices = [choices[i] for i in sorted(choices)]
     obs.fields = sorted(paths)
     obs.stream_info = {"usage_chunks": usage_chunks, "last_chunk_has_choices": last_has_choices, "chunks": chunks > 0}
+    return ids
 
 
 def _strip(value: Any) -> Any:

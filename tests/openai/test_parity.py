@@ -54,3 +54,10 @@ def test_missing_requests_are_reported():
 def test_request_names_are_unique():
     names = [r.name for r in REQUESTS]
     assert len(names) == len(set(names))
+
+
+def test_the_answers_id_counts_where_the_request_named_it():
+    assert compare([observation(named_ids=["chatcmpl-a"])], [observation(named_ids=["chatcmpl-b"])]) == [
+        'chat/greedy: named_ids[0]: "chatcmpl-a" != "chatcmpl-b"'
+    ]
+    assert compare([observation(named_ids=["chatcmpl-a"])], [observation(named_ids=["chatcmpl-a"])]) == []

@@ -47,6 +47,15 @@ def test_the_request_carries_the_envelope_an_empty_text_input_and_asks_for_the_f
     assert "body" not in json.loads(unpack_bytes(openai_infer_request("tiny", "/v1/models").raw_input_contents[1])[0])
 
 
+def test_the_envelope_carries_the_client_headers_when_given():
+    headers = [["content-type", "application/json"], ["x-request-id", "abc"]]
+    request = openai_infer_request("tiny", "/v1/completions", {"model": "tiny"}, headers=headers)
+    envelope = json.loads(unpack_bytes(request.raw_input_contents[1])[0])
+    assert envelope["headers"] == headers
+    plain = openai_infer_request("tiny", "/v1/completions", {"model": "tiny"})
+    assert "headers" not in json.loads(unpack_bytes(plain.raw_input_contents[1])[0])
+
+
 def _response(status: int | None, body: bytes | None, final: bool) -> service_pb2.ModelStreamInferResponse:
     response = service_pb2.ModelStreamInferResponse()
     infer = response.infer_response
@@ -105,6 +114,7 @@ class StandInTriton:
         self.ready = ready
         self.health: dict[str, int] = {}  # a model's backend's answer to /health (200 when not given)
         self.calls: list[tuple[str, str, object]] = []
+        self.headers: list[list[list[str]] | None] = []  # the client headers each call passed on
         self.closed_early = asyncio.Event()
 
     async def server_ready(self):
@@ -116,8 +126,9 @@ class StandInTriton:
     async def close(self):
         pass
 
-    async def call(self, model, endpoint, body=None):
+    async def call(self, model, endpoint, body=None, headers=None):
         self.calls.append((model, endpoint, body))
+        self.headers.append(headers)
         if model not in self.models:
             raise TritonUnavailable(f"Request for unknown model: '{model}' is not found")
         if endpoint == "/v1/models":
@@ -169,6 +180,39 @@ def test_a_streamed_answer_is_written_chunk_by_chunk_with_the_event_stream_type(
             model, endpoint, body = triton.calls[-1]
             assert (model, endpoint) == ("tiny", "/v1/chat/completions")
             assert json.loads(body) == {"model": "tiny", "stream": True}
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_the_clients_headers_go_to_the_backend_less_the_connections_and_credentials():
+    # vLLM's app reads some of them (Content-Type, X-Request-Id, X-Vllm-Priority, the trace context), as vllm serve's.
+    async def scenario():
+        triton = StandInTriton(script={"tiny": [Chunk(200, b"{}", True)]})
+        client = await _client(triton, keys=["k"])
+        try:
+            response = await client.post(
+                "/v1/completions",
+                data=b'{"model": "tiny"}',
+                headers={
+                    "Content-Type": "text/plain",
+                    "X-Request-Id": "req-1",
+                    "X-Vllm-Priority": "3",
+                    "Authorization": "Bearer k",
+                    "Cookie": "session=secret",
+                    "Connection": "keep-alive, X-Hop",
+                    "X-Hop": "gateway only",
+                },
+            )
+            assert response.status == 200
+            forwarded = triton.headers[-1]
+            names = [name for name, _ in forwarded]
+            assert ["content-type", "text/plain"] in forwarded
+            assert ["x-request-id", "req-1"] in forwarded and ["x-vllm-priority", "3"] in forwarded
+            for kept in ("authorization", "cookie", "connection", "x-hop", "host", "content-length"):
+                assert kept not in names
+            assert names == [name.lower() for name in names]
         finally:
             await client.close()
 

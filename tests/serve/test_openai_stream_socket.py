@@ -79,7 +79,7 @@ class LocalBackend:
         except asyncio.IncompleteReadError:
             writer.close()
 
-    async def call(self, model, endpoint, body=None, stream_to=None, shared=False):
+    async def call(self, model, endpoint, body=None, stream_to=None, shared=False, headers=None):
         if endpoint == "/v1/models":
             yield Chunk(200, json.dumps({"object": "list", "data": [{"id": model}]}).encode(), True)
             return
@@ -96,7 +96,11 @@ class LocalBackend:
             self.cancelled.set()
             raise
         if self.frames and self.final_first:
-            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._write_frames(stream_to)))
+            # Held here: the loop keeps only a weak reference to a task, and a collection could end it mid-write.
+            self._late_writes = []
+            asyncio.get_running_loop().call_later(
+                0.05, lambda: self._late_writes.append(asyncio.ensure_future(self._write_frames(stream_to)))
+            )
 
 
 async def _client(triton) -> tuple[TestClient, StreamSocket]:
@@ -185,7 +189,7 @@ def test_a_triton_error_mid_stream_ends_a_socket_stream_with_an_error_event():
     async def scenario():
         triton = LocalBackend(frames=SSE[:1])
 
-        async def failing_call(model, endpoint, body=None, stream_to=None, shared=False):
+        async def failing_call(model, endpoint, body=None, stream_to=None, shared=False, headers=None):
             if endpoint == "/v1/models":
                 yield Chunk(200, b'{"data": [{"id": "tiny"}]}', True)
                 return
@@ -253,7 +257,7 @@ def test_a_bug_on_the_triton_side_of_a_socket_stream_is_a_500_not_a_hang():
     async def scenario():
         triton = LocalBackend(frames=SSE)
 
-        async def broken_call(model, endpoint, body=None, stream_to=None, shared=False):
+        async def broken_call(model, endpoint, body=None, stream_to=None, shared=False, headers=None):
             raise RuntimeError("a bug")
             yield  # an async generator, as the client's call is
 
@@ -468,7 +472,7 @@ def test_without_a_usable_temporary_directory_the_gateway_goes_without_the_socke
     assert list(deep.iterdir()) == []  # the directory made for it is gone again
 
 
-async def _serve_with_app(streams, app, monkeypatch, errors=None, sent=None, use_socket=True):
+async def _serve_with_app(streams, app, monkeypatch, errors=None, sent=None, use_socket=True, headers=None):
     """The backend's _serve_openai on one streamed request, with ``app`` in place of vLLM's; the request's inbox on
     the gateway's socket, and the final responses handed to the final-sends thread. Errors the backend logs go to
     ``errors`` (none are expected without it), the responses it sends before the final to ``sent``; without
@@ -504,6 +508,7 @@ async def _serve_with_app(streams, app, monkeypatch, errors=None, sent=None, use
         "POST",
         b"{}",
         stream_to=backend.StreamTo(streams.path, inbox.id) if use_socket else None,
+        headers=headers,
     )
     return inbox, asyncio.ensure_future(model._serve_openai(job)), finals
 
@@ -605,3 +610,27 @@ def test_an_app_that_fails_after_its_stream_began_ends_the_stream_with_an_error_
     else:
         assert events[1:] == [""]  # the answer was whole: nothing is added to it
     assert len(errors) == 1 and "a middleware broke" in errors[0]
+
+
+@pytest.mark.parametrize("given", [None, [(b"content-type", b"text/plain"), (b"x-request-id", b"r1")]])
+def test_vllms_app_gets_the_client_headers_or_json_where_none_came(given, monkeypatch):
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.extend(scope["headers"])
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+    async def scenario():
+        streams = await StreamSocket().start()
+        try:
+            _, serving, _ = await _serve_with_app(streams, app, monkeypatch, headers=given)
+            await asyncio.wait_for(serving, 5)
+        finally:
+            await streams.close()
+
+    asyncio.run(scenario())
+    # A sender that passes on no headers (an older gateway, a Triton client of its own) sends JSON.
+    expected = given if given is not None else [(b"content-type", b"application/json")]
+    assert seen == [*expected, (b"content-length", b"2")]

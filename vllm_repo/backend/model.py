@@ -65,7 +65,7 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -715,7 +715,7 @@ OPENAI_FILE = "openai.json"
 # /health is the backend's own, as vllm serve answers it: 200 while the engine lives, 503 once it is dead.
 OPENAI_ENDPOINTS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET", "/health": "GET"}
 # vllm serve options the backend sets itself: the served model is the Triton model, the adapters are multi_lora.json's.
-# api_key: the gateway is the HTTP server and authenticates; no header reaches the backend to check a key against.
+# api_key: the gateway is the HTTP server and authenticates; it keeps the Authorization header to itself.
 _OPENAI_BACKEND_SET = {
     "model_tag": "the model is model.json's",
     "served_model_name": "the served model name is the Triton model's name",
@@ -775,10 +775,38 @@ def parse_stream_to(value: Any) -> StreamTo | None:
     return StreamTo(value["socket"], value["id"])
 
 
-def parse_openai_request(raw: Any) -> tuple[str, str, bytes, StreamTo | None]:
-    """(endpoint, HTTP method, body bytes, stream_to) from the ``openai_request`` input. The body is the client's JSON
-    object (re-encoded for vLLM's router) or, so that a gateway can pass on a body it could not parse, a string of the
-    raw body; vLLM then answers it as it answers bad JSON. Raises OpenAIError (400) for a malformed envelope."""
+class OpenAIEnvelope(NamedTuple):
+    """One OpenAI request as the ``openai_request`` input carries it."""
+
+    endpoint: str
+    method: str
+    body: bytes
+    stream_to: StreamTo | None = None
+    # The client's headers for vLLM's app, as ASGI gives them; None from a sender that passes on none.
+    headers: list[tuple[bytes, bytes]] | None = None
+
+
+def parse_headers(value: Any) -> list[tuple[bytes, bytes]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair) and pair[0]
+        for pair in value
+    ):
+        raise OpenAIError(
+            400, f'openai_request: headers must be [["name", "value"], ...], got {json.dumps(value)[:80]}'
+        )
+    # surrogateescape: the bytes the client sent, where the gateway decoded a header that was not UTF-8 that way.
+    return [
+        (name.lower().encode("utf-8", "surrogateescape"), text.encode("utf-8", "surrogateescape"))
+        for name, text in value
+    ]
+
+
+def parse_openai_request(raw: Any) -> OpenAIEnvelope:
+    """The request in the ``openai_request`` input. The body is the client's JSON object (re-encoded for vLLM's
+    router) or a string of the raw body, which a gateway passes on as it came (vLLM then parses exactly what the
+    client sent, and answers bad JSON as it does). Raises OpenAIError (400) for a malformed envelope."""
     if isinstance(raw, (bytes, np.bytes_)):
         try:
             raw = bytes(raw).decode("utf-8")
@@ -793,7 +821,7 @@ def parse_openai_request(raw: Any) -> tuple[str, str, bytes, StreamTo | None]:
         raise OpenAIError(400, f"openai_request is not valid JSON: {exc.msg} at {where}") from None
     if not isinstance(envelope, dict):
         raise OpenAIError(400, f'openai_request must be a JSON object {{"endpoint": ..., "body": ...}}, got {raw[:80]}')
-    keys = ("endpoint", "body", "stream_to")
+    keys = ("endpoint", "body", "stream_to", "headers")
     unknown = sorted(set(envelope) - set(keys))
     if unknown:
         raise OpenAIError(400, f'openai_request: unknown key "{unknown[0]}"{did_you_mean(unknown[0], keys)}')
@@ -812,7 +840,13 @@ def parse_openai_request(raw: Any) -> tuple[str, str, bytes, StreamTo | None]:
         data = body.encode("utf-8")
     else:
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-    return endpoint, OPENAI_ENDPOINTS[endpoint], data, parse_stream_to(envelope.get("stream_to"))
+    return OpenAIEnvelope(
+        endpoint,
+        OPENAI_ENDPOINTS[endpoint],
+        data,
+        parse_stream_to(envelope.get("stream_to")),
+        parse_headers(envelope.get("headers")),
+    )
 
 
 def stream_frames(stream_id: int, data: bytes, last: bool) -> bytes:
@@ -1355,9 +1389,10 @@ def make_stat_logger_class(accumulator: MetricsAccumulator) -> type:
 
 def backend_middleware(middleware: Sequence[Any]) -> list[Any]:
     """vLLM's app middleware (Starlette's ``Middleware`` entries) less what has nothing to act on behind the gateway,
-    each of which wraps every chunk's send: no client header reaches the backend (the gateway authenticates, and
-    VLLM_API_KEY would refuse every request; without an Origin header CORS adds nothing), and the HTTP metrics would go
-    to a registry nobody scrapes. The rest (vLLM's own, openai.json's ``middleware``) stays, in order."""
+    each of which wraps every chunk's send: the gateway authenticates and keeps the client's credentials (with
+    VLLM_API_KEY set, vLLM's key check would refuse every request), the gateway answers CORS itself, and the HTTP
+    metrics would go to a registry nobody scrapes. The rest (vLLM's own, openai.json's ``middleware``) stays, in
+    order."""
     return [m for m in middleware if getattr(m.cls, "__name__", "") not in UNSEEN_MIDDLEWARE]
 
 
@@ -1515,6 +1550,7 @@ class _OpenAIJob:
     error: tuple[str, str] | None = None  # (message, Triton error code) to end with instead of the bytes
     disconnected: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     stream_to: StreamTo | None = None
+    headers: list[tuple[bytes, bytes]] | None = None  # the client's (OpenAIEnvelope.headers)
     # The gateway's stream socket, once a streamed 200 response is writing its bytes there.
     stream_link: StreamLink | None = None
     # Cancelled by the gateway's CANCEL frame (StreamLink) rather than found cancelled by the watcher.
@@ -2037,7 +2073,7 @@ class TritonPythonModel:
     # -- OpenAI requests: vLLM's own OpenAI layer (the app `vllm serve` runs) on this model's engine ----------------
     def _execute_openai(self, sender: Any, raw: Any) -> None:
         try:
-            endpoint, method, body, stream_to = parse_openai_request(raw)
+            endpoint, method, body, stream_to, headers = parse_openai_request(raw)
         except OpenAIError as exc:
             self._send_openai_now(sender, exc)
             return
@@ -2053,7 +2089,13 @@ class TritonPythonModel:
             self._send_openai_now(sender, OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError"))
             return
         job = _OpenAIJob(
-            sender=sender, request_id=new_request_id(), endpoint=endpoint, method=method, body=body, stream_to=stream_to
+            sender=sender,
+            request_id=new_request_id(),
+            endpoint=endpoint,
+            method=method,
+            body=body,
+            stream_to=stream_to,
+            headers=headers,
         )
         self._loop.call_soon_threadsafe(self._spawn_openai, job)
 
@@ -2134,7 +2176,7 @@ class TritonPythonModel:
                     "query_string": b"",
                     "root_path": "",
                     "headers": [
-                        (b"content-type", b"application/json"),
+                        *(job.headers if job.headers is not None else [(b"content-type", b"application/json")]),
                         (b"content-length", str(len(job.body)).encode()),
                     ],
                     "client": ("triton", 0),

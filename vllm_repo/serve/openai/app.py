@@ -32,6 +32,40 @@ NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
 STREAM_SOCKET_GRACE_S = 10.0
 # Inbox entries beside the socket's frames: a response from Triton, or Triton's failure.
 _FROM_TRITON, _TRITON_FAILED = "triton", "failed"
+# Client headers that stay at the gateway: those of the connection between client and gateway (RFC 9110's hop-by-hop
+# fields, and any the Connection header names), the length, which the backend sets for the body it passes on, and the
+# credentials the gateway checks itself, kept out of Triton's request traces. vLLM's app gets every other one, as
+# vllm serve's does: it reads Content-Type (it refuses all but JSON), X-Request-Id (the answer's id), X-Vllm-Priority,
+# X-Session-ID, X-data-parallel-rank and the trace context.
+HEADERS_KEPT_AT_GATEWAY = frozenset(
+    {
+        "authorization",
+        "connection",
+        "content-length",
+        "cookie",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+
+def forwarded_headers(request: web.Request) -> list[list[str]]:
+    """The client's headers for the backend's vLLM app, in order, names lower-cased (as ASGI servers give them)."""
+    named_by_connection = {
+        token.strip().lower() for value in request.headers.getall("Connection", ()) for token in value.split(",")
+    }
+    return [
+        [name.lower(), value]
+        for name, value in request.headers.items()
+        if name.lower() not in HEADERS_KEPT_AT_GATEWAY and name.lower() not in named_by_connection
+    ]
 
 
 def error_body(message: str, status: HTTPStatus, param: str | None = None) -> bytes:
@@ -233,12 +267,13 @@ class OpenAIGateway:
     ) -> web.StreamResponse:
         relay = Relay(request, streamed)
         inbox = self.streams.open() if streamed and self.streams is not None else None
+        headers = forwarded_headers(request)
         try:
             if inbox is None:
-                async for chunk in self.triton.call(model, request.path, body):
+                async for chunk in self.triton.call(model, request.path, body, headers=headers):
                     await relay.from_triton(chunk)
             else:
-                await self._relay_with_socket(model, request.path, body, inbox, relay)
+                await self._relay_with_socket(model, request.path, body, headers, inbox, relay)
         except TritonUnavailable as exc:
             if relay.response is None:
                 return await self._refused(model, exc)
@@ -249,7 +284,13 @@ class OpenAIGateway:
         return await relay.finish()
 
     async def _relay_with_socket(
-        self, model: str, path: str, body: dict[str, Any] | str, inbox: StreamInbox, relay: Relay
+        self,
+        model: str,
+        path: str,
+        body: dict[str, Any] | str,
+        headers: list[list[str]],
+        inbox: StreamInbox,
+        relay: Relay,
     ) -> None:
         """Triton's responses and the socket's frames in one inbox, written in the order they come. The answer is
         complete once Triton's final response is in and, if the bytes took the socket, its END frame too."""
@@ -258,7 +299,8 @@ class OpenAIGateway:
 
         async def from_triton() -> None:
             try:
-                async for chunk in self.triton.call(model, path, body, stream_to=inbox.address, shared=shared):
+                chunks = self.triton.call(model, path, body, headers=headers, stream_to=inbox.address, shared=shared)
+                async for chunk in chunks:
                     inbox.queue.put_nowait((_FROM_TRITON, chunk))
             except Exception as exc:  # TritonUnavailable; anything else is a bug, raised here rather than hung on
                 inbox.queue.put_nowait((_TRITON_FAILED, exc))

@@ -66,16 +66,23 @@ def unpack_bytes(raw: bytes) -> list[bytes]:
 
 
 def openai_infer_request(
-    model: str, endpoint: str, body: Any = None, request_id: str = "", stream_to: dict[str, Any] | None = None
+    model: str,
+    endpoint: str,
+    body: Any = None,
+    request_id: str = "",
+    stream_to: dict[str, Any] | None = None,
+    headers: list[list[str]] | None = None,
 ) -> Any:
     """The Triton request that carries one OpenAI request. text_input is sent empty: older config.pbtxt files list
     it as required, and the backend ignores it beside openai_request. ``stream_to``: the gateway's stream socket
-    and the stream's id there (vllm_repo.serve.openai.stream_socket)."""
+    and the stream's id there (vllm_repo.serve.openai.stream_socket); ``headers``: the client's, for vLLM's app."""
     envelope: dict[str, Any] = {"endpoint": endpoint}
     if body is not None:
         envelope["body"] = body
     if stream_to is not None:
         envelope["stream_to"] = stream_to
+    if headers is not None:
+        envelope["headers"] = headers
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
     request.parameters[_ENABLE_FINAL_FLAG].bool_param = True
     for name, value in (("text_input", b""), (OPENAI_REQUEST_INPUT, json.dumps(envelope).encode())):
@@ -235,11 +242,12 @@ class TritonOpenAIClient:
         body: Any = None,
         stream_to: dict[str, Any] | None = None,
         shared: bool = False,
+        headers: list[list[str]] | None = None,
     ) -> AsyncIterator[Chunk]:
         """The backend's responses to one OpenAI request, as they arrive. Closing the iterator early (the client
         went away) cancels the request's own stream, and with it the request in the engine; a ``shared`` request
         must be cancelled another way."""
-        request = openai_infer_request(model, endpoint, body, stream_to=stream_to)
+        request = openai_infer_request(model, endpoint, body, stream_to=stream_to, headers=headers)
         if shared:
             async with contextlib.aclosing(self._shared.call(request)) as chunks:
                 async for chunk in chunks:
