@@ -12,6 +12,7 @@ texts are noise, but greedy decoding (temperature 0) and seeded sampling make th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -94,19 +95,23 @@ TOOL_ROUND_TRIP = [
 
 @dataclass(frozen=True)
 class Request:
-    """One request: ``endpoint`` is "chat", "completions" or "models"; ``body`` the SDK call's arguments (vLLM's own
-    parameters go in ``extra_body``, as the SDK wants them); ``expect_status`` the HTTP status vLLM answers with;
-    ``headers`` sent besides the SDK's own (replacing them where the names match)."""
+    """One request: ``endpoint`` is "chat", "completions", "responses" or "models", sent with the SDK, or "http", a
+    plain HTTP request (``method`` on ``path``, from the server's root) for what the SDK has no call for; ``body``
+    the SDK call's arguments (vLLM's own parameters go in ``extra_body``, as the SDK wants them) or the JSON body;
+    ``expect_status`` the HTTP status vLLM answers with; ``headers`` sent besides the client's own (replacing them
+    where the names match)."""
 
     name: str
     endpoint: str
-    body: dict = field(default_factory=dict)
+    body: dict | None = field(default_factory=dict)
     expect_status: int = 200
     headers: dict = field(default_factory=dict)
+    method: str = "POST"
+    path: str = ""
 
     @property
     def stream(self) -> bool:
-        return bool(self.body.get("stream"))
+        return bool((self.body or {}).get("stream"))
 
 
 def _chat(name: str, expect_status: int = 200, headers: dict | None = None, **body: Any) -> Request:
@@ -121,13 +126,22 @@ def _completion(name: str, expect_status: int = 200, headers: dict | None = None
     return Request(name, "completions", {"model": MODEL, "prompt": PROMPT, **body}, expect_status, headers or {})
 
 
+def _responses(name: str, expect_status: int = 200, **body: Any) -> Request:
+    return Request(name, "responses", {"model": MODEL, "input": USER["content"], **body}, expect_status)
+
+
+def _http(name: str, method: str, path: str, body: dict | None = None, expect_status: int = 200) -> Request:
+    return Request(name, "http", body, expect_status, method=method, path=path)
+
+
 def _named(function: str) -> dict:
     return {"type": "function", "function": {"name": function}}
 
 
 def _both_ways(request: Request) -> list[Request]:
-    """The request as it is and streamed with usage, under ``NAME`` and ``NAME/stream``."""
-    streamed = {**request.body, "stream": True, "stream_options": {"include_usage": True}}
+    """The request as it is and streamed (with usage), under ``NAME`` and ``NAME/stream``."""
+    usage = {} if request.endpoint == "responses" else {"stream_options": {"include_usage": True}}
+    streamed = {**request.body, "stream": True, **usage}
     return [request, dataclasses.replace(request, name=f"{request.name}/stream", body=streamed)]
 
 
@@ -173,6 +187,22 @@ _SUCCESSES = [
     # vLLM names the answer after the client's X-Request-Id (chatcmpl-ID, cmpl-ID): the header reaches its app.
     _chat("chat/x-request-id", max_tokens=4, headers={"X-Request-Id": "parity-chat"}, **GREEDY),
     _completion("completion/x-request-id", max_tokens=4, headers={"X-Request-Id": "parity-completion"}, **GREEDY),
+    # The Responses API (stateless: vllm serve stores no responses unless told to).
+    _responses("responses/greedy", max_output_tokens=12, temperature=0),
+    _responses(
+        "responses/instructions-seeded",
+        instructions="Answer in one word.",
+        max_output_tokens=12,
+        temperature=0.9,
+        top_p=0.95,
+        extra_body={"seed": 7},
+    ),
+    _responses(
+        "responses/json_schema",
+        max_output_tokens=32,
+        temperature=0,
+        text={"format": {"type": "json_schema", "name": "city", "schema": CITY_SCHEMA, "strict": True}},
+    ),
 ]
 
 _ERRORS = [
@@ -198,6 +228,19 @@ _ERRORS = [
     _completion("error/content-type-form", 400, headers={"Content-Type": "application/x-www-form-urlencoded"}),
 ]
 
+# vllm serve's routes beyond the SDK's calls, and its answers to a path or method it does not have.
+_HTTP = [
+    _http("tokenize", "POST", "/tokenize", {"model": MODEL, "prompt": PROMPT}),
+    _http("tokenize/chat", "POST", "/tokenize", {"model": MODEL, "messages": CHAT, "add_generation_prompt": True}),
+    _http("detokenize", "POST", "/detokenize", {"model": MODEL, "tokens": [400, 401, 402, 403]}),
+    _http("version", "GET", "/version"),
+    _http("ping", "GET", "/ping"),
+    _http("error/tokenize-unknown-model", "POST", "/tokenize", {"model": "no-such-model", "prompt": "x"}, 404),
+    _http("error/no-such-path", "GET", "/v1/no-such-path", expect_status=404),
+    _http("error/wrong-method", "GET", "/v1/chat/completions", expect_status=405),
+    _http("error/models-by-post", "POST", "/v1/models", {}, 405),
+]
+
 REQUESTS: list[Request] = [
     Request("models", "models"),
     *(r for request in _SUCCESSES for r in _both_ways(request)),
@@ -206,6 +249,8 @@ REQUESTS: list[Request] = [
     _chat("chat/max_tokens-clamped", max_tokens=MAX_MODEL_LEN - 32, **GREEDY),
     # An invalid request asked for as a stream: the error comes as an HTTP status, before any chunk.
     _chat("error/temperature/stream", 400, temperature=-1, max_tokens=4, stream=True),
+    _responses("error/responses-temperature", 400, temperature=-1, max_output_tokens=4),
+    *_HTTP,
 ]
 
 
@@ -230,13 +275,18 @@ class Observation:
     stream_info: dict | None = None
     # The answer's id (every chunk's, of a stream), kept only where the request named it with X-Request-Id.
     named_ids: list[str] | None = None
+    # The Responses API's answer (of a stream, its completed response), and a stream's event types in order; an
+    # "http" request's JSON answer and its Allow header.
+    response: Any = None
+    events: list[str] | None = None
+    allow: str | None = None
 
     def texts(self) -> list[str]:
         return [c["text"] for c in self.choices]
 
 
 # Keys whose values differ between any two servers (and two runs of one).
-EXCLUDED_KEYS = frozenset({"id", "created", "system_fingerprint"})
+EXCLUDED_KEYS = frozenset({"id", "created", "created_at", "item_id", "system_fingerprint"})
 
 
 def run_all(base_url: str, api_key: str | None = None, requests: Iterable[Request] | None = None) -> list[Observation]:
@@ -251,11 +301,55 @@ def run_all(base_url: str, api_key: str | None = None, requests: Iterable[Reques
         client.close()
 
 
+def _send_http(client, request: Request, obs: Observation) -> None:
+    import urllib.error
+    import urllib.request
+
+    root = str(client.base_url).rstrip("/").removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {client.api_key}", **request.headers}
+    data = None
+    if request.body is not None:
+        data = json.dumps(request.body).encode()
+        headers.setdefault("Content-Type", "application/json")
+    sent = urllib.request.Request(root + request.path, data=data, method=request.method, headers=headers)
+    try:
+        with urllib.request.urlopen(sent, timeout=300) as answer:
+            status, allow, raw = answer.status, answer.headers.get("allow"), answer.read()
+    except urllib.error.HTTPError as refused:
+        status, allow, raw = refused.code, refused.headers.get("allow"), refused.read()
+    obs.status, obs.allow = status, allow
+    try:
+        payload = _strip(json.loads(raw))
+    except ValueError:
+        payload = raw.decode("utf-8", "replace")
+    if 200 <= status < 300:
+        obs.response = payload
+    else:  # as the SDK gives an error: its "error" object, where the body has one
+        obs.error = payload.get("error", payload) if isinstance(payload, dict) else payload
+
+
 def run_one(client, request: Request) -> Observation:
     import openai
 
     obs = Observation(request.name, request.endpoint, request.stream, status=200)
     try:
+        if request.endpoint == "http":
+            _send_http(client, request, obs)
+            return obs
+        if request.endpoint == "responses":
+            result = client.responses.create(**request.body, extra_headers=request.headers or None)
+            if request.stream:
+                events = list(result)
+                # How many deltas a text comes in depends on timing (vLLM joins the outputs a slow reader has not
+                # taken), so a run of one event type counts once.
+                obs.events = [kind for kind, _ in itertools.groupby(event.type for event in events)]
+                completed = [e.response.to_dict() for e in events if e.type == "response.completed"]
+                obs.response = _strip(completed[0]) if completed else None
+                obs.fields = sorted(set().union(*(_paths(e.to_dict()) for e in events)))
+            else:
+                obs.response = _strip(result.to_dict())
+                obs.fields = sorted(_paths(result.to_dict()))
+            return obs
         if request.endpoint == "models":
             page = client.models.list()
             obs.object = page.object

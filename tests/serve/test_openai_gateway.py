@@ -408,6 +408,58 @@ def test_health_asks_every_models_backend_whether_its_engine_lives(backend_healt
     run(scenario())
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/tokenize", "/detokenize"])
+def test_vllm_serves_other_model_routes_each_goes_to_the_backend_of_the_model_it_names(path):
+    async def scenario():
+        triton = StandInTriton(models=("tiny", "other"), script={"other": [Chunk(200, b'{"ok": 1}', True)]})
+        client = await _client(triton)
+        try:
+            response = await client.post(path, json={"model": "other"})
+            assert (response.status, await response.json()) == (200, {"ok": 1})
+            assert triton.calls[-1][:2] == ("other", path)
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_version_is_the_first_ready_models_backends_and_ping_is_health():
+    async def scenario():
+        triton = StandInTriton(models=("a", "b"), script={"a": [Chunk(200, b'{"version": "0.32.0"}', True)]})
+        client = await _client(triton)
+        try:
+            response = await client.get("/version")
+            assert (response.status, await response.json()) == (200, {"version": "0.32.0"})
+            assert triton.calls[-1] == ("a", "/version", None)
+            assert (await client.get("/ping")).status == 200
+            assert (await client.post("/ping")).status == 200
+            triton.ready = False
+            assert (await client.get("/ping")).status == 503
+            triton.ready, triton.models = True, []
+            assert (await client.get("/version")).status == 503
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_path_or_method_the_api_lacks_is_answered_as_fastapi_answers_it():
+    async def scenario():
+        client = await _client(StandInTriton())
+        try:
+            missing = await client.get("/v1/embeddings")
+            assert (missing.status, await missing.json()) == (404, {"detail": "Not Found"})
+            wrong = await client.get("/v1/chat/completions")
+            assert (wrong.status, await wrong.json()) == (405, {"detail": "Method Not Allowed"})
+            assert wrong.headers["Allow"] == "POST"
+            head = await client.head("/v1/models")  # vllm serve's GET routes take no HEAD
+            assert (head.status, head.headers["Allow"]) == (405, "GET")
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
 # --- --api-key --------------------------------------------------------------------------------------------------------
 
 

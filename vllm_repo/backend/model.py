@@ -17,9 +17,10 @@ Sampling parameters come from the ``sampling_parameters`` JSON and from the requ
 overridden by the former); ``lora_name`` picks an adapter from ``<version>/multi_lora.json``.
 
 OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP request):
-  input   openai_request (STRING [1]): UTF-8 JSON {"endpoint": "/v1/chat/completions" | "/v1/completions" |
-          "/v1/models", "body": {...}} (body: the client's JSON object, or a string of its raw body; none for
-          /v1/models). With it, every other input is ignored (text_input is still required: send "").
+  input   openai_request (STRING [1]): UTF-8 JSON {"endpoint": one of OPENAI_ENDPOINTS ("/v1/chat/completions",
+          "/v1/completions", "/v1/responses", "/tokenize", "/v1/models", ...), "body": {...}, "headers": [[NAME,
+          VALUE], ...]} (body: the client's JSON object, or a string of its raw body; none for a GET; headers: the
+          client's). With it, every other input is ignored (text_input is still required: send "").
   outputs openai_status (INT32 [1], the HTTP status, on every response), openai_response (STRING [1], bytes to write
           to the HTTP body as they are)
   vLLM's own OpenAI app answers them, built as ``vllm serve`` builds it (its argument parser, build_app,
@@ -713,7 +714,16 @@ def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -
 OPENAI_FILE = "openai.json"
 # The endpoints an OpenAI request may name, with the HTTP method vLLM's router serves each with.
 # /health is the backend's own, as vllm serve answers it: 200 while the engine lives, 503 once it is dead.
-OPENAI_ENDPOINTS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET", "/health": "GET"}
+OPENAI_ENDPOINTS = {
+    "/v1/chat/completions": "POST",
+    "/v1/completions": "POST",
+    "/v1/models": "GET",
+    "/health": "GET",
+    "/v1/responses": "POST",
+    "/tokenize": "POST",
+    "/detokenize": "POST",
+    "/version": "GET",
+}
 # vllm serve options the backend sets itself: the served model is the Triton model, the adapters are multi_lora.json's.
 # api_key: the gateway is the HTTP server and authenticates; it keeps the Authorization header to itself.
 _OPENAI_BACKEND_SET = {

@@ -78,7 +78,8 @@ def openai(
     allowed_methods: Annotated[str | None, CORS["allowed_methods"]] = None,
     allowed_headers: Annotated[str | None, CORS["allowed_headers"]] = None,
 ) -> None:
-    """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions) in front of a running Triton."""
+    """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions, /v1/responses) in front of a running
+    Triton."""
     from vllm_repo.errors import UsageError
     from vllm_repo.serve.openai import CorsPolicy, StreamSocketMode, grpc_address, print_ready, run_gateway
 

@@ -25,7 +25,8 @@ from vllm_repo.serve.openai.triton import Chunk, TritonOpenAIClient, TritonUnava
 
 # The paths vllm serve's --api-key guards (its AuthenticationMiddleware): everything under /v1, never /health.
 GUARDED_PREFIX = "/v1"
-GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+# The POST routes of vllm serve whose JSON body names the model: each goes to that model's backend.
+MODEL_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
 NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
 # How long a stream whose Triton side has ended may wait for the rest of its bytes on the stream socket: the backend
 # writes them before its final response, so they are at most a moment behind.
@@ -80,6 +81,19 @@ def error_body(message: str, status: HTTPStatus, param: str | None = None) -> by
 
 def error_response(message: str, status: HTTPStatus, param: str | None = None) -> web.Response:
     return web.Response(body=error_body(message, status, param), status=int(status), content_type="application/json")
+
+
+@web.middleware
+async def fastapi_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A path the API does not have, or a method its path does not take, answered as vllm serve's FastAPI app answers
+    them: a JSON ``detail`` (and the Allow header), not aiohttp's plain text."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        allow = ", ".join(sorted(exc.allowed_methods))
+        return web.json_response({"detail": "Method Not Allowed"}, status=405, headers={"Allow": allow})
+    except web.HTTPNotFound:
+        return web.json_response({"detail": "Not Found"}, status=404)
 
 
 class ApiKeyCheck:
@@ -184,11 +198,16 @@ class OpenAIGateway:
     def application(self) -> web.Application:
         middlewares = [ApiKeyCheck(self.api_keys).middleware] if self.api_keys else []
         # Bodies up to what vLLM accepts from a long multimodal prompt; aiohttp's 1 MiB default is too small.
-        app = web.Application(middlewares=middlewares, client_max_size=64 * 2**20)
+        app = web.Application(middlewares=[*middlewares, fastapi_errors], client_max_size=64 * 2**20)
         self.cors.install(app)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/v1/models", self.list_models)
-        for endpoint in GENERATION_ENDPOINTS:
+        # No HEAD beside GET: vllm serve's routes take only the methods they name (a 405 says so in its Allow).
+        app.router.add_get("/health", self.health, allow_head=False)
+        # vllm serve's /ping is its /health (SageMaker's name for it), for GET and POST.
+        app.router.add_get("/ping", self.health, allow_head=False)
+        app.router.add_post("/ping", self.health)
+        app.router.add_get("/v1/models", self.list_models, allow_head=False)
+        app.router.add_get("/version", self.version, allow_head=False)
+        for endpoint in MODEL_ENDPOINTS:
             app.router.add_post(endpoint, self.generate)
         app.on_cleanup.append(self._close)
         return app
@@ -214,6 +233,16 @@ class OpenAIGateway:
             return False
         # 503: its engine is dead; a 500 to every request is how a backend without /health says so (its 404 is not).
         return not set(statuses) & {500, 503}
+
+    async def version(self, request: web.Request) -> web.Response:
+        """The vLLM release of the first ready model's backend, as vllm serve reports its own."""
+        try:
+            await self.catalog.owner_of(None)
+        except TritonUnavailable as exc:
+            return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
+        if not self.catalog.models:
+            return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
+        return await self._forward(request, self.catalog.models[0], None, False)
 
     async def list_models(self, request: web.Request) -> web.Response:
         try:
@@ -263,7 +292,7 @@ class OpenAIGateway:
         return await self._forward(request, model, forwarded, streamed)
 
     async def _forward(
-        self, request: web.Request, model: str, body: dict[str, Any] | str, streamed: bool
+        self, request: web.Request, model: str, body: dict[str, Any] | str | None, streamed: bool
     ) -> web.StreamResponse:
         relay = Relay(request, streamed)
         inbox = self.streams.open() if streamed and self.streams is not None else None
