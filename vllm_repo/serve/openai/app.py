@@ -234,15 +234,19 @@ class OpenAIGateway:
         # 503: its engine is dead; a 500 to every request is how a backend without /health says so (its 404 is not).
         return not set(statuses) & {500, 503}
 
-    async def version(self, request: web.Request) -> web.Response:
+    async def version(self, request: web.Request) -> web.StreamResponse:
         """The vLLM release of the first ready model's backend, as vllm serve reports its own."""
+        return await self._forward_to_first_model(request, None)
+
+    async def _forward_to_first_model(self, request: web.Request, body: str | None) -> web.StreamResponse:
+        """A request that names no model goes to the first ready model's backend."""
         try:
             await self.catalog.owner_of(None)
         except TritonUnavailable as exc:
             return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
         if not self.catalog.models:
             return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
-        return await self._forward(request, self.catalog.models[0], None, False)
+        return await self._forward(request, self.catalog.models[0], body, False)
 
     async def list_models(self, request: web.Request) -> web.Response:
         try:
@@ -259,13 +263,7 @@ class OpenAIGateway:
             body = None
         if not isinstance(body, dict):
             # vLLM's own answer to a body that is not a JSON object: the backend takes it as the raw text.
-            try:
-                await self.catalog.owner_of(None)
-            except TritonUnavailable as exc:
-                return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
-            if not self.catalog.models:
-                return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
-            return await self._forward(request, self.catalog.models[0], raw.decode("utf-8", "replace"), False)
+            return await self._forward_to_first_model(request, raw.decode("utf-8", "replace"))
         name = body.get("model")
         try:
             model = await self.catalog.owner_of(name if isinstance(name, str) else None)
