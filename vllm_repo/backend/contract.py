@@ -62,6 +62,9 @@ STREAM_FRAME_START = 3
 # What the gateway writes first on each connection; a backend writes only to a socket that says it.
 STREAM_SOCKET_HELLO = b"vllm-repo stream socket 1\n"
 
+# openai.json keys (vllm serve options) the backend sets itself, and refuses to load a model over.
+OPENAI_OPTIONS_SET_BY_BACKEND: tuple[str, ...] = ("model_tag", "served_model_name", "lora_modules", "api_key")
+
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
 BOOLEAN_PARAMETERS: tuple[str, ...] = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")
 INTEGER_PARAMETERS: tuple[str, ...] = ("DEFAULT_MAX_TOKENS",)

@@ -1,9 +1,10 @@
 """ModelRepository: which models a set of paths names, and the files each model directory holds.
 
 Triton's layout: <repository>/<model>/config.pbtxt and <repository>/<model>/<version>/..., versions numeric.
-The vLLM backend reads <model>/<version>/model.json (engine arguments) and, for LoRA,
-<model>/<version>/multi_lora.json. Paths given on the command line may be a repository root, a model directory or
-single files (pre-commit passes changed files); each is mapped to its model directory and repository.
+The vLLM backend reads <model>/<version>/model.json (engine arguments), for LoRA <model>/<version>/multi_lora.json,
+and for its OpenAI API <model>/<version>/openai.json (vllm serve's options). Paths given on the command line may be
+a repository root, a model directory or single files (pre-commit passes changed files); each is mapped to its model
+directory and repository.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from vllm_repo.repository.documents import JsonDocument, PbtxtDocument
 CONFIG_FILE = "config.pbtxt"
 ENGINE_ARGS_FILE = "model.json"
 LORA_FILE = "multi_lora.json"
-MODEL_FILES = (CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE)
+# vllm serve's options for the model's OpenAI API (vllm-repo openai, launch --openai-port).
+OPENAI_FILE = "openai.json"
+MODEL_FILES = (CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, OPENAI_FILE)
 VLLM_BACKEND = "vllm"
 
 
@@ -42,6 +45,11 @@ class VersionDirectory:
     @cached_property
     def multi_lora(self) -> JsonDocument | None:
         path = self.path / LORA_FILE
+        return JsonDocument.load(path) if path.is_file() else None
+
+    @cached_property
+    def openai_options(self) -> JsonDocument | None:
+        path = self.path / OPENAI_FILE
         return JsonDocument.load(path) if path.is_file() else None
 
 

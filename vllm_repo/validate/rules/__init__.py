@@ -4,7 +4,7 @@ A rule looks at one model directory (scope "model") or at a whole repository (sc
 Findings; the runner stamps each with the rule's code and turns it into a Diagnostic. Codes never change meaning,
 and each family has its module: VR1xx layout (vr1_layout), VR2xx config.pbtxt (vr2_config_pbtxt), VR3xx model.json
 (vr3_model_json), VR4xx the model's Hugging Face config (vr4_hf_config), VR5xx across files and models
-(vr5_cross_file), VR6xx memory fit (vr6_memory_fit).
+(vr5_cross_file), VR6xx memory fit (vr6_memory_fit), VR7xx openai.json (vr7_openai_json).
 
 A rule's docstring is its documentation: the first line is the summary `vllm-repo rules` lists (and the README's
 table), the rest what `vllm-repo rules CODE` explains, ending with an example that triggers it.
@@ -68,6 +68,7 @@ def all_rules() -> list[Rule]:
         vr4_hf_config,
         vr5_cross_file,
         vr6_memory_fit,
+        vr7_openai_json,
     )
 
     return [RULES[code] for code in sorted(RULES)]

@@ -1,0 +1,218 @@
+"""VR7xx: openai.json, the vllm serve options of a model's OpenAI API (vllm-repo openai, launch --openai-port).
+
+The backend builds vLLM's OpenAI app from these options when the first OpenAI request comes, with vLLM's own
+argument parser: a key it refuses stops the model from serving OpenAI requests, and a key that configures vllm
+serve's HTTP server does nothing, since the gateway, not the backend, is the HTTP server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vllm_repo.backend.contract import OPENAI_OPTIONS_SET_BY_BACKEND
+from vllm_repo.repository import ModelDirectory
+from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.schema.loader import json_type
+from vllm_repo.validate.diagnostics import Severity
+from vllm_repo.validate.rules import CheckContext, Finding, rule
+from vllm_repo.validate.rules.common import path_exists
+
+_GATEWAY_FLAGS = "give it to `vllm-repo launch --openai-port` or `vllm-repo openai` instead"
+_NO_HTTP_SERVER = "it configures vllm serve's own HTTP server, which the backend does not run"
+_TLS = "the gateway serves plain HTTP: terminate TLS in front of it (a reverse proxy, the ingress)"
+# vllm serve options for its HTTP server (vLLM's FrontendArgs beyond BaseFrontendArgs), with what to do instead.
+SERVER_OPTIONS: dict[str, str] = {
+    "host": "--host of `vllm-repo launch` or `vllm-repo openai` binds the gateway",
+    "port": "--openai-port of `vllm-repo launch` (--port of `vllm-repo openai`) is the gateway's port",
+    "uds": _NO_HTTP_SERVER,
+    "grpc_port": _NO_HTTP_SERVER,
+    "allowed_origins": f"the gateway answers CORS: {_GATEWAY_FLAGS} (--allowed-origins)",
+    "allow_credentials": f"the gateway answers CORS: {_GATEWAY_FLAGS} (--allow-credentials)",
+    "allowed_methods": f"the gateway answers CORS: {_GATEWAY_FLAGS} (--allowed-methods)",
+    "allowed_headers": f"the gateway answers CORS: {_GATEWAY_FLAGS} (--allowed-headers)",
+    "ssl_keyfile": _TLS,
+    "ssl_certfile": _TLS,
+    "ssl_ca_certs": _TLS,
+    "ssl_cert_reqs": _TLS,
+    "ssl_ciphers": _TLS,
+    "enable_ssl_refresh": _TLS,
+    "root_path": _NO_HTTP_SERVER,
+    "uvicorn_log_level": _NO_HTTP_SERVER,
+    "disable_uvicorn_access_log": _NO_HTTP_SERVER,
+    "disable_access_log_for_endpoints": _NO_HTTP_SERVER,
+    "h11_max_incomplete_event_size": _NO_HTTP_SERVER,
+    "h11_max_header_count": _NO_HTTP_SERVER,
+    "disable_fastapi_docs": _NO_HTTP_SERVER,
+    "enable_offline_docs": _NO_HTTP_SERVER,
+    "enable_request_id_headers": "the gateway does not pass vLLM's response headers on to the client",
+}
+
+
+def openai_documents(model: ModelDirectory) -> Iterator[JsonDocument]:
+    """Every openai.json of a vLLM model's version directories, readable or not."""
+    if model.uses_vllm_backend:
+        for version in model.versions:
+            if version.openai_options is not None:
+                yield version.openai_options
+
+
+def openai_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
+    """The openai.json files that hold a JSON object (the others are VR701's)."""
+    for doc in openai_documents(model):
+        if doc.ok and isinstance(doc.data, dict):
+            yield doc
+
+
+@rule("VR701", "openai-json-syntax", Severity.ERROR)
+def openai_json_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """openai.json is not valid JSON, or not a JSON object.
+
+    The backend reads openai.json (vllm serve's options for the model's OpenAI API) when it loads the model, and
+    fails to load it when the file is not one JSON object.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+        # llm/1/openai.json
+        {"tool_call_parser": "hermes",}
+    """
+    for doc in openai_documents(model):
+        if not doc.ok:
+            yield Finding(
+                doc.path,
+                doc.problem.message,
+                doc.problem.position,
+                hint=doc.problem.hint or "openai.json must be one JSON object of vllm serve options",
+            )
+        elif not isinstance(doc.data, dict):
+            yield Finding(
+                doc.path,
+                f"openai.json holds a JSON {json_type(doc.data)}, not an object",
+                hint='write {"tool_call_parser": "hermes", ...}: vllm serve options by their names',
+            )
+
+
+@rule("VR702", "openai-option-set-by-backend", Severity.ERROR)
+def openai_option_set_by_backend(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """An openai.json key the backend sets itself (the backend refuses to load the model).
+
+    The served model is model.json's model under the Triton model's name, its LoRA adapters are multi_lora.json's,
+    and the gateway checks API keys: model_tag, served_model_name, lora_modules and api_key are not openai.json's.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+        # llm/1/openai.json
+        {"served_model_name": "qwen"}
+    """
+    where = {
+        "model_tag": "the model is model.json's",
+        "served_model_name": "the OpenAI name is the Triton model's name (the model directory's)",
+        "lora_modules": "the adapters are those of multi_lora.json",
+        "api_key": "give --api-key to `vllm-repo launch --openai-port` or `vllm-repo openai`",
+    }
+    for doc in openai_objects(model):
+        for key in doc.data:
+            if key in OPENAI_OPTIONS_SET_BY_BACKEND:
+                yield Finding(
+                    doc.path,
+                    f"'{key}' is set by the backend, which refuses to load the model with it here",
+                    doc.position_of(key),
+                    hint=f"remove it: {where.get(key, 'the backend sets it')}",
+                )
+
+
+@rule("VR703", "openai-engine-arg", Severity.ERROR)
+def openai_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """An engine argument in openai.json (the backend refuses to load the model: it belongs in model.json).
+
+    vllm serve takes engine arguments and its own options on one command line; the backend reads them from two
+    files: model.json for the engine (checked against the chosen release's EngineArgs), openai.json for the rest.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+        # llm/1/openai.json
+        {"tool_call_parser": "hermes", "max_model_len": 4096}
+    """
+    for doc in openai_objects(model):
+        for key in doc.data:
+            if key not in OPENAI_OPTIONS_SET_BY_BACKEND and ctx.schema.get(key) is not None:
+                yield Finding(
+                    doc.path,
+                    f"'{key}' is an engine argument of vLLM {ctx.schema.vllm_version}, not a vllm serve option",
+                    doc.position_of(key),
+                    hint=f"move '{key}' to model.json, beside it",
+                )
+
+
+@rule("VR704", "openai-server-option", Severity.WARNING)
+def openai_server_option(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """An openai.json option of vllm serve's HTTP server, which does nothing behind the gateway.
+
+    The gateway (`vllm-repo openai`, `launch --openai-port`) is the HTTP server: its address, CORS, API keys and
+    TLS are its own, and the backend only runs vLLM's OpenAI app behind it. vLLM accepts these options, so the model
+    loads, and they are silently without effect.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+        # llm/1/openai.json
+        {"port": 9000, "allowed_origins": ["*"]}
+    """
+    for doc in openai_objects(model):
+        for key in doc.data:
+            if key in SERVER_OPTIONS:
+                yield Finding(
+                    doc.path,
+                    f"'{key}' does nothing here: {SERVER_OPTIONS[key]}",
+                    doc.position_of(key),
+                    hint=f"remove '{key}' from openai.json",
+                )
+
+
+def _looks_like_a_path(template: str) -> bool:
+    # What vLLM takes for a path rather than a template (its load_chat_template: no Jinja markup, a file name).
+    return "{" not in template and "\n" not in template and ("/" in template or template.endswith((".jinja", ".j2")))
+
+
+@rule("VR705", "chat-template-missing", Severity.ERROR)
+def chat_template_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """openai.json's chat_template names a file that does not exist (every OpenAI request to the model then fails).
+
+    A chat_template value is a Jinja template or the path of one, relative to the version directory; vLLM takes a
+    value without Jinja markup that looks like a file name for a path, and fails when there is no such file.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+        # llm/1/openai.json
+        {"chat_template": "templates/chat.jinja"}
+    """
+    for doc in openai_objects(model):
+        template = doc.data.get("chat_template")
+        if not isinstance(template, str) or not _looks_like_a_path(template):
+            continue
+        if not path_exists(doc.path.parent / template):  # an absolute path joins as itself
+            yield Finding(
+                doc.path,
+                f"chat_template '{template}' is no file (looked for {doc.path.parent / template})",
+                doc.position_of("chat_template"),
+                hint="put the template there, give its path relative to the version directory, or write the "
+                "template itself",
+            )
