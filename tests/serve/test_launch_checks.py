@@ -539,3 +539,33 @@ def test_options_of_a_local_server_are_refused_with_docker(repo, option, monkeyp
     result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo), "--docker", "--dry-run", *option])
     assert result.exit_code == 2
     assert f"{option[0]} goes without --docker" in result.output
+
+
+@pytest.mark.parametrize("fails", ["no-tritonserver", "unrunnable-tritonserver"])
+def test_a_start_that_fails_before_the_server_runs_leaves_no_work_directory(tmp_path, monkeypatch, fails):
+    import tempfile
+
+    from vllm_repo.serve.errors import TritonServerError
+    from vllm_repo.serve.python_env import PythonInfo
+    from vllm_repo.serve.server import TritonServer
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    home = tmp_path / "home"
+    (home / "pytriton" / "tritonserver" / "bin").mkdir(parents=True)
+    if fails == "unrunnable-tritonserver":  # found, laid out, then refused by the OS
+        binary = home / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+        binary.write_text("not a program")
+        binary.chmod(0o644)
+        monkeypatch.setattr(
+            "vllm_repo.serve.server.layout_backend_directory", lambda directory, *a, **k: directory.mkdir() or directory
+        )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    python = PythonInfo(Path(sys.executable), "3.11", tmp_path, None, None)
+    server = TritonServer(repo, serving_python=python, triton_home=home, guard=False)
+    with pytest.raises((TritonServerError, OSError)):
+        server.start()
+    assert list(temp.iterdir()) == []
+    assert server.process is None

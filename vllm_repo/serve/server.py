@@ -179,36 +179,48 @@ class TritonServer:
         # The server runs in it when it holds the server's own files, else in the repository (as it always has).
         cwd = self.model_repository if self._backend_directory and self._log_path else None
         self._own_workdir = Path(tempfile.mkdtemp(prefix="vllm-repo-triton-"))
-        if self._backend_directory is None:
-            self._backend_directory = layout_backend_directory(
-                self._own_workdir / "backends",
-                self.triton_home,
-                self.python.version,
-                backend_source=self._backend_source,
+        laid_out, logged = self._backend_directory is None, self._log_path is None  # in the work directory
+        try:
+            if self._backend_directory is None:
+                self._backend_directory = layout_backend_directory(
+                    self._own_workdir / "backends",
+                    self.triton_home,
+                    self.python.version,
+                    backend_source=self._backend_source,
+                )
+            if self._log_path is None:
+                self._log_path = self._own_workdir / "tritonserver.log"
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            # Open for the server's whole life, closed by stop(): not a with block.
+            self._log_file = open(self._log_path, "ab")  # noqa: SIM115
+            self.log_start = self._log_file.tell()
+            overrides = dict(self._env_overrides)
+            if RPC_PATH_ENV not in overrides and RPC_PATH_ENV not in os.environ:
+                # vLLM's ZMQ sockets between its processes are files; in the work directory they go with it, even when a
+                # killed engine could not remove them.
+                (self._own_workdir / "rpc").mkdir()
+                overrides[RPC_PATH_ENV] = str(self._own_workdir / "rpc")
+            env = serving_env(self.python, self.triton_home, overrides=overrides)
+            self.process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(cwd or self._own_workdir),
+                start_new_session=True,
+                preexec_fn=_reset_signals if _signals_need_reset() else None,
             )
-        if self._log_path is None:
-            self._log_path = self._own_workdir / "tritonserver.log"
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        # Open for the server's whole life, closed by stop(): not a with block.
-        self._log_file = open(self._log_path, "ab")  # noqa: SIM115
-        self.log_start = self._log_file.tell()
-        overrides = dict(self._env_overrides)
-        if RPC_PATH_ENV not in overrides and RPC_PATH_ENV not in os.environ:
-            # vLLM's ZMQ sockets between its processes are files; in the work directory they go with it, even when a
-            # killed engine could not remove them.
-            (self._own_workdir / "rpc").mkdir()
-            overrides[RPC_PATH_ENV] = str(self._own_workdir / "rpc")
-        env = serving_env(self.python, self.triton_home, overrides=overrides)
-        self.process = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(cwd or self._own_workdir),
-            start_new_session=True,
-            preexec_fn=_reset_signals if _signals_need_reset() else None,
-        )
+        except BaseException:
+            # Nothing of a start that failed before the server ran stays behind: its work directory, its log file.
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+            shutil.rmtree(self._own_workdir, ignore_errors=True)
+            self._own_workdir = None
+            self._backend_directory = None if laid_out else self._backend_directory
+            self._log_path = None if logged else self._log_path
+            raise
         if self._guard:
             self.guardian = Guardian(self.pgid, self.shm_prefix, remove=[self._own_workdir])
         return self
