@@ -8,6 +8,8 @@ from typing import Any
 
 from vllm_repo.repository import ModelDirectory, VersionDirectory
 from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.schema.loader import json_type
+from vllm_repo.validate.rules import Finding
 
 
 def vllm_engine_args(model: ModelDirectory) -> Iterator[tuple[VersionDirectory, JsonDocument]]:
@@ -21,6 +23,15 @@ def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
     for _, doc in vllm_engine_args(model):
         if doc.ok and isinstance(doc.data, dict):
             yield doc
+
+
+def not_one_json_object(doc: JsonDocument, hint: str, example: str) -> Iterator[Finding]:
+    """The Finding for a JSON file that does not parse, or holds something other than one object (``example`` shows
+    what it should hold)."""
+    if not doc.ok:
+        yield Finding(doc.path, doc.problem.message, doc.problem.position, hint=doc.problem.hint or hint)
+    elif not isinstance(doc.data, dict):
+        yield Finding(doc.path, f"{doc.path.name} holds a JSON {json_type(doc.data)}, not an object", hint=example)
 
 
 def fixes() -> Any:

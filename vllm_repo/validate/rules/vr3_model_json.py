@@ -15,7 +15,14 @@ from vllm_repo.schema.history import explain_missing_key, replacement_for
 from vllm_repo.schema.loader import EngineArgsSchema, accepts, json_type
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import did_you_mean, engine_args_objects, fixes, path_exists, vllm_engine_args
+from vllm_repo.validate.rules.common import (
+    did_you_mean,
+    engine_args_objects,
+    fixes,
+    not_one_json_object,
+    path_exists,
+    vllm_engine_args,
+)
 
 # Keys people put in model.json that are per-request sampling settings, not engine arguments.
 SAMPLING_KEYS = {
@@ -89,20 +96,11 @@ def engine_args_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
         }
     """
     for _, doc in vllm_engine_args(model):
-        if not doc.ok:
-            yield Finding(
-                doc.path,
-                doc.problem.message,
-                doc.problem.position,
-                hint=doc.problem.hint or "model.json must be one JSON object of vLLM engine arguments",
-            )
-        elif not isinstance(doc.data, dict):
-            yield Finding(
-                doc.path,
-                f"model.json holds a JSON {json_type(doc.data)}, not an object",
-                None,
-                hint='write {"model": "<HF id or path>", ...}',
-            )
+        yield from not_one_json_object(
+            doc,
+            "model.json must be one JSON object of vLLM engine arguments",
+            'write {"model": "<HF id or path>", ...}',
+        )
 
 
 @rule("VR302", "unknown-engine-arg", Severity.ERROR)

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from vllm_repo.backend.contract import OPENAI_OPTIONS_SET_BY_BACKEND
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import JsonDocument
-from vllm_repo.schema.loader import json_type
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import path_exists
+from vllm_repo.validate.rules.common import not_one_json_object, path_exists
 
 _GATEWAY_FLAGS = "give it to `vllm-repo launch --openai-port` or `vllm-repo openai` instead"
 _NO_HTTP_SERVER = "it configures vllm serve's own HTTP server, which the backend does not run"
@@ -56,11 +55,12 @@ def openai_documents(model: ModelDirectory) -> Iterator[JsonDocument]:
                 yield version.openai_options
 
 
-def openai_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
-    """The openai.json files that hold a JSON object (the others are VR701's)."""
+def openai_keys(model: ModelDirectory) -> Iterator[tuple[JsonDocument, str]]:
+    """Each key of the openai.json files that hold a JSON object (the others are VR701's), with its file."""
     for doc in openai_documents(model):
         if doc.ok and isinstance(doc.data, dict):
-            yield doc
+            for key in doc.data:
+                yield doc, key
 
 
 @rule("VR701", "openai-json-syntax", Severity.ERROR)
@@ -80,19 +80,11 @@ def openai_json_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
         {"tool_call_parser": "hermes",}
     """
     for doc in openai_documents(model):
-        if not doc.ok:
-            yield Finding(
-                doc.path,
-                doc.problem.message,
-                doc.problem.position,
-                hint=doc.problem.hint or "openai.json must be one JSON object of vllm serve options",
-            )
-        elif not isinstance(doc.data, dict):
-            yield Finding(
-                doc.path,
-                f"openai.json holds a JSON {json_type(doc.data)}, not an object",
-                hint='write {"tool_call_parser": "hermes", ...}: vllm serve options by their names',
-            )
+        yield from not_one_json_object(
+            doc,
+            "openai.json must be one JSON object of vllm serve options",
+            'write {"tool_call_parser": "hermes", ...}: vllm serve options by their names',
+        )
 
 
 @rule("VR702", "openai-option-set-by-backend", Severity.ERROR)
@@ -117,15 +109,14 @@ def openai_option_set_by_backend(model: ModelDirectory, ctx: CheckContext) -> It
         "lora_modules": "the adapters are those of multi_lora.json",
         "api_key": "give --api-key to `vllm-repo launch --openai-port` or `vllm-repo openai`",
     }
-    for doc in openai_objects(model):
-        for key in doc.data:
-            if key in OPENAI_OPTIONS_SET_BY_BACKEND:
-                yield Finding(
-                    doc.path,
-                    f"'{key}' is set by the backend, which refuses to load the model with it here",
-                    doc.position_of(key),
-                    hint=f"remove it: {where.get(key, 'the backend sets it')}",
-                )
+    for doc, key in openai_keys(model):
+        if key in OPENAI_OPTIONS_SET_BY_BACKEND:
+            yield Finding(
+                doc.path,
+                f"'{key}' is set by the backend, which refuses to load the model with it here",
+                doc.position_of(key),
+                hint=f"remove it: {where.get(key, 'the backend sets it')}",
+            )
 
 
 @rule("VR703", "openai-engine-arg", Severity.ERROR)
@@ -144,15 +135,14 @@ def openai_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
         # llm/1/openai.json
         {"tool_call_parser": "hermes", "max_model_len": 4096}
     """
-    for doc in openai_objects(model):
-        for key in doc.data:
-            if key not in OPENAI_OPTIONS_SET_BY_BACKEND and ctx.schema.get(key) is not None:
-                yield Finding(
-                    doc.path,
-                    f"'{key}' is an engine argument of vLLM {ctx.schema.vllm_version}, not a vllm serve option",
-                    doc.position_of(key),
-                    hint=f"move '{key}' to model.json, beside it",
-                )
+    for doc, key in openai_keys(model):
+        if key not in OPENAI_OPTIONS_SET_BY_BACKEND and ctx.schema.get(key) is not None:
+            yield Finding(
+                doc.path,
+                f"'{key}' is an engine argument of vLLM {ctx.schema.vllm_version}, not a vllm serve option",
+                doc.position_of(key),
+                hint=f"move '{key}' to model.json, beside it",
+            )
 
 
 @rule("VR704", "openai-server-option", Severity.WARNING)
@@ -172,15 +162,14 @@ def openai_server_option(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
         # llm/1/openai.json
         {"port": 9000, "allowed_origins": ["*"]}
     """
-    for doc in openai_objects(model):
-        for key in doc.data:
-            if key in SERVER_OPTIONS:
-                yield Finding(
-                    doc.path,
-                    f"'{key}' does nothing here: {SERVER_OPTIONS[key]}",
-                    doc.position_of(key),
-                    hint=f"remove '{key}' from openai.json",
-                )
+    for doc, key in openai_keys(model):
+        if key in SERVER_OPTIONS:
+            yield Finding(
+                doc.path,
+                f"'{key}' does nothing here: {SERVER_OPTIONS[key]}",
+                doc.position_of(key),
+                hint=f"remove '{key}' from openai.json",
+            )
 
 
 def _looks_like_a_path(template: str) -> bool:
@@ -204,9 +193,9 @@ def chat_template_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[
         # llm/1/openai.json
         {"chat_template": "templates/chat.jinja"}
     """
-    for doc in openai_objects(model):
-        template = doc.data.get("chat_template")
-        if not isinstance(template, str) or not _looks_like_a_path(template):
+    for doc, key in openai_keys(model):
+        template = doc.data[key]
+        if key != "chat_template" or not isinstance(template, str) or not _looks_like_a_path(template):
             continue
         if not path_exists(doc.path.parent / template):  # an absolute path joins as itself
             yield Finding(
