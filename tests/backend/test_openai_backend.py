@@ -23,6 +23,7 @@ import pytest
 from tests.backend.conftest import CONFIG_PBTXT, SERVER_ENV, engine_args
 from tests.serve.test_serve_e2e import ipc_sockets
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import RPC_PATH_ENV, TritonServer
 
@@ -96,6 +97,8 @@ def servers(tiny_model_dir, tmp_path_factory):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    # Should the test runner die without the finally below, this stops the reference's process group.
+    reference_guardian = Guardian(reference.pid, None)
     server = TritonServer(
         repo,
         serving_python=SERVING_PYTHON,
@@ -121,6 +124,7 @@ def servers(tiny_model_dir, tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(reference.pid, 9)
         reference_log.close()
+        reference_guardian.release()
         server.stop()
     assert ipc_sockets() <= sockets_before  # neither server left one in /tmp
 

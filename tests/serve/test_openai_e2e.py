@@ -26,6 +26,7 @@ from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
 from tests.serve.test_serve_e2e import engine_core_pid, free_port, start_launch, stop_and_check
 from vllm_repo.backend import model as backend
 from vllm_repo.scaffold import init_model
+from vllm_repo.serve.guardian import Guardian
 
 openai = pytest.importorskip("openai")
 
@@ -311,6 +312,7 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
         start_new_session=True,
         env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"},  # no key: open
     )
+    guardian = Guardian(proc.pid, None)  # stops the gateway should the test runner die first
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -332,6 +334,7 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
         assert through_triton[2] == 10 and len(through_triton[0]) > 2 and len(over_socket[0]) > 2
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
+        guardian.release()
         assert proc.wait(timeout=20) == 0
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):
         s.connect(("127.0.0.1", port))
