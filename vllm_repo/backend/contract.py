@@ -62,8 +62,14 @@ STREAM_FRAME_START = 3
 # What the gateway writes first on each connection; a backend writes only to a socket that says it.
 STREAM_SOCKET_HELLO = b"vllm-repo stream socket 1\n"
 
-# openai.json keys (vllm serve options) the backend sets itself, and refuses to load a model over.
-OPENAI_OPTIONS_SET_BY_BACKEND: tuple[str, ...] = ("model_tag", "served_model_name", "lora_modules", "api_key")
+# openai.json keys (vllm serve options) the backend sets itself, and refuses to load a model over, with why.
+OPENAI_OPTIONS_SET_BY_BACKEND: dict[str, str] = {
+    "model_tag": "the model is model.json's",
+    "served_model_name": "the served model name is the Triton model's name",
+    "lora_modules": "the LoRA adapters are those of multi_lora.json",
+    "api_key": "the OpenAI gateway checks API keys: give --api-key to `vllm-repo launch --openai-port` or "
+    "`vllm-repo openai`",
+}
 
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
 BOOLEAN_PARAMETERS: tuple[str, ...] = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")

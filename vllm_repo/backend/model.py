@@ -730,7 +730,8 @@ _OPENAI_BACKEND_SET = {
     "model_tag": "the model is model.json's",
     "served_model_name": "the served model name is the Triton model's name",
     "lora_modules": "the LoRA adapters are those of multi_lora.json",
-    "api_key": "the OpenAI gateway authenticates clients; no key reaches the backend",
+    "api_key": "the OpenAI gateway checks API keys: give --api-key to `vllm-repo launch --openai-port` or "
+    "`vllm-repo openai`",
 }
 # Parser entries that are not serving options (argparse's own --help, vllm serve's --config YAML file).
 _OPENAI_NOT_OPTIONS = frozenset({"help", "config"})

@@ -37,20 +37,21 @@ class VersionDirectory:
     def version(self) -> int:
         return int(self.path.name)
 
+    def _json_file(self, name: str) -> JsonDocument | None:
+        path = self.path / name
+        return JsonDocument.load(path) if path.is_file() else None
+
     @cached_property
     def engine_args(self) -> JsonDocument | None:
-        path = self.path / ENGINE_ARGS_FILE
-        return JsonDocument.load(path) if path.is_file() else None
+        return self._json_file(ENGINE_ARGS_FILE)
 
     @cached_property
     def multi_lora(self) -> JsonDocument | None:
-        path = self.path / LORA_FILE
-        return JsonDocument.load(path) if path.is_file() else None
+        return self._json_file(LORA_FILE)
 
     @cached_property
     def openai_options(self) -> JsonDocument | None:
-        path = self.path / OPENAI_FILE
-        return JsonDocument.load(path) if path.is_file() else None
+        return self._json_file(OPENAI_FILE)
 
 
 @dataclass

@@ -40,15 +40,10 @@ def ephemeral_port_range() -> tuple[int, int]:
     return low, high
 
 
-def _random_port_outside_ephemeral() -> int | None:
+def ports_outside_ephemeral() -> list[int]:
+    """The ports free_ports picks from: from LOWEST_PICKED_PORT up, less the kernel's range."""
     low, high = ephemeral_port_range()
-    ranges = [r for r in (range(LOWEST_PICKED_PORT, low), range(high + 1, 65536)) if len(r) > 0]
-    index = _rng.randrange(sum(len(r) for r in ranges)) if ranges else None
-    for r in ranges:
-        if index < len(r):
-            return r[index]
-        index -= len(r)
-    return None
+    return [*range(LOWEST_PICKED_PORT, low), *range(high + 1, 65536)]
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -64,14 +59,13 @@ def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -
     port picked earlier and the server died at start ("already in use"). Each port is held open while the next is
     picked, so no two are the same."""
     avoided = set(avoid)
+    candidates = ports_outside_ephemeral()
     with contextlib.ExitStack() as held:
         ports: list[int] = []
-        for _ in range(PICK_ATTEMPTS):
+        for _ in range(PICK_ATTEMPTS if candidates else 0):
             if len(ports) == count:
                 return ports
-            port = _random_port_outside_ephemeral()
-            if port is None:
-                break
+            port = _rng.choice(candidates)
             if port in avoided or port in ports:
                 continue
             s = held.enter_context(socket.socket(_family(host), socket.SOCK_STREAM))

@@ -103,19 +103,13 @@ def openai_option_set_by_backend(model: ModelDirectory, ctx: CheckContext) -> It
         # llm/1/openai.json
         {"served_model_name": "qwen"}
     """
-    where = {
-        "model_tag": "the model is model.json's",
-        "served_model_name": "the OpenAI name is the Triton model's name (the model directory's)",
-        "lora_modules": "the adapters are those of multi_lora.json",
-        "api_key": "give --api-key to `vllm-repo launch --openai-port` or `vllm-repo openai`",
-    }
     for doc, key in openai_keys(model):
         if key in OPENAI_OPTIONS_SET_BY_BACKEND:
             yield Finding(
                 doc.path,
                 f"'{key}' is set by the backend, which refuses to load the model with it here",
                 doc.position_of(key),
-                hint=f"remove it: {where.get(key, 'the backend sets it')}",
+                hint=f"remove it: {OPENAI_OPTIONS_SET_BY_BACKEND[key]}",
             )
 
 
@@ -172,8 +166,10 @@ def openai_server_option(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
             )
 
 
-def _looks_like_a_path(template: str) -> bool:
+def _looks_like_a_path(template: object) -> bool:
     # What vLLM takes for a path rather than a template (its load_chat_template: no Jinja markup, a file name).
+    if not isinstance(template, str):
+        return False
     return "{" not in template and "\n" not in template and ("/" in template or template.endswith((".jinja", ".j2")))
 
 
@@ -195,9 +191,8 @@ def chat_template_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[
     """
     for doc, key in openai_keys(model):
         template = doc.data[key]
-        if key != "chat_template" or not isinstance(template, str) or not _looks_like_a_path(template):
-            continue
-        if not path_exists(doc.path.parent / template):  # an absolute path joins as itself
+        # An absolute path joins as itself.
+        if key == "chat_template" and _looks_like_a_path(template) and not path_exists(doc.path.parent / template):
             yield Finding(
                 doc.path,
                 f"chat_template '{template}' is no file (looked for {doc.path.parent / template})",
