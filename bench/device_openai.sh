@@ -17,8 +17,10 @@
 #   --max-seconds 300 --engine-args '{"load_format":"dummy","max_model_len":4096,"gpu_memory_utilization":0.42,
 #   "max_num_batched_tokens":8192,"max_num_seqs":1024}'   (about 450 s; --concurrency 128 --num-prompts 1024 alone
 #   takes about 190 s, --concurrency 1,32 --num-prompts 24,256 about 230 s)
-# One stream's time to first token hop by hop (bench/openai_hops.py): in stage 3, first
-#   "$PY" bench/openai_hops.py instrument . /tmp/hops      (the device's copy of the tree, never a checkout)
+# One stream's time to first token hop by hop (bench/openai_hops.py), in stage 3: the device's tree is a checkout, so
+# instrument a copy of it and run from there:
+#   tar --exclude=./.git -cf - . | tar -x -C /tmp/copy && cd /tmp/copy && source .gpuroute/remote/install.sh /tmp/vp \
+#     /tmp/site && "$PY" bench/openai_hops.py instrument . /tmp/hops
 # then run with --concurrency 1 --triton-trace /tmp/hops, and `report /tmp/hops --skip N` there or on the copied files.
 set -uo pipefail
 stage=${1:?part NN | unpack | run}; shift
