@@ -275,6 +275,22 @@ def test_the_api_key_is_required_and_health_is_open(gateway):
         assert response.status == 200
 
 
+def metric_families(url: str) -> tuple[set[str], str]:
+    """The metric families a Prometheus endpoint declares (its # TYPE lines), and its content type."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text, kind = response.read().decode(), response.headers["Content-Type"]
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}, kind
+
+
+def test_metrics_beside_v1_are_tritons_with_vllms_families_and_need_no_key(gateway):
+    """Where a scrape set up for vllm serve looks: /metrics on the API's own port."""
+    served, kind = metric_families(f"http://127.0.0.1:{gateway.openai_port}/metrics")
+    tritons, _ = metric_families(f"http://127.0.0.1:{gateway.ports[2]}/metrics")
+    assert kind.startswith("text/plain")
+    assert served == tritons
+    assert {"vllm:num_requests_running", "vllm:time_to_first_token_seconds", "nv_inference_request_success"} <= served
+
+
 def test_native_triton_requests_are_unchanged_beside_it(gateway):
     from vllm_repo.serve.infer import infer
 
@@ -303,7 +319,8 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
     http_port, grpc_port = gateway.ports[0], gateway.ports[1]
     command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"http://127.0.0.1:{http_port}"]
     # Every byte through Triton: the other path, compared below with launch's gateway (over its stream socket).
-    command += ["--triton-grpc-port", str(grpc_port), "--port", str(port), "--stream-socket", "off"]
+    command += ["--triton-grpc-port", str(grpc_port), "--triton-metrics-port", str(gateway.ports[2])]
+    command += ["--port", str(port), "--stream-socket", "off"]
     proc = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
@@ -332,6 +349,7 @@ def test_vllm_repo_openai_serves_the_same_api_in_front_of_a_running_triton(gatew
         # The same answer. Its deltas may be cut differently: vLLM joins the tokens of a stream whose reader lags.
         assert ("".join(through_triton[0]), *through_triton[1:]) == ("".join(over_socket[0]), *over_socket[1:])
         assert through_triton[2] == 10 and len(through_triton[0]) > 2 and len(over_socket[0]) > 2
+        assert "vllm:num_requests_running" in metric_families(f"http://127.0.0.1:{port}/metrics")[0]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         guardian.release()

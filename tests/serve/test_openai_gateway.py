@@ -10,11 +10,13 @@ import asyncio
 import json
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from tritonclient.grpc import service_pb2
 
 from vllm_repo.errors import UsageError
-from vllm_repo.serve.openai import grpc_address
+from vllm_repo.serve.openai import app as gateway_app
+from vllm_repo.serve.openai import grpc_address, metrics_url
 from vllm_repo.serve.openai.app import OpenAIGateway
 from vllm_repo.serve.openai.triton import (
     OPENAI_REQUEST_INPUT,
@@ -95,10 +97,25 @@ def test_the_grpc_address_comes_from_the_url_users_know(url, grpc_port, expected
     assert grpc_address(url, grpc_port) == expected
 
 
+@pytest.mark.parametrize(
+    ("url", "metrics_port", "expected"),
+    [
+        ("http://127.0.0.1:8000", None, "http://127.0.0.1:8002/metrics"),
+        ("grpc://triton.internal:18001", 18002, "http://triton.internal:18002/metrics"),
+        ("10.0.0.5:9001", None, "http://10.0.0.5:8002/metrics"),
+        ("http://[::1]:8000", 9102, "http://[::1]:9102/metrics"),
+    ],
+)
+def test_tritons_metrics_endpoint_is_on_the_host_users_name(url, metrics_port, expected):
+    assert metrics_url(url, metrics_port) == expected
+
+
 @pytest.mark.parametrize("url", ["https://", "ftp://host:21", "http://host:port"])
 def test_an_unusable_triton_url_is_a_usage_error_naming_it(url):
     with pytest.raises(UsageError, match="--triton-url"):
         grpc_address(url)
+    with pytest.raises(UsageError, match="--triton-url"):
+        metrics_url(url)
 
 
 # --- the routes, against a stand-in for Triton ------------------------------------------------------------------------
@@ -152,8 +169,8 @@ class StandInTriton:
                 self.closed_early.set()
 
 
-async def _client(triton, keys=None) -> TestClient:
-    client = TestClient(TestServer(OpenAIGateway(triton, keys).application()))
+async def _client(triton, keys=None, metrics=None) -> TestClient:
+    client = TestClient(TestServer(OpenAIGateway(triton, keys, metrics_url=metrics).application()))
     await client.start_server()
     return client
 
@@ -454,6 +471,71 @@ def test_a_path_or_method_the_api_lacks_is_answered_as_fastapi_answers_it():
             assert wrong.headers["Allow"] == "POST"
             head = await client.head("/v1/models")  # vllm serve's GET routes take no HEAD
             assert (head.status, head.headers["Allow"]) == (405, "GET")
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+TRITON_METRICS = (
+    b"# HELP nv_inference_request_success Number of successful inference requests\n"
+    b'vllm:num_requests_running{model="tiny",version="1"} 2\n'
+)
+
+
+async def _metrics_endpoint(answers: list[web.Response | float]) -> TestServer:
+    """An HTTP server on 127.0.0.1 that answers /metrics with the next of ``answers`` (a float: that many seconds'
+    silence first): where the gateway reads Triton's metrics."""
+
+    async def handler(request: web.Request) -> web.Response:
+        answer = answers.pop(0)
+        if isinstance(answer, float):
+            await asyncio.sleep(answer)
+            return web.Response(text="late")
+        return answer
+
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
+def test_metrics_are_tritons_as_they_are_and_open_without_the_api_key(monkeypatch):
+    monkeypatch.setattr(gateway_app, "METRICS_TIMEOUT_S", 0.5)
+
+    async def scenario():
+        kind = "text/plain; version=0.0.4; charset=utf-8"
+        answers = [web.Response(body=TRITON_METRICS, headers={"Content-Type": kind})]
+        answers += [web.Response(status=500, text="no"), 2.0]
+        endpoint = await _metrics_endpoint(answers)
+        url = str(endpoint.make_url("/metrics"))
+        client = await _client(StandInTriton(), keys=["s3cret"], metrics=url)
+        try:
+            served = await client.get("/metrics")
+            assert (served.status, await served.read()) == (200, TRITON_METRICS)
+            assert served.headers["Content-Type"] == kind
+            for reason in ("answered 500", "no answer within"):
+                failed = await client.get("/metrics")
+                assert failed.status == 503
+                message = (await failed.json())["error"]["message"]
+                assert url in message and reason in message, message
+            await endpoint.close()
+            gone = await client.get("/metrics")
+            assert gone.status == 503 and url in (await gone.json())["error"]["message"]
+        finally:
+            await client.close()
+            await endpoint.close()
+
+    run(scenario())
+
+
+def test_without_a_metrics_endpoint_metrics_is_not_a_route():
+    async def scenario():
+        client = await _client(StandInTriton())
+        try:
+            missing = await client.get("/metrics")
+            assert (missing.status, await missing.json()) == (404, {"detail": "Not Found"})
         finally:
             await client.close()
 

@@ -57,6 +57,15 @@ def openai(
         int | None,
         typer.Option("--triton-grpc-port", metavar="PORT", help="Triton's gRPC port, with an http:// --triton-url."),
     ] = None,
+    triton_metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--triton-metrics-port",
+            metavar="PORT",
+            help="Triton's metrics port on the --triton-url host (8002 by default), served at /metrics as vllm serve "
+            "serves its own.",
+        ),
+    ] = None,
     host: Annotated[
         str,
         typer.Option("--host", metavar="HOST", help="Address to bind (0.0.0.0 exposes the API to other machines)."),
@@ -81,7 +90,14 @@ def openai(
     """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions, /v1/responses) in front of a running
     Triton."""
     from vllm_repo.errors import UsageError
-    from vllm_repo.serve.openai import CorsPolicy, StreamSocketMode, grpc_address, print_ready, run_gateway
+    from vllm_repo.serve.openai import (
+        CorsPolicy,
+        StreamSocketMode,
+        grpc_address,
+        metrics_url,
+        print_ready,
+        run_gateway,
+    )
 
     try:
         mode = StreamSocketMode(stream_socket)
@@ -89,7 +105,10 @@ def openai(
         raise UsageError(f"--stream-socket {stream_socket!r}", hint="give auto, on or off") from None
     cors = CorsPolicy.from_options(allowed_origins, allow_credentials, allowed_methods, allowed_headers)
     address = grpc_address(triton_url, triton_grpc_port)
-    typer.echo(f"forwarding to Triton's gRPC endpoint at {address}", err=True)
+    metrics = metrics_url(triton_url, triton_metrics_port)
+    typer.echo(f"forwarding to Triton's gRPC endpoint at {address} (its metrics: {metrics})", err=True)
     raise typer.Exit(
-        run_gateway(address, host, port, api_key or [], on_ready=print_ready, stream_socket=mode, cors=cors)
+        run_gateway(
+            address, host, port, api_key or [], on_ready=print_ready, stream_socket=mode, cors=cors, metrics=metrics
+        )
     )

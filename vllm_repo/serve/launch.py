@@ -414,6 +414,7 @@ def start_openai_gateway(plan: LaunchPlan) -> subprocess.Popen:
     if plan.openai_api_keys:
         env[API_KEY_ENV] = " ".join(plan.openai_api_keys)
     command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"grpc://{triton_host}:{plan.grpc_port}"]
+    command += ["--triton-metrics-port", str(plan.metrics_port)]
     command += ["--host", plan.host, "--port", str(plan.openai_port), "--stream-socket", "on"]
     if plan.openai_cors is not None:
         command += plan.openai_cors.argv()

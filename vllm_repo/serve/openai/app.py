@@ -15,6 +15,7 @@ import secrets
 from http import HTTPStatus
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END, STREAM_FRAME_START
@@ -31,6 +32,8 @@ NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
 # How long a stream whose Triton side has ended may wait for the rest of its bytes on the stream socket: the backend
 # writes them before its final response, so they are at most a moment behind.
 STREAM_SOCKET_GRACE_S = 10.0
+# How long /metrics waits for Triton's metrics endpoint: a Prometheus scrape's own timeout is 10 s by default.
+METRICS_TIMEOUT_S = 8.0
 # Inbox entries beside the socket's frames: a response from Triton, or Triton's failure.
 _FROM_TRITON, _TRITON_FAILED = "triton", "failed"
 # Client headers that stay at the gateway: those of the connection between client and gateway (RFC 9110's hop-by-hop
@@ -177,7 +180,8 @@ class Relay:
 class OpenAIGateway:
     """The aiohttp application. ``triton`` is the server's gRPC side; ``api_keys`` empty means no authentication;
     ``streams``, when Triton is on this host, is where its backends write streamed responses; ``cors``, which other
-    origins' pages may call it (none by default, as vllm serve)."""
+    origins' pages may call it (none by default, as vllm serve); ``metrics_url``, Triton's metrics endpoint, which
+    /metrics serves as vllm serve serves its own (without it, /metrics is not a route)."""
 
     def __init__(
         self,
@@ -185,8 +189,11 @@ class OpenAIGateway:
         api_keys: list[str] | None = None,
         streams: StreamSocket | None = None,
         cors: CorsPolicy | None = None,
+        metrics_url: str | None = None,
     ) -> None:
         self.triton = triton
+        self.metrics_url = metrics_url
+        self._http: aiohttp.ClientSession | None = None
         self.cors = cors or CorsPolicy()
         self.catalog = ModelCatalog(triton)
         self.api_keys = [k for k in api_keys or () if k]
@@ -207,6 +214,8 @@ class OpenAIGateway:
         app.router.add_post("/ping", self.health)
         app.router.add_get("/v1/models", self.list_models, allow_head=False)
         app.router.add_get("/version", self.version, allow_head=False)
+        if self.metrics_url is not None:
+            app.router.add_get("/metrics", self.metrics, allow_head=False)
         for endpoint in MODEL_ENDPOINTS:
             app.router.add_post(endpoint, self.generate)
         app.on_cleanup.append(self._close)
@@ -214,6 +223,8 @@ class OpenAIGateway:
 
     async def _close(self, app: web.Application) -> None:
         await self.triton.close()
+        if self._http is not None:
+            await self._http.close()
 
     async def health(self, request: web.Request) -> web.Response:
         """200 while Triton is ready (every model it loaded is ready) and serves a model that speaks OpenAI, and every
@@ -233,6 +244,25 @@ class OpenAIGateway:
             return False
         # 503: its engine is dead; a 500 to every request is how a backend without /health says so (its 404 is not).
         return not set(statuses) & {500, 503}
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """vllm serve's /metrics, where a scrape configured for vllm serve looks: Triton's metrics, which carry each
+        model's vLLM families (``vllm:*``, labelled with the model) when its backend reports them, beside Triton's
+        own. Open without the API key, as vllm serve's is."""
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT_S))
+        try:
+            async with self._http.get(self.metrics_url) as answer:
+                body = await answer.read()
+                if answer.status != 200:
+                    raise aiohttp.ClientError(f"it answered {answer.status}")
+                kind = answer.headers.get("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            reason = str(exc) or f"no answer within {METRICS_TIMEOUT_S:.0f} s"
+            return error_response(
+                f"Triton's metrics endpoint {self.metrics_url} cannot be read: {reason}", HTTPStatus.SERVICE_UNAVAILABLE
+            )
+        return web.Response(body=body, headers={"Content-Type": kind})
 
     async def version(self, request: web.Request) -> web.StreamResponse:
         """The vLLM release of the first ready model's backend, as vllm serve reports its own."""

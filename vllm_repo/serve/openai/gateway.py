@@ -19,7 +19,7 @@ from vllm_repo.serve.openai.app import OpenAIGateway
 from vllm_repo.serve.openai.cors import CorsPolicy
 from vllm_repo.serve.openai.stream_socket import StreamSocket
 from vllm_repo.serve.openai.triton import TritonOpenAIClient
-from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_OPENAI_PORT
+from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_METRICS_PORT, DEFAULT_OPENAI_PORT
 
 # vllm serve reads its API key from here too.
 API_KEY_ENV = "VLLM_API_KEY"
@@ -60,9 +60,8 @@ async def open_stream_socket(mode: StreamSocketMode, triton: str) -> StreamSocke
         return None
 
 
-def grpc_address(triton_url: str, grpc_port: int | None = None) -> str:
-    """Triton's gRPC address from what users pass: ``http://HOST:8000`` (the server they know; its gRPC endpoint is
-    on HOST at ``grpc_port``, Triton's 8001 by default), ``grpc://HOST:PORT`` or ``HOST:PORT``."""
+def _triton_url_parts(triton_url: str) -> tuple[str, str, int | None]:
+    """(scheme, host as it goes in an address, port or None) of what users pass as --triton-url."""
     url = triton_url if "://" in triton_url else f"grpc://{triton_url}"
     parts = urlsplit(url)
     if parts.scheme not in ("http", "grpc") or not parts.hostname:
@@ -74,10 +73,23 @@ def grpc_address(triton_url: str, grpc_port: int | None = None) -> str:
         port = parts.port
     except ValueError as exc:
         raise UsageError(f"--triton-url {triton_url!r}: {exc}") from exc
-    if parts.scheme == "http" or port is None:
-        port = grpc_port or DEFAULT_GRPC_PORT
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return parts.scheme, host, port
+
+
+def grpc_address(triton_url: str, grpc_port: int | None = None) -> str:
+    """Triton's gRPC address from what users pass: ``http://HOST:8000`` (the server they know; its gRPC endpoint is
+    on HOST at ``grpc_port``, Triton's 8001 by default), ``grpc://HOST:PORT`` or ``HOST:PORT``."""
+    scheme, host, port = _triton_url_parts(triton_url)
+    if scheme == "http" or port is None:
+        port = grpc_port or DEFAULT_GRPC_PORT
     return f"{host}:{port}"
+
+
+def metrics_url(triton_url: str, metrics_port: int | None = None) -> str:
+    """Triton's metrics endpoint on the host of ``triton_url``, at ``metrics_port`` (Triton's 8002 by default)."""
+    _, host, _ = _triton_url_parts(triton_url)
+    return f"http://{host}:{metrics_port or DEFAULT_METRICS_PORT}/metrics"
 
 
 def base_url(host: str, port: int) -> str:
@@ -93,13 +105,15 @@ async def serve(
     *,
     stream_socket: StreamSocketMode = StreamSocketMode.AUTO,
     cors: CorsPolicy | None = None,
+    metrics: str | None = None,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve until ``stop`` is set (or the task is cancelled). ``triton``: its gRPC address (grpc_address())."""
+    """Serve until ``stop`` is set (or the task is cancelled). ``triton``: its gRPC address (grpc_address());
+    ``metrics``: its metrics endpoint (metrics_url()), served at /metrics."""
     streams = await open_stream_socket(stream_socket, triton)
     try:
-        gateway = OpenAIGateway(TritonOpenAIClient(triton), api_keys, streams, cors)
+        gateway = OpenAIGateway(TritonOpenAIClient(triton), api_keys, streams, cors, metrics)
         await _serve(gateway, host, port, on_ready, stop)
     finally:
         if streams is not None:
@@ -140,6 +154,7 @@ def run_gateway(
     on_ready: Callable[[str], None] | None = None,
     stream_socket: StreamSocketMode = StreamSocketMode.AUTO,
     cors: CorsPolicy | None = None,
+    metrics: str | None = None,
 ) -> int:
     """Serve in this thread until SIGINT or SIGTERM; returns the exit status."""
 
@@ -149,7 +164,17 @@ def run_gateway(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        await serve(triton, host, port, api_keys, stream_socket=stream_socket, cors=cors, on_ready=on_ready, stop=stop)
+        await serve(
+            triton,
+            host,
+            port,
+            api_keys,
+            stream_socket=stream_socket,
+            cors=cors,
+            metrics=metrics,
+            on_ready=on_ready,
+            stop=stop,
+        )
 
     asyncio.run(main())
     return 0
