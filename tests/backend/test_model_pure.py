@@ -766,6 +766,15 @@ def test_openai_envelope_gives_endpoint_method_and_body():
     assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "body": "{oops"}))[2] == b"{oops"
 
 
+def test_every_route_the_gateway_forwards_by_model_is_one_the_backend_takes_by_post():
+    from vllm_repo.serve.openai.app import MODEL_ENDPOINTS
+
+    for endpoint in MODEL_ENDPOINTS:
+        assert backend.parse_openai_request(envelope({"endpoint": endpoint, "body": {}}))[:2] == (endpoint, "POST")
+    with pytest.raises(backend.OpenAIError, match="/v1/embeddings"):
+        backend.parse_openai_request(envelope({"endpoint": "/v1/embeddings", "body": {}}))
+
+
 def test_openai_envelope_names_the_gateways_stream_socket():
     raw = envelope({"endpoint": "/v1/completions", "body": {}, "stream_to": {"socket": "/run/g/s.sock", "id": 7}})
     assert backend.parse_openai_request(raw).stream_to == backend.StreamTo("/run/g/s.sock", 7)

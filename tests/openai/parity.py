@@ -1,9 +1,10 @@
 """The requests an OpenAI-compatible server must answer exactly as ``vllm serve`` does, and what is compared.
 
-``run_all(base_url)`` sends every request of REQUESTS with the official ``openai`` SDK, one at a time, and returns an
-Observation per request; ``compare(a, b)`` lists where two runs differ. Streams are reassembled from their chunks, so
-only what a client gets in the end is compared (texts, tool calls, finish reasons, logprobs, usage), plus the set of
-fields the answer carries. Ids, ``created`` timestamps and ``system_fingerprint`` differ by design and are left out.
+``run_all(base_url)`` sends every request of REQUESTS with the official ``openai`` SDK (the Anthropic Messages API's
+with the official ``anthropic`` SDK), one at a time, and returns an Observation per request; ``compare(a, b)`` lists
+where two runs differ. Streams are reassembled from their chunks, so only what a client gets in the end is compared
+(texts, tool calls, finish reasons, logprobs, usage), plus the set of fields the answer carries. Ids, ``created``
+timestamps and ``system_fingerprint`` differ by design and are left out.
 
 The requests suit scripts/make_tiny_model.py's model served as ``tiny`` with max_model_len 512: random weights, so the
 texts are noise, but greedy decoding (temperature 0) and seeded sampling make them a function of the server.
@@ -95,7 +96,8 @@ TOOL_ROUND_TRIP = [
 
 @dataclass(frozen=True)
 class Request:
-    """One request: ``endpoint`` is "chat", "completions", "responses" or "models", sent with the SDK, or "http", a
+    """One request: ``endpoint`` is "chat", "completions", "responses" or "models", sent with the openai SDK,
+    "messages", sent with the anthropic SDK (vllm serve's Anthropic Messages API), or "http", a
     plain HTTP request (``method`` on ``path``, from the server's root) for what the SDK has no call for; ``body``
     the SDK call's arguments (vLLM's own parameters go in ``extra_body``, as the SDK wants them) or the JSON body;
     ``expect_status`` the HTTP status vLLM answers with; ``headers`` sent besides the client's own (replacing them
@@ -130,6 +132,11 @@ def _responses(name: str, expect_status: int = 200, **body: Any) -> Request:
     return Request(name, "responses", {"model": MODEL, "input": USER["content"], **body}, expect_status)
 
 
+def _messages(name: str, expect_status: int = 200, **body: Any) -> Request:
+    body = {"model": MODEL, "system": SYSTEM["content"], "messages": [USER], **body}
+    return Request(name, "messages", body, expect_status)
+
+
 def _http(name: str, method: str, path: str, body: dict | None = None, expect_status: int = 200) -> Request:
     return Request(name, "http", body, expect_status, method=method, path=path)
 
@@ -140,7 +147,7 @@ def _named(function: str) -> dict:
 
 def _both_ways(request: Request) -> list[Request]:
     """The request as it is and streamed (with usage), under ``NAME`` and ``NAME/stream``."""
-    usage = {} if request.endpoint == "responses" else {"stream_options": {"include_usage": True}}
+    usage = {} if request.endpoint in ("responses", "messages") else {"stream_options": {"include_usage": True}}
     streamed = {**request.body, "stream": True, **usage}
     return [request, dataclasses.replace(request, name=f"{request.name}/stream", body=streamed)]
 
@@ -203,6 +210,10 @@ _SUCCESSES = [
         temperature=0,
         text={"format": {"type": "json_schema", "name": "city", "schema": CITY_SCHEMA, "strict": True}},
     ),
+    # The Anthropic Messages API (the anthropic SDK takes no sampling parameters of its own any more: vLLM's go in
+    # extra_body).
+    _messages("messages/greedy", max_tokens=12, extra_body={"temperature": 0}),
+    _messages("messages/stop_sequences", max_tokens=32, stop_sequences=[" 100", "#never#"], extra_body=GREEDY),
 ]
 
 _ERRORS = [
@@ -235,6 +246,7 @@ _HTTP = [
     _http("detokenize", "POST", "/detokenize", {"model": MODEL, "tokens": [400, 401, 402, 403]}),
     _http("version", "GET", "/version"),
     _http("ping", "GET", "/ping"),
+    _http("messages/count_tokens", "POST", "/v1/messages/count_tokens", {"model": MODEL, "messages": [USER]}),
     _http("error/tokenize-unknown-model", "POST", "/tokenize", {"model": "no-such-model", "prompt": "x"}, 404),
     _http("error/no-such-path", "GET", "/v1/no-such-path", expect_status=404),
     _http("error/wrong-method", "GET", "/v1/chat/completions", expect_status=405),
@@ -250,6 +262,8 @@ REQUESTS: list[Request] = [
     # An invalid request asked for as a stream: the error comes as an HTTP status, before any chunk.
     _chat("error/temperature/stream", 400, temperature=-1, max_tokens=4, stream=True),
     _responses("error/responses-temperature", 400, temperature=-1, max_output_tokens=4),
+    _messages("error/messages-unknown-model", 404, model="no-such-model", max_tokens=4),
+    _messages("error/messages-temperature", 400, max_tokens=4, extra_body={"temperature": -1}),
     *_HTTP,
 ]
 
@@ -291,14 +305,19 @@ EXCLUDED_KEYS = frozenset({"id", "created", "created_at", "item_id", "system_fin
 
 def run_all(base_url: str, api_key: str | None = None, requests: Iterable[Request] | None = None) -> list[Observation]:
     """Send each request (REQUESTS by default) in order, one at a time, and record what came back."""
+    import anthropic
     import openai
 
     # No retries: an error must be observed as the server first gave it.
     client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=300)
+    # vllm serve's --api-key takes a Bearer token: the anthropic SDK's auth_token (its api_key goes as X-Api-Key).
+    root = base_url.rstrip("/").removesuffix("/v1")
+    messages = anthropic.Anthropic(base_url=root, auth_token=api_key or "EMPTY", max_retries=0, timeout=300)
     try:
-        return [run_one(client, request) for request in (REQUESTS if requests is None else requests)]
+        return [run_one(client, request, messages) for request in (REQUESTS if requests is None else requests)]
     finally:
         client.close()
+        messages.close()
 
 
 def _send_http(client, request: Request, obs: Observation) -> None:
@@ -328,13 +347,46 @@ def _send_http(client, request: Request, obs: Observation) -> None:
         obs.error = payload.get("error", payload) if isinstance(payload, dict) else payload
 
 
-def run_one(client, request: Request) -> Observation:
+# The events of a Messages stream that the server sends; the anthropic SDK adds its own (text, input_json, ...).
+MESSAGES_SERVER_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+
+
+def _send_messages(client, request: Request, obs: Observation) -> None:
+    body = {k: v for k, v in request.body.items() if k != "stream"}
+    if request.stream:
+        with client.messages.stream(**body) as stream:
+            events = [event for event in stream if event.type in MESSAGES_SERVER_EVENTS]
+            final = stream.get_final_message()
+        # A run of one event type counts once, as for the Responses API.
+        obs.events = [kind for kind, _ in itertools.groupby(event.type for event in events)]
+        obs.fields = sorted(set().union(*(_paths(event.to_dict()) for event in events)))
+    else:
+        final = client.messages.create(**body)
+        obs.fields = sorted(_paths(final.to_dict()))
+    obs.response = _strip(final.to_dict())
+
+
+def run_one(client, request: Request, messages=None) -> Observation:
+    """``client``: an openai.OpenAI; ``messages``: an anthropic.Anthropic, for "messages" requests."""
+    import anthropic
     import openai
 
     obs = Observation(request.name, request.endpoint, request.stream, status=200)
     try:
         if request.endpoint == "http":
             _send_http(client, request, obs)
+            return obs
+        if request.endpoint == "messages":
+            _send_messages(messages, request, obs)
             return obs
         if request.endpoint == "responses":
             result = client.responses.create(**request.body, extra_headers=request.headers or None)
@@ -365,7 +417,7 @@ def run_one(client, request: Request) -> Observation:
             _record(obs, result.to_dict())
         if any(name.lower() == "x-request-id" for name in request.headers):
             obs.named_ids = sorted(ids)
-    except openai.APIStatusError as exc:
+    except (openai.APIStatusError, anthropic.APIStatusError) as exc:
         obs.status = exc.status_code
         obs.error = _strip(exc.body) if exc.body is not None else exc.response.text
     return obs

@@ -84,6 +84,27 @@ def test_a_responses_stream_completes_with_its_non_streamed_twins_answer(seen):
         assert streamed.response["usage"] == plain.response["usage"], plain.name
 
 
+def test_a_messages_stream_ends_with_its_non_streamed_twins_message(seen):
+    twins = _twins(seen, ("messages",))
+    assert len(twins) == 2
+    for plain, streamed in twins:
+        assert streamed.events[0] == "message_start" and streamed.events[-1] == "message_stop"
+        assert "content_block_delta" in streamed.events
+        keys = ("content", "stop_reason", "usage")
+        assert {k: streamed.response[k] for k in keys} == {k: plain.response[k] for k in keys}, plain.name
+    stopped = seen["messages/stop_sequences"].response
+    assert (stopped["stop_reason"], stopped["stop_sequence"]) == ("stop_sequence", " 100")
+    assert seen["messages/count_tokens"].response["input_tokens"] > 0
+
+
+def test_messages_errors_are_anthropic_error_objects(seen):
+    errors = [obs for obs in seen.values() if obs.endpoint == "messages" and obs.status != 200]
+    assert len(errors) == 2
+    for obs in errors:
+        assert obs.error["type"] == "error" and obs.error["error"]["message"], obs.name
+    assert seen["error/messages-unknown-model"].error["error"]["type"] == "NotFoundError"
+
+
 def test_tokenize_counts_its_tokens(seen):
     for name in ("tokenize", "tokenize/chat"):
         answer = seen[name].response
@@ -149,7 +170,7 @@ def test_a_loose_tool_gets_any_json(seen):
 
 def test_errors_are_openai_error_objects(seen):
     for obs in seen.values():
-        if obs.status != 200 and obs.name not in FRAMEWORK_ERRORS:
+        if obs.status != 200 and obs.name not in FRAMEWORK_ERRORS and obs.endpoint != "messages":
             assert isinstance(obs.error, dict), obs.name
             assert isinstance(obs.error["message"], str) and obs.error["message"], obs.name
             assert obs.error["code"] == obs.status, obs.name

@@ -139,7 +139,9 @@ def test_launch_hands_its_policy_to_the_gateway_and_openai_reads_it_back(monkeyp
     policy = CorsPolicy.from_options('["https://ui.example"]', True, '["GET", "POST"]', '["Authorization"]')
     started = []
     monkeypatch.setattr(launch_module.subprocess, "Popen", lambda command, **kw: started.append(command))
-    plan = SimpleNamespace(host="127.0.0.1", grpc_port=8001, openai_port=9000, openai_api_keys=[], openai_cors=policy)
+    plan = SimpleNamespace(
+        host="127.0.0.1", grpc_port=8001, metrics_port=18002, openai_port=9000, openai_api_keys=[], openai_cors=policy
+    )
     launch_module.start_openai_gateway(plan)
     argv = started[0][started[0].index("openai") + 1 :]
 
@@ -148,4 +150,5 @@ def test_launch_hands_its_policy_to_the_gateway_and_openai_reads_it_back(monkeyp
     result = CliRunner().invoke(build_app(), ["openai", *argv])
     assert result.exit_code == 0, result.output
     assert seen["cors"] == policy
+    assert seen["metrics"] == "http://127.0.0.1:18002/metrics"  # launch's own metrics port, not Triton's default
     assert json.loads(argv[argv.index("--allowed-origins") + 1]) == ["https://ui.example"]

@@ -275,6 +275,22 @@ def test_the_api_key_is_required_and_health_is_open(gateway):
         assert response.status == 200
 
 
+def test_the_anthropic_messages_api_answers_the_anthropic_sdk_with_the_api_key_as_bearer(gateway):
+    """vllm serve's Messages API, as Claude Code and the anthropic SDK call it (its key as a Bearer token)."""
+    anthropic = pytest.importorskip("anthropic")
+    root = gateway.base_url.removesuffix("/v1")
+    client = anthropic.Anthropic(base_url=root, auth_token=API_KEY, max_retries=0, timeout=120)
+    asked = {"model": "tiny", "max_tokens": 6, "messages": CHAT, "extra_body": {"ignore_eos": True, "temperature": 0}}
+    message = client.messages.create(**asked)
+    assert (message.stop_reason, message.usage.output_tokens) == ("max_tokens", 6)
+    with client.messages.stream(**asked) as stream:
+        streamed = "".join(stream.text_stream)
+    assert streamed == message.content[0].text != ""
+    refused = anthropic.Anthropic(base_url=root, auth_token="wrong", max_retries=0, timeout=30)
+    with pytest.raises(anthropic.AuthenticationError):
+        refused.messages.create(**asked)
+
+
 def metric_families(url: str) -> tuple[set[str], str]:
     """The metric families a Prometheus endpoint declares (its # TYPE lines), and its content type."""
     with urllib.request.urlopen(url, timeout=10) as response:

@@ -425,7 +425,9 @@ def test_health_asks_every_models_backend_whether_its_engine_lives(backend_healt
     run(scenario())
 
 
-@pytest.mark.parametrize("path", ["/v1/responses", "/tokenize", "/detokenize"])
+@pytest.mark.parametrize(
+    "path", ["/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize"]
+)
 def test_vllm_serves_other_model_routes_each_goes_to_the_backend_of_the_model_it_names(path):
     async def scenario():
         triton = StandInTriton(models=("tiny", "other"), script={"other": [Chunk(200, b'{"ok": 1}', True)]})

@@ -18,7 +18,7 @@ overridden by the former); ``lora_name`` picks an adapter from ``<version>/multi
 
 OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP request):
   input   openai_request (STRING [1]): UTF-8 JSON {"endpoint": one of OPENAI_ENDPOINTS ("/v1/chat/completions",
-          "/v1/completions", "/v1/responses", "/tokenize", "/v1/models", ...), "body": {...}, "headers": [[NAME,
+          "/v1/completions", "/v1/responses", "/v1/messages", "/tokenize", ...), "body": {...}, "headers": [[NAME,
           VALUE], ...]} (body: the client's JSON object, or a string of its raw body; none for a GET; headers: the
           client's). With it, every other input is ignored (text_input is still required: send "").
   outputs openai_status (INT32 [1], the HTTP status, on every response), openai_response (STRING [1], bytes to write
@@ -723,6 +723,9 @@ OPENAI_ENDPOINTS = {
     "/tokenize": "POST",
     "/detokenize": "POST",
     "/version": "GET",
+    # The Anthropic Messages API, which vllm serve's app serves beside OpenAI's.
+    "/v1/messages": "POST",
+    "/v1/messages/count_tokens": "POST",
 }
 # vllm serve options the backend sets itself: the served model is the Triton model, the adapters are multi_lora.json's.
 # api_key: the gateway is the HTTP server and authenticates; it keeps the Authorization header to itself.

@@ -83,8 +83,8 @@ def launch(
         typer.Option(
             "--openai-port",
             metavar="PORT",
-            help="Also serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models) on this "
-            "port.",
+            help="Also serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models) and "
+            "the Anthropic Messages API (/v1/messages) on this port.",
         ),
     ] = None,
     api_key: Annotated[list[str] | None, api_key_option("With --openai-port: ")] = None,

@@ -87,8 +87,8 @@ def openai(
     allowed_methods: Annotated[str | None, CORS["allowed_methods"]] = None,
     allowed_headers: Annotated[str | None, CORS["allowed_headers"]] = None,
 ) -> None:
-    """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions, /v1/responses) in front of a running
-    Triton."""
+    """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions, /v1/responses) and the Anthropic
+    Messages API (/v1/messages) in front of a running Triton."""
     from vllm_repo.errors import UsageError
     from vllm_repo.serve.openai import (
         CorsPolicy,

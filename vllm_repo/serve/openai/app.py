@@ -26,8 +26,17 @@ from vllm_repo.serve.openai.triton import Chunk, TritonOpenAIClient, TritonUnava
 
 # The paths vllm serve's --api-key guards (its AuthenticationMiddleware): everything under /v1, never /health.
 GUARDED_PREFIX = "/v1"
-# The POST routes of vllm serve whose JSON body names the model: each goes to that model's backend.
-MODEL_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
+# The POST routes of vllm serve whose JSON body names the model: each goes to that model's backend. /v1/messages is
+# the Anthropic Messages API, which vllm serve serves beside OpenAI's.
+MODEL_ENDPOINTS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/tokenize",
+    "/detokenize",
+)
 NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
 # How long a stream whose Triton side has ended may wait for the rest of its bytes on the stream socket: the backend
 # writes them before its final response, so they are at most a moment behind.
