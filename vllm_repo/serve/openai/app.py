@@ -9,6 +9,7 @@ model when no backend is there to say so, authentication) follows ``vllm serve``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
@@ -227,6 +228,8 @@ class OpenAIGateway:
             app.router.add_get("/metrics", self.metrics, allow_head=False)
         for endpoint in MODEL_ENDPOINTS:
             app.router.add_post(endpoint, self.generate)
+        app.router.add_get("/v1/responses/{response_id}", self.stored_response, allow_head=False)
+        app.router.add_post("/v1/responses/{response_id}/cancel", self.stored_response)
         app.on_cleanup.append(self._close)
         return app
 
@@ -286,6 +289,39 @@ class OpenAIGateway:
         if not self.catalog.models:
             return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
         return await self._forward(request, self.catalog.models[0], body, False)
+
+    async def stored_response(self, request: web.Request) -> web.StreamResponse:
+        """A stored response, retrieved or cancelled (vllm serve keeps them with VLLM_ENABLE_RESPONSES_API_STORE=1).
+        Its id names no model, so each ready model's backend is asked in turn: the first that knows the id answers,
+        and when none does, the last one's 404 is the answer, as vllm serve's."""
+        try:
+            await self.catalog.refresh()
+        except TritonUnavailable as exc:
+            return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
+        models = self.catalog.models
+        if not models:
+            return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
+        # ?stream=true replays a background response's events.
+        relay = Relay(request, streamed=request.query.get("stream", "").lower() == "true")
+        headers = forwarded_headers(request)
+        for model in models:
+            answered = model == models[-1]
+            chunks = self.triton.call(model, request.path_qs, None, headers=headers)
+            try:
+                async with contextlib.aclosing(chunks):
+                    async for chunk in chunks:
+                        if not answered and chunk.status == HTTPStatus.NOT_FOUND:
+                            break  # not this backend's: ask the next
+                        answered = True
+                        await relay.from_triton(chunk)
+            except TritonUnavailable as exc:  # a model unloaded since the catalog's look is skipped, unless last
+                if relay.response is not None:
+                    await relay.failed(exc)
+                elif answered:
+                    return await self._refused(model, exc)
+            if answered:
+                break
+        return await relay.finish()
 
     async def list_models(self, request: web.Request) -> web.Response:
         try:
