@@ -352,21 +352,28 @@ def test_bodies_that_are_not_a_json_object_go_to_a_backend_as_text_for_vllms_ans
     run(scenario())
 
 
-def test_an_error_in_mid_stream_ends_the_stream_with_an_error_event():
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_an_error_in_mid_stream_ends_the_stream_with_an_error_event(path):
     script = {"tiny": [Chunk(200, b"data: 1\n\n", False), TritonUnavailable("the model was unloaded")]}
 
     async def scenario():
         client = await _client(StandInTriton(script=script))
         try:
-            response = await client.post("/v1/chat/completions", json={"model": "tiny", "stream": True})
-            events = (await response.read()).decode().split("\n\n")
-            assert events[0] == "data: 1"
-            assert json.loads(events[1].removeprefix("data: "))["error"]["message"] == "the model was unloaded"
-            assert events[2] == "data: [DONE]"
+            response = await client.post(path, json={"model": "tiny", "stream": True})
+            return (await response.read()).decode().split("\n\n")
         finally:
             await client.close()
 
-    run(scenario())
+    events = run(scenario())
+    assert events[0] == "data: 1"
+    if path == "/v1/messages":  # the anthropic SDK reads only named events: an error must be one
+        kind, data = events[1].split("\n")
+        assert kind == "event: error" and events[2:] == [""]
+        error = json.loads(data.removeprefix("data: "))
+        assert error == {"type": "error", "error": {"type": "internal_error", "message": "the model was unloaded"}}
+    else:
+        assert json.loads(events[1].removeprefix("data: "))["error"]["message"] == "the model was unloaded"
+        assert events[2:] == ["data: [DONE]", ""]
 
 
 def test_a_client_that_goes_away_closes_its_triton_call():

@@ -472,7 +472,9 @@ def test_without_a_usable_temporary_directory_the_gateway_goes_without_the_socke
     assert list(deep.iterdir()) == []  # the directory made for it is gone again
 
 
-async def _serve_with_app(streams, app, monkeypatch, errors=None, sent=None, use_socket=True, headers=None):
+async def _serve_with_app(
+    streams, app, monkeypatch, errors=None, sent=None, use_socket=True, headers=None, endpoint="/v1/chat/completions"
+):
     """The backend's _serve_openai on one streamed request, with ``app`` in place of vLLM's; the request's inbox on
     the gateway's socket, and the final responses handed to the final-sends thread. Errors the backend logs go to
     ``errors`` (none are expected without it), the responses it sends before the final to ``sent``; without
@@ -504,7 +506,7 @@ async def _serve_with_app(streams, app, monkeypatch, errors=None, sent=None, use
     job = backend._OpenAIJob(
         types.SimpleNamespace(send=lambda response, flags: (sent if sent is not None else []).append(response)),
         "r1",
-        "/v1/chat/completions",
+        endpoint,
         "POST",
         b"{}",
         stream_to=backend.StreamTo(streams.path, inbox.id) if use_socket else None,
@@ -563,9 +565,12 @@ def test_the_client_gets_the_headers_at_start_before_the_first_chunk():
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/messages"])
 @pytest.mark.parametrize("use_socket", [True, False], ids=["socket", "through-triton"])
 @pytest.mark.parametrize("fails", ["mid-stream", "after-the-last-chunk"])
-def test_an_app_that_fails_after_its_stream_began_ends_the_stream_with_an_error_event(fails, use_socket, monkeypatch):
+def test_an_app_that_fails_after_its_stream_began_ends_the_stream_with_an_error_event(
+    fails, use_socket, endpoint, monkeypatch
+):
     # vLLM's app answers its own errors; a failing middleware (or a bug) raises through it instead. The stream then
     # ends at once, as vLLM's generators end one (an error event, [DONE]), not when the gateway gives up waiting.
     async def app(scope, receive, send):
@@ -581,7 +586,7 @@ def test_an_app_that_fails_after_its_stream_began_ends_the_stream_with_an_error_
         streams = await StreamSocket().start()
         try:
             inbox, serving, finals = await _serve_with_app(
-                streams, app, monkeypatch, errors=errors, sent=sent, use_socket=use_socket
+                streams, app, monkeypatch, errors=errors, sent=sent, use_socket=use_socket, endpoint=endpoint
             )
             await asyncio.wait_for(serving, 5)
             assert len(finals) == 1
@@ -603,7 +608,13 @@ def test_an_app_that_fails_after_its_stream_began_ends_the_stream_with_an_error_
 
     events = asyncio.run(scenario()).decode().split("\n\n")
     assert events[0] == "data: 1"
-    if fails == "mid-stream":
+    if fails == "mid-stream" and endpoint == "/v1/messages":  # an error event, the only kind its clients read
+        kind, data = events[1].split("\n")
+        assert kind == "event: error" and events[2:] == [""]
+        error = json.loads(data.removeprefix("data: "))
+        assert error == {"type": "error", "error": {"type": "internal_error", "message": error["error"]["message"]}}
+        assert error["error"]["message"] == "RuntimeError: a middleware broke"
+    elif fails == "mid-stream":
         error = json.loads(events[1].removeprefix("data: "))["error"]
         assert error["message"] == "RuntimeError: a middleware broke" and error["code"] == 500
         assert events[2:] == ["data: [DONE]", ""]

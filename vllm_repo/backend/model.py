@@ -886,6 +886,15 @@ def parse_openai_request(raw: Any) -> OpenAIEnvelope:
     )
 
 
+def failed_stream_tail(endpoint: str, message: str) -> bytes:
+    """What ends a stream whose answer failed after it began, as vLLM's own generators end one: for the Anthropic
+    Messages API an ``error`` event (its clients read no other), otherwise an error object and [DONE]."""
+    if endpoint.startswith("/v1/messages"):
+        error = {"type": "error", "error": {"type": "internal_error", "message": message}}
+        return b"event: error\ndata: " + openai_json(error) + b"\n\n"
+    return b"data: " + openai_error_body(message, 500, "InternalServerError") + b"\n\ndata: [DONE]\n\n"
+
+
 def stream_frames(stream_id: int, data: bytes, last: bool) -> bytes:
     """A DATA frame of ``data`` (none when it is empty), and the END frame when ``last``."""
     frames = STREAM_FRAME.pack(stream_id, STREAM_FRAME_DATA, len(data)) + data if data else b""
@@ -2255,9 +2264,9 @@ class TritonPythonModel:
             self._live.pop(job.request_id, None)
 
     def _end_failed_stream(self, job: _OpenAIJob, message: str) -> None:
-        """A streamed answer whose app failed after it began ends as vLLM's own generators end a failing stream: an
-        error event, then [DONE]. Its END frame goes too, or the gateway would wait for bytes that never come."""
-        event = b"data: " + openai_error_body(message, 500, "InternalServerError") + b"\n\ndata: [DONE]\n\n"
+        """A streamed answer whose app failed after it began ends as vLLM's own generators end a failing stream
+        (failed_stream_tail). Its END frame goes too, or the gateway would wait for bytes that never come."""
+        event = failed_stream_tail(job.endpoint, message)
         job.body_complete = True
         if job.stream_link is None:
             job.joiner.push(event)

@@ -176,7 +176,12 @@ class Relay:
         await self._stream()
 
     async def failed(self, exc: TritonUnavailable) -> None:
-        """Mid-stream, as vLLM itself reports an error once the stream has begun: an error event, then [DONE]."""
+        """Mid-stream, as vLLM itself reports an error once the stream has begun: an error object, then [DONE]; for
+        the Anthropic Messages API an ``error`` event, the only kind its clients read."""
+        if self.request.path.startswith("/v1/messages"):
+            error = json.dumps({"type": "error", "error": {"type": "internal_error", "message": str(exc)}})
+            await self.response.write(f"event: error\ndata: {error}\n\n".encode())
+            return
         event = error_body(str(exc), HTTPStatus.INTERNAL_SERVER_ERROR).decode()
         await self.response.write(f"data: {event}\n\ndata: [DONE]\n\n".encode())
 
