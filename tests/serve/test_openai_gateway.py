@@ -218,6 +218,7 @@ def test_the_clients_headers_go_to_the_backend_less_the_connections_and_credenti
                     "X-Vllm-Priority": "3",
                     "Authorization": "Bearer k",
                     "Cookie": "session=secret",
+                    "X-Api-Key": "sk-ant-secret",  # what the anthropic SDK sends its key as
                     "Connection": "keep-alive, X-Hop",
                     "X-Hop": "gateway only",
                 },
@@ -227,7 +228,7 @@ def test_the_clients_headers_go_to_the_backend_less_the_connections_and_credenti
             names = [name for name, _ in forwarded]
             assert ["content-type", "text/plain"] in forwarded
             assert ["x-request-id", "req-1"] in forwarded and ["x-vllm-priority", "3"] in forwarded
-            for kept in ("authorization", "cookie", "connection", "x-hop", "host", "content-length"):
+            for kept in ("authorization", "cookie", "x-api-key", "connection", "x-hop", "host", "content-length"):
                 assert kept not in names
             assert names == [name.lower() for name in names]
         finally:

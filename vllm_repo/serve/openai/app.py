@@ -48,7 +48,8 @@ METRICS_TIMEOUT_S = 8.0
 _FROM_TRITON, _TRITON_FAILED = "triton", "failed"
 # Client headers that stay at the gateway: those of the connection between client and gateway (RFC 9110's hop-by-hop
 # fields, and any the Connection header names), the length, which the backend sets for the body it passes on, and the
-# credentials the gateway checks itself, kept out of Triton's request traces. vLLM's app gets every other one, as
+# credentials, kept out of Triton's request traces: those the gateway checks itself, and X-Api-Key, where the anthropic
+# SDK sends its key (vLLM reads it nowhere; vllm serve's --api-key takes a Bearer token). vLLM's app gets the rest, as
 # vllm serve's does: it reads Content-Type (it refuses all but JSON), X-Request-Id (the answer's id), X-Vllm-Priority,
 # X-Session-ID, X-data-parallel-rank and the trace context.
 HEADERS_KEPT_AT_GATEWAY = frozenset(
@@ -66,6 +67,7 @@ HEADERS_KEPT_AT_GATEWAY = frozenset(
         "trailer",
         "transfer-encoding",
         "upgrade",
+        "x-api-key",
     }
 )
 
