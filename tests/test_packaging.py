@@ -29,3 +29,8 @@ def test_the_bundled_data_is_where_the_package_reads_it():
 
     assert _schema_dir().samefile(ROOT / "schemas" / "engine_args")
     assert len(bundled_versions()) == len(list((ROOT / "schemas" / "engine_args").glob("vllm-*.json")))
+    from vllm_repo.schema.serve_options import bundled_path
+
+    assert bundled_path().samefile(ROOT / "schemas" / "serve_options.json")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "*.json" in pyproject["tool"]["setuptools"]["package-data"]["vllm_repo._schemas"]

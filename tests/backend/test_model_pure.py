@@ -79,6 +79,15 @@ def test_model_py_carries_the_same_contract_as_contract_py():
     assert backend.FALSE_STRINGS == contract.FALSE_STRINGS
 
 
+def test_the_backend_looks_for_vllm_serves_parser_where_every_bundled_release_has_it():
+    from vllm_repo.schema.serve_options import PARSER_MODULES, bundled_serve_options
+
+    assert backend._SERVE_PARSER_MODULES == PARSER_MODULES
+    # The bundled options were read through that list: 0.33 keeps the parser in entrypoints.common, 0.29-0.32 in
+    # entrypoints.launchers, older releases in entrypoints.openai.
+    assert {"0.26.0", "0.29.0", "0.33.0"} <= set(bundled_serve_options())
+
+
 def test_model_py_imports_nothing_from_its_package_and_no_clashing_module_names():
     source = Path(backend.__file__).read_text(encoding="utf-8")
     imports = [line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))]

@@ -62,3 +62,52 @@ def test_vr705_a_chat_template_file_that_is_not_there(repo):
     assert "templates/chat.jinja" in d.message and d.line == 2
     with_openai(repo, {"chat_template": "templates/chat.jinja"}, **{"1/templates/chat.jinja": "{{ messages }}"})
     assert "VR705" not in codes(run(repo.root))
+
+
+def test_vr706_an_option_the_chosen_release_does_not_have(repo):
+    with_openai(repo, {"enable_auto_tool_choice": True, "tool_call_parsr": "hermes"})
+    (d,) = only(run(repo.root), "VR706")
+    assert "'tool_call_parsr'" in d.message and d.line == 3 and d.severity.value == "error"
+    assert d.hint == "did you mean 'tool_call_parser'?"
+    # vllm serve's gRPC server came after 0.26: its option is refused there, and the hint says where it is.
+    with_openai(repo, {"grpc_port": 50051})
+    (d,) = only(run(repo.root, vllm_version="0.26.0"), "VR706")
+    assert "0.26.0" in d.message and "0.32.0" in d.hint
+    assert "VR706" not in codes(run(repo.root, vllm_version="0.32.0"))
+    with_openai(repo, {"no_such_option_anywhere": 1})
+    (d,) = only(run(repo.root), "VR706")
+    assert "vllm serve --help" in d.hint
+
+
+def test_vr706_for_a_release_whose_parser_was_not_read_only_a_near_miss_warns(repo, monkeypatch):
+    from vllm_repo.schema import serve_options
+
+    others = {"0.1.0": frozenset({"tool_call_parser", "chat_template"})}
+    monkeypatch.setattr(serve_options, "bundled_serve_options", lambda: others)
+    with_openai(repo, {"tool_call_parsr": "hermes", "an_option_of_another_release": True})
+    (d,) = only(run(repo.root), "VR706")
+    assert d.severity.value == "warning" and d.hint == "did you mean 'tool_call_parser'?"
+
+
+def test_vr706_names_the_runs_of_releases_that_have_an_option():
+    from vllm_repo.validate.rules.vr7_openai_json import _spans
+
+    releases = ["0.7.0", "0.8.1", "0.9.2", "0.10.0", "0.32.0"]
+    assert _spans(releases, [True, True, False, False, True]) == "0.7.0 to 0.8.1, 0.32.0"
+    assert _spans(releases, [False, False, True, True, True]) == "0.9.2 to 0.32.0"
+
+
+def test_the_bundled_serve_options_hold_what_the_rules_name():
+    from vllm_repo.backend.contract import OPENAI_OPTIONS_SET_BY_BACKEND
+    from vllm_repo.schema.loader import bundled_versions
+    from vllm_repo.schema.serve_options import bundled_serve_options
+    from vllm_repo.validate.rules.vr7_openai_json import SERVER_OPTIONS
+
+    releases = bundled_serve_options()
+    assert list(releases) == list(bundled_versions())  # every bundled release, oldest first
+    known = frozenset().union(*releases.values())
+    # Every option VR702 and VR704 name is one of vllm serve's own (model_tag is its positional argument, and
+    # served_model_name an engine argument it takes).
+    assert set(SERVER_OPTIONS) | (set(OPENAI_OPTIONS_SET_BY_BACKEND) - {"model_tag", "served_model_name"}) <= known
+    # None of them is an engine argument: VR703 would answer for it otherwise.
+    assert "max_model_len" not in known and "tool_call_parser" in releases["0.26.0"]

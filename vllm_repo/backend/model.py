@@ -1524,6 +1524,16 @@ def _first(array: np.ndarray | None) -> Any:
     return flat[0] if flat.size else None
 
 
+# Where vllm serve's parser (make_arg_parser, validate_parsed_serve_args) lives, newest first: vLLM 0.29 moved it from
+# entrypoints.openai to entrypoints.launchers, 0.33 to entrypoints.common. vllm_repo.schema.serve_options reads the
+# same list.
+_SERVE_PARSER_MODULES = (
+    "vllm.entrypoints.common.cli_args",
+    "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.cli_args",
+)
+
+
 def _import_first(modules: Sequence[str], name: str) -> Any:
     """``name`` from the first of ``modules`` that has it: vLLM moves its entrypoints between releases."""
     import importlib
@@ -2415,9 +2425,7 @@ class TritonPythonModel:
     def _openai_parse_args(self, options: Mapping[str, Any]) -> Any:
         """vllm serve's argument namespace for openai.json's frontend options, parsed and checked by vLLM's own
         parser (make_arg_parser), with the adapters of multi_lora.json as its lora_modules."""
-        make_arg_parser = _import_first(
-            ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"), "make_arg_parser"
-        )
+        make_arg_parser = _import_first(_SERVE_PARSER_MODULES, "make_arg_parser")
         parser_cls = _import_first(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
         path = os.path.join(self._version_dir, OPENAI_FILE)
         parser = make_arg_parser(parser_cls())
@@ -2435,10 +2443,7 @@ class TritonPythonModel:
         except SystemExit:
             raise BackendConfigError(f"{path}: vLLM's parser refused {argv}") from None
         try:
-            validate = _import_first(
-                ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"),
-                "validate_parsed_serve_args",
-            )
+            validate = _import_first(_SERVE_PARSER_MODULES, "validate_parsed_serve_args")
         except ImportError:
             validate = None
         if validate is not None:

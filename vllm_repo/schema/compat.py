@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 # Optional libraries some releases import at module level that the introspecting environment may lack; nothing of
-# them reaches EngineArgs (vLLM 0.13-0.22 import gguf for the GGUF weight loader, 0.5 librosa, soundfile and outlines).
-_STUBBED_IF_MISSING = ("gguf", "librosa", "soundfile", "outlines")
+# them reaches EngineArgs (vLLM 0.13-0.22 import gguf for the GGUF weight loader, 0.5 librosa, soundfile and outlines)
+# or vllm serve's parser (0.11-0.14's OpenAI entrypoints import diskcache).
+_STUBBED_IF_MISSING = ("gguf", "librosa", "soundfile", "outlines", "diskcache")
 
 
 class _Anything:

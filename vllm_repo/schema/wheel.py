@@ -115,8 +115,15 @@ def _package_shim(workdir: Path) -> Path:
     return shim
 
 
-def run_generator(python: str, extra_path: list[Path], timeout: float = 600, compat: bool = False) -> dict[str, Any]:
-    """Run :mod:`vllm_repo.schema.generate` in ``python`` with ``extra_path`` first on sys.path; return its document."""
+def run_generator(
+    python: str,
+    extra_path: list[Path],
+    timeout: float = 600,
+    compat: bool = False,
+    module: str = "vllm_repo.schema.generate",
+) -> dict[str, Any]:
+    """Run ``module`` (:mod:`vllm_repo.schema.generate`, or another with its ``--output FILE``) in ``python`` with
+    ``extra_path`` first on sys.path; return the document it writes."""
     with tempfile.TemporaryDirectory(prefix="vllm-repo-schema-") as work:
         workdir = Path(work)
         shim = _package_shim(workdir)
@@ -128,7 +135,7 @@ def run_generator(python: str, extra_path: list[Path], timeout: float = 600, com
         if compat:
             env["VLLM_REPO_SCHEMA_COMPAT"] = "1"
         # Run from the work directory: the current directory must not shadow anything.
-        cmd = [python, "-m", "vllm_repo.schema.generate", "--output", str(out)]
+        cmd = [python, "-m", module, "--output", str(out)]
         try:
             result = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as exc:

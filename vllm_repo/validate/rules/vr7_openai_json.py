@@ -14,7 +14,7 @@ from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
-from vllm_repo.validate.rules.common import not_one_json_object, path_exists
+from vllm_repo.validate.rules.common import did_you_mean, not_one_json_object, path_exists
 
 _GATEWAY_FLAGS = "give it to `vllm-repo launch --openai-port` or `vllm-repo openai` instead"
 _NO_HTTP_SERVER = "it configures vllm serve's own HTTP server, which the backend does not run"
@@ -200,3 +200,70 @@ def chat_template_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[
                 hint="put the template there, give its path relative to the version directory, or write the "
                 "template itself",
             )
+
+
+@rule("VR706", "openai-option-unknown", Severity.ERROR)
+def openai_option_unknown(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """An openai.json key that is no vllm serve option of the chosen release (the backend refuses to load the model).
+
+    Most often a misspelt option: the backend checks openai.json with vLLM's parser at load. The options are those
+    of vllm serve's own parser beyond EngineArgs, read from each bundled release (schemas/serve_options.json). For a
+    release not read there, only a key close to a known option is reported, as a warning.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
+        # llm/1/openai.json
+        {"enable_auto_tool_choice": true, "tool_call_parsr": "hermes"}
+    """
+    from vllm_repo.schema.serve_options import bundled_serve_options
+
+    for doc, key in openai_keys(model):
+        if key in OPENAI_OPTIONS_SET_BY_BACKEND or ctx.schema.get(key) is not None:
+            continue  # VR702's and VR703's
+        releases = bundled_serve_options()
+        release = ctx.schema.vllm_version
+        options = releases.get(release)
+        if options is None:  # a release whose parser was not read: only what is surely a misspelling
+            known = frozenset().union(*releases.values())
+            close = None if key in known else did_you_mean(key, sorted(known))
+            if close is not None:
+                yield Finding(
+                    doc.path,
+                    f"'{key}' is no vllm serve option of the releases vllm-repo knows",
+                    doc.position_of(key),
+                    hint=f"did you mean '{close}'?",
+                    severity=Severity.WARNING,
+                )
+            continue
+        if key in options:
+            continue
+        close = did_you_mean(key, sorted(options))
+        having = [key in opts for opts in releases.values()]
+        if close is not None:
+            hint = f"did you mean '{close}'?"
+        elif any(having):
+            hint = f"vLLM {_spans(list(releases), having)} has it: choose such a release, or remove it"
+        else:
+            hint = "remove it (`vllm serve --help` lists the options)"
+        yield Finding(
+            doc.path,
+            f"'{key}' is no vllm serve option of vLLM {release}: the backend refuses to load the model with it",
+            doc.position_of(key),
+            hint=hint,
+        )
+
+
+def _spans(releases: list[str], having: list[bool]) -> str:
+    """The runs of consecutive releases that have something: "0.10.0 to 0.12.0, 0.32.0"."""
+    runs: list[list[str]] = []
+    for index, (release, has) in enumerate(zip(releases, having, strict=True)):
+        if has:
+            if index and having[index - 1]:
+                runs[-1].append(release)
+            else:
+                runs.append([release])
+    return ", ".join(run[0] if len(run) == 1 else f"{run[0]} to {run[-1]}" for run in runs)
