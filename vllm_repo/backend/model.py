@@ -729,10 +729,11 @@ OPENAI_ENDPOINTS = {
     "/v1/messages/count_tokens": "POST",
 }
 # Routes whose path names a stored response (vllm serve keeps them with VLLM_ENABLE_RESPONSES_API_STORE=1).
-OPENAI_ID_ENDPOINTS = (
-    (re.compile(r"/v1/responses/[^/]+"), "GET"),
-    (re.compile(r"/v1/responses/[^/]+/cancel"), "POST"),
-)
+OPENAI_ID_ENDPOINTS = {"/v1/responses/{id}": "GET", "/v1/responses/{id}/cancel": "POST"}
+_OPENAI_ID_PATTERNS = [
+    (re.compile(re.escape(route).replace(re.escape("{id}"), "[^/]+")), method)
+    for route, method in OPENAI_ID_ENDPOINTS.items()
+]
 
 
 def openai_method(path: Any) -> str | None:
@@ -741,7 +742,7 @@ def openai_method(path: Any) -> str | None:
         return None
     method = OPENAI_ENDPOINTS.get(path)
     if method is None:
-        method = next((m for pattern, m in OPENAI_ID_ENDPOINTS if pattern.fullmatch(path)), None)
+        method = next((m for pattern, m in _OPENAI_ID_PATTERNS if pattern.fullmatch(path)), None)
     return method
 
 
@@ -866,7 +867,7 @@ def parse_openai_request(raw: Any) -> OpenAIEnvelope:
         raise OpenAIError(
             404,
             f"openai_request: endpoint {json.dumps(endpoint)} is not served; the backend serves "
-            + ", ".join([*OPENAI_ENDPOINTS, "/v1/responses/{id}", "/v1/responses/{id}/cancel"]),
+            + ", ".join([*OPENAI_ENDPOINTS, *OPENAI_ID_ENDPOINTS]),
             "NotFoundError",
         )
     body = envelope.get("body")

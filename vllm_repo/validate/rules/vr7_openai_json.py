@@ -221,14 +221,20 @@ def openai_option_unknown(model: ModelDirectory, ctx: CheckContext) -> Iterator[
     """
     from vllm_repo.schema.serve_options import bundled_serve_options
 
-    for doc, key in openai_keys(model):
-        if key in OPENAI_OPTIONS_SET_BY_BACKEND or ctx.schema.get(key) is not None:
-            continue  # VR702's and VR703's
-        releases = bundled_serve_options()
-        release = ctx.schema.vllm_version
-        options = releases.get(release)
+    # Keys the backend sets (VR702) and engine arguments (VR703) are other rules' findings.
+    keys = [
+        (doc, key)
+        for doc, key in openai_keys(model)
+        if key not in OPENAI_OPTIONS_SET_BY_BACKEND and ctx.schema.get(key) is None
+    ]
+    if not keys:
+        return
+    releases = bundled_serve_options()
+    release = ctx.schema.vllm_version
+    options = releases.get(release)
+    known = frozenset().union(*releases.values())
+    for doc, key in keys:
         if options is None:  # a release whose parser was not read: only what is surely a misspelling
-            known = frozenset().union(*releases.values())
             close = None if key in known else did_you_mean(key, sorted(known))
             if close is not None:
                 yield Finding(
@@ -238,23 +244,23 @@ def openai_option_unknown(model: ModelDirectory, ctx: CheckContext) -> Iterator[
                     hint=f"did you mean '{close}'?",
                     severity=Severity.WARNING,
                 )
-            continue
-        if key in options:
-            continue
-        close = did_you_mean(key, sorted(options))
-        having = [key in opts for opts in releases.values()]
-        if close is not None:
-            hint = f"did you mean '{close}'?"
-        elif any(having):
-            hint = f"vLLM {_spans(list(releases), having)} has it: choose such a release, or remove it"
-        else:
-            hint = "remove it (`vllm serve --help` lists the options)"
-        yield Finding(
-            doc.path,
-            f"'{key}' is no vllm serve option of vLLM {release}: the backend refuses to load the model with it",
-            doc.position_of(key),
-            hint=hint,
-        )
+        elif key not in options:
+            yield Finding(
+                doc.path,
+                f"'{key}' is no vllm serve option of vLLM {release}: the backend refuses to load the model with it",
+                doc.position_of(key),
+                hint=_unknown_option_hint(key, options, releases),
+            )
+
+
+def _unknown_option_hint(key: str, options: frozenset[str], releases: dict[str, frozenset[str]]) -> str:
+    close = did_you_mean(key, sorted(options))
+    if close is not None:
+        return f"did you mean '{close}'?"
+    having = [key in release_options for release_options in releases.values()]
+    if any(having):
+        return f"vLLM {_spans(list(releases), having)} has it: choose such a release, or remove it"
+    return "remove it (`vllm serve --help` lists the options)"
 
 
 def _spans(releases: list[str], having: list[bool]) -> str:
