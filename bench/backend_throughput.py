@@ -1,5 +1,6 @@
 """Tokens/s and time to first token through Triton + the bundled backend, against raw AsyncLLM on the same engine
-settings, at concurrency 1 and 32, alternating the paths round by round (a shared machine is noisy).
+settings, at each concurrency of --concurrency (1 and 32 by default; 1,32,128,256,512 on the H200), alternating the
+paths round by round (a shared machine is noisy).
 
 Run by hand with the serving Python (vLLM; tritonclient for the gRPC client), from the repository root:
 
@@ -15,10 +16,15 @@ Triton side: a real Triton server (vllm_repo.serve.server) with the backend, one
   connection per worker);
 - grpc: tritonclient's gRPC aio streaming client, one stream per request.
 Raw side: AsyncLLM in this process with the same engine arguments, consumed with DELTA outputs. Both engines stay
-loaded for the whole run; only one is busy at a time. CPU seconds per process are recorded for each measurement at
-concurrency 32 (the load generator shares the machine's cores with the server).
+loaded for the whole run; only one is busy at a time. For each measurement above concurrency 1: CPU seconds per
+process and per thread of the backend's stub (the load generator shares the machine's cores with the server, and its
+own CPU shows whether it is the limit), and responses per request (what vLLM merged into one response).
+--before FILE serves a second model with another backend model.py (e.g. `git show REV:vllm_repo/backend/model.py`)
+in the same server, driven as triton_http_before: a before/after in one run. --py-spy-at C,... records the stubs with
+py-spy (raw stacks per thread) during the first round at those concurrencies.
 Targets: on a 2-core machine >= 0.8x raw throughput at concurrency 32 and <= 2 ms added median TTFT at concurrency 1;
-on an H200 with an 8B-shaped model >= 0.97x raw.
+on an H200 with an 8B-shaped model >= 0.98x raw at 32, 128 and 256 streams, >= 0.95x at 512, median TTFT at 1 stream
+within +1 ms of raw.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import collections
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,6 +87,32 @@ def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
     return {pid: (comm, (int(f[11]) + int(f[12])) / _TICK) for pid, comm, f in process_table()}
 
 
+def thread_cpu_seconds(pids: list[int]) -> dict[str, float]:
+    """'PID/thread name' -> CPU seconds so far, for every thread of ``pids`` (the backend names its engine loop and
+    send threads in the OS); threads of one name in one process are summed."""
+    seconds: dict[str, float] = collections.Counter()
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            name = stat[stat.find("(") + 1 : stat.rfind(")")]
+            seconds[f"{pid}/{name}"] += (int(fields[11]) + int(fields[12])) / _TICK
+    return seconds
+
+
+def busiest_threads(before: dict, after: dict, wall: float, top: int = 6) -> dict[str, float]:
+    """The threads that used the most CPU between two thread_cpu_seconds() readings, in CPU seconds per second."""
+    used = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    return {k: round(v / wall, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:top] if v > 0.005}
+
+
 def cpu_used(before: dict, after: dict, labels: dict[int, str]) -> dict[str, float]:
     used: dict[str, float] = collections.Counter()
     for pid, (name, seconds) in after.items():
@@ -107,7 +140,7 @@ class HttpPath:
             "sampling_parameters": sampling_json(tokens),
         }
 
-    async def __call__(self) -> tuple[float, int]:
+    async def __call__(self) -> tuple[float, int, int]:
         conn = self._idle.popleft() if self._idle else GenerateStreamConnection(self.host, self.port)
         try:
             first, events = await conn.generate(self.model, self.body)
@@ -115,7 +148,7 @@ class HttpPath:
             await conn.close()
             raise
         self._idle.append(conn)
-        return first, sum(int(e["num_output_tokens"]) for e in events)
+        return first, sum(int(e["num_output_tokens"]) for e in events), len(events)
 
     async def close(self) -> None:
         while self._idle:
@@ -145,12 +178,12 @@ class GrpcPath:
             tensor("sampling_parameters", np.array([sampling_json(self.tokens).encode()], dtype=np.object_), "BYTES"),
         ]
 
-    async def __call__(self) -> tuple[float, int]:
+    async def __call__(self) -> tuple[float, int, int]:
         async def requests():
             yield {"model_name": MODEL_NAME, "inputs": self._inputs()}
 
         start = time.perf_counter()
-        first, count = None, 0
+        first, count, responses = None, 0, 0
         stream = self.client.stream_infer(requests())
         try:
             async for result, error in stream:
@@ -158,13 +191,14 @@ class GrpcPath:
                     raise RuntimeError(str(error))
                 if first is None:
                     first = time.perf_counter() - start
+                responses += 1
                 count += int(result.as_numpy("num_output_tokens")[0])
                 final = result.get_response().parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
                     break
         finally:
             stream.cancel()
-        return first, count
+        return first, count, responses
 
     async def close(self) -> None:
         await self.client.close()
@@ -177,14 +211,15 @@ class RawPath:
         self.engine = engine
         self.params = SamplingParams(max_tokens=tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
 
-    async def __call__(self) -> tuple[float, int]:
+    async def __call__(self) -> tuple[float, int, int]:
         start = time.perf_counter()
-        first, count = None, 0
+        first, count, responses = None, 0, 0
         async for out in self.engine.generate({"prompt": PROMPT}, self.params, uuid.uuid4().hex):
             if first is None:
                 first = time.perf_counter() - start
+            responses += 1
             count += len(out.outputs[0].token_ids)
-        return first, count
+        return first, count, responses
 
     async def close(self) -> None:
         pass
@@ -241,6 +276,7 @@ async def measure(one_request, concurrency: int, per_worker: int) -> dict:
         "wall_s": round(wall, 3),
         "tokens_per_s": round(tokens / wall, 1),
         "ttft_median_ms": round(statistics.median(s[0] for s in stats) * 1000, 2),
+        "responses_per_request": round(sum(s[2] for s in stats) / len(stats), 1),
     }
 
 
@@ -255,14 +291,19 @@ def build_tiny_model(dest: Path) -> Path:
 
 
 def write_model(
-    repo: Path, settings: dict, kind: str, name: str = MODEL_NAME, parameters: dict[str, str] | None = None
+    repo: Path,
+    settings: dict,
+    kind: str,
+    name: str = MODEL_NAME,
+    parameters: dict[str, str] | None = None,
+    backend: str = "vllm",
 ) -> None:
     (repo / name / "1").mkdir(parents=True)
     params = "".join(
         f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in (parameters or {}).items()
     )
     (repo / name / "config.pbtxt").write_text(
-        f'backend: "vllm"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n{params}'
+        f'backend: "{backend}"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n{params}'
     )
     (repo / name / "1" / "model.json").write_text(json.dumps(settings))
 
@@ -282,21 +323,55 @@ def gpu_memory_used() -> list[str]:
 
 
 def summarize(rounds: dict) -> dict:
+    """Medians over rounds per path; beside raw, each path's per-round ratios (a round's paths ran back to back) and
+    their median, and the added median TTFT."""
     summary = {}
     for key, by_path in rounds.items():
-        med = {
+        med: dict = {
             name: {
-                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-                "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs),
+                field: statistics.median(r[field] for r in runs)
+                for field in ("tokens_per_s", "ttft_median_ms", "responses_per_request", "server_cpu_s_per_s")
+                if all(field in r for r in runs)
             }
             for name, runs in by_path.items()
+            if runs
         }
-        for name in by_path:
-            if name != "raw":
-                med[f"{name}_over_raw_throughput"] = round(med[name]["tokens_per_s"] / med["raw"]["tokens_per_s"], 3)
-                med[f"{name}_added_ttft_ms"] = round(med[name]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
+        raw = by_path.get("raw") or []
+        for name, runs in by_path.items():
+            if name == "raw" or not raw or len(runs) != len(raw):
+                continue
+            ratios = [round(r["tokens_per_s"] / b["tokens_per_s"], 3) for r, b in zip(runs, raw, strict=True)]
+            med[f"{name}_over_raw_per_round"] = ratios
+            med[f"{name}_over_raw_throughput"] = round(statistics.median(ratios), 3)
+            med[f"{name}_added_ttft_ms"] = round(med[name]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
         summary[key] = med
     return summary
+
+
+def stub_pids(server_pids: list[int]) -> dict[str, int]:
+    """Model name -> pid of the backend stub that serves it (its command line names the model's model.py)."""
+    stubs = {}
+    for pid in server_pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not argv or not argv[0].endswith(b"triton_python_backend_stub") or len(argv) < 2:
+            continue
+        # argv[1]: <repository>/<model>/<version>/model.py
+        stubs[Path(argv[1].decode()).parents[1].name] = pid
+    return stubs
+
+
+def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen | None:
+    """py-spy recording ``pid``'s threads (raw folded stacks, idle frames included) for ``seconds``, if installed."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not os.path.exists(exe):
+        print("py-spy is not installed: no profile", flush=True)
+        return None
+    argv = [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "250"]
+    argv += ["--format", "raw", "--threads", "--idle", "--nonblocking", "--output", str(out)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(f"{out}.log", "w"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,8 +388,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="http,grpc", help="Triton clients to drive: http, grpc or both")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--c1-requests", type=int, default=10)
-    parser.add_argument("--c32-requests-per-stream", type=int, default=3)
+    parser.add_argument("--concurrency", default="1,32", help="streams per measurement, e.g. 1,32,128,256,512")
+    parser.add_argument(
+        "--requests",
+        default="10,3",
+        help="per --concurrency entry: requests in a row at concurrency 1, requests per stream above it",
+    )
+    parser.add_argument("--paths", help="the paths to drive (default: all), e.g. raw,triton_http")
+    parser.add_argument("--before", help="another backend model.py to serve a second model with (triton_http_before)")
+    parser.add_argument("--py-spy-at", default="", help="concurrencies at which to record the stubs with py-spy")
     parser.add_argument("--parameters", default="{}", help="config.pbtxt parameters of the model, as JSON")
     parser.add_argument(
         "--variants",
@@ -345,6 +427,22 @@ def main(argv: list[str] | None = None) -> int:
     variants = json.loads(args.variants)
     for name, parameters in variants.items():
         write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=parameters)
+    backend_directory = None
+    if args.before:
+        from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
+
+        variants["before"] = {}
+        write_model(repo, settings, kind, name=f"{MODEL_NAME}_before", backend="vllm_before")
+        python_version = subprocess.run(
+            [sys.executable, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        home = TritonHome(Path(os.environ["VLLM_REPO_TRITON_HOME"]))
+        backend_directory = layout_backend_directory(work / "backends", home, python_version)
+        (backend_directory / "vllm_before").mkdir()
+        shutil.copy2(args.before, backend_directory / "vllm_before" / "model.py")
 
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     if "grpc" in clients:
@@ -360,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
         env=env,
         log_path=work / "tritonserver.log",
+        backend_directory=backend_directory,
         # One model at a time: engines profiling GPU memory side by side disturb each other.
         extra_args=["--model-load-thread-count=1"],
     )
@@ -373,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "tokens_per_request": args.tokens,
         "clients": clients,
+        "before_backend": args.before,
     }
     server.start()
     engine = None
@@ -401,24 +501,62 @@ def main(argv: list[str] | None = None) -> int:
                 )
         if "grpc" in clients:
             paths["triton_grpc"] = GrpcPath(server.grpc_url, args.tokens)
+        if args.paths:
+            wanted = {p.strip() for p in args.paths.split(",")}
+            for name in [n for n in paths if n not in wanted]:
+                loop.run_until_complete(paths.pop(name).close())
         labels = {os.getpid(): "bench process (client, raw engine frontend)"}
         names = cpu_seconds_by_process()
-        for pid in _process_group(server.pgid):
+        server_pids = _process_group(server.pgid)
+        for pid in server_pids:
             labels[pid] = f"server group: {names.get(pid, ('?', 0))[0]}"
+        stubs = stub_pids(server_pids)
+        results["stub_pids"] = stubs
+        # The raw path's server is this process (vLLM's frontend) and its EngineCore, the process's children.
+        raw_server = [os.getpid(), *children_of(os.getpid())]
+        tritonserver = [p for p in server_pids if names.get(p, ("", 0))[0] == "tritonserver"]
         # Warm-up: first requests pay one-off costs on both sides.
+        concurrencies = [int(c) for c in args.concurrency.split(",")]
+        per_entry = [int(n) for n in args.requests.split(",")]
+        if len(per_entry) != len(concurrencies):
+            parser.error("--requests needs one number per --concurrency entry")
         for path in paths.values():
-            loop.run_until_complete(measure(path, 4, 2))
-        plan = ((1, 1, args.c1_requests), (32, 32, args.c32_requests_per_stream))
+            loop.run_until_complete(measure(path, max(concurrencies), 1))
+        plan = list(zip(concurrencies, per_entry, strict=True))
+        profile_at = {int(c) for c in args.py_spy_at.split(",") if c.strip()}
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
         names = list(paths)
-        rounds = {f"c{c}": {name: [] for name in names} for c, _, _ in plan}
+        rounds = {f"c{c}": {name: [] for name in names} for c, _ in plan}
         for i in range(args.rounds):
             order = names[i % len(names) :] + names[: i % len(names)]
-            for c, concurrency, per in plan:
+            for c, per in plan:
                 for name in order:
+                    model = paths[name].model if isinstance(paths[name], HttpPath) else MODEL_NAME
+                    own = raw_server
+                    if name != "raw" and model in stubs:
+                        # tritonserver, the model's stub and its EngineCore (the stub's child)
+                        own = [*tritonserver, stubs[model], *children_of(stubs[model])]
+                    spy = None
+                    if i == 0 and c in profile_at and name != "raw" and model in stubs:
+                        # The duration is a guess at the measurement's length; the profile is cut where it ends.
+                        seconds = per * args.tokens * c / 4000 if c > 1 else per * args.tokens / 150
+                        spy = start_py_spy(stubs[model], seconds, out / f"py_spy_{stamp}_{name}_c{c}.txt")
                     before = cpu_seconds_by_process()
-                    result = loop.run_until_complete(measure(paths[name], concurrency, per))
-                    if concurrency > 1:
-                        result["cpu_s"] = cpu_used(before, cpu_seconds_by_process(), labels)
+                    threads_before = thread_cpu_seconds([stubs[model]] if model in stubs and name != "raw" else [])
+                    result = loop.run_until_complete(measure(paths[name], c, per))
+                    after = cpu_seconds_by_process()
+                    if c > 1:
+                        result["cpu_s"] = cpu_used(before, after, labels)
+                        busy = sum(after[p][1] - before.get(p, ("", 0.0))[1] for p in set(own) if p in after)
+                        result["server_cpu_s_per_s"] = round(busy / result["wall_s"], 3)
+                        if name != "raw" and model in stubs:
+                            result["stub_threads_cpu_s_per_s"] = busiest_threads(
+                                threads_before, thread_cpu_seconds([stubs[model]]), result["wall_s"]
+                            )
+                    if spy is not None:
+                        spy.wait(timeout=120)
                     rounds[f"c{c}"][name].append(result)
                     print(f"round {i} c={c} {name:12s} {result}", flush=True)
         for path in paths.values():
@@ -428,15 +566,23 @@ def main(argv: list[str] | None = None) -> int:
             print("cancellation:", results["cancel_http"], flush=True)
         results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
         print(json.dumps(results["summary"], indent=1))
+        (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
     finally:
         if engine is not None:
             engine.shutdown()
         server.stop()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
+        results["backend_send_log"] = [
+            line for line in server.log_text().splitlines() if "responses sent" in line or "finalized" in line
+        ]
+    if "summary" in results:
+        (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
     return 0
+
+
+def children_of(pid: int) -> list[int]:
+    from vllm_repo.serve.processes import process_table
+
+    return [child for child, _, fields in process_table() if int(fields[1]) == pid]  # fields: state, ppid, ...
 
 
 def _process_group(pgid: int | None) -> list[int]:

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -999,11 +1000,11 @@ def test_freezing_the_startup_heap_collects_its_garbage_first_and_freezes_what_l
     assert any(obj is alive for obj in gc.get_objects())
 
 
-def test_final_sends_go_out_in_order_off_the_calling_thread_and_survive_a_failing_send(caplog):
+def test_the_send_thread_sends_in_order_off_the_calling_thread_and_survives_a_failing_send(caplog):
     import threading
 
     sent: list[tuple[int, str]] = []
-    sends = backend.FinalSends()
+    sends = backend.SendThread()
 
     def failing() -> None:
         raise RuntimeError("the client is gone")
@@ -1016,8 +1017,152 @@ def test_final_sends_go_out_in_order_off_the_calling_thread_and_survive_a_failin
     finally:
         sends.stop()  # sends what was submitted first
     assert [i for i, _ in sent] == list(range(50))
-    assert {name for _, name in sent} == {"vllm-final-sends"}
-    assert "could not send an OpenAI response: the client is gone" in caplog.text
+    assert {name for _, name in sent} == {"vllm-sends"}
+    assert sends.sends == 51
+    assert "could not send a response: the client is gone" in caplog.text
+
+
+def test_a_send_resolves_its_future_on_the_loop_with_the_sends_error_and_a_cancelled_one_is_left_alone(caplog):
+    import asyncio
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        sends = backend.SendThread()
+        try:
+            ok, failed, cancelled = loop.create_future(), loop.create_future(), loop.create_future()
+            cancelled.cancel()  # its request was cancelled while the send was queued
+
+            def failing() -> None:
+                raise ConnectionError("the client is gone")
+
+            sends.submit(lambda: None, ok)
+            sends.submit(failing, failed)
+            sends.submit(lambda: None, cancelled)
+            assert await asyncio.wait_for(ok, 5) is None
+            with pytest.raises(ConnectionError, match="the client is gone"):
+                await asyncio.wait_for(failed, 5)
+        finally:
+            sends.stop()
+        await asyncio.sleep(0.01)  # the settle callbacks have run
+        return cancelled
+
+    assert asyncio.run(scenario()).cancelled()
+    assert "could not send" not in caplog.text  # a send with a future reports to its waiter, not to the log
+
+
+class _MergingEngine:
+    """vLLM's output path in small: an engine that makes one token per stream every ``step_s`` whatever the frontend
+    does, an output handler on the loop that hands a step's outputs to the streams in chunks of ``chunk`` with a yield
+    between chunks (vLLM's VLLM_V1_OUTPUT_PROC_CHUNK_SIZE), and per-request collectors that merge deltas the consumer
+    has not read yet (RequestOutputCollector)."""
+
+    def __init__(self, tokens: int, step_s: float, chunk: int) -> None:
+        self.tokens, self.step_s, self.chunk = tokens, step_s, chunk
+        self.pending: dict[str, list[int]] = {}
+        self.made: dict[str, int] = {}
+        self.ready: dict[str, Any] = {}
+        self.errored = False
+
+    async def run(self, streams: int) -> None:
+        import asyncio
+        import time
+
+        started, steps_done = time.monotonic(), 0
+        while any(self.made.get(r, 0) < self.tokens for r in self.made) or len(self.made) < streams:
+            await asyncio.sleep(self.step_s / 4)
+            due = int((time.monotonic() - started) / self.step_s)
+            for _ in range(due - steps_done):  # outputs queued while the loop was busy are handled step by step
+                live = [r for r in self.made if self.made[r] < self.tokens]
+                for start in range(0, len(live), self.chunk):
+                    for rid in live[start : start + self.chunk]:
+                        self.made[rid] += 1
+                        self.pending[rid].append(self.made[rid])
+                        self.ready[rid].set()
+                    if start + self.chunk < len(live):
+                        await asyncio.sleep(0)
+            steps_done = due
+
+    async def generate(self, prompt, params, request_id, lora_request=None):
+        import asyncio
+
+        self.made[request_id], self.pending[request_id] = 0, []
+        self.ready[request_id] = asyncio.Event()
+        got = 0
+        while got < self.tokens:
+            await self.ready[request_id].wait()
+            self.ready[request_id].clear()
+            delta, self.pending[request_id] = self.pending[request_id], []
+            got += len(delta)
+            yield SimpleNamespace(
+                finished=got >= self.tokens,
+                prompt="",
+                prompt_token_ids=[1],
+                outputs=[SimpleNamespace(index=0, text="", token_ids=delta, finish_reason=None)],
+            )
+
+
+@pytest.mark.parametrize("chunk", [2, 8], ids=["more-streams-than-vllms-output-chunk", "within-one-chunk"])
+def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk, monkeypatch):
+    """Each send takes longer than an engine step for all streams; a stream must not wake and send once per token
+    (what vLLM's chunked output handler made of the engine loop's own sends above 128 streams): the tokens made while
+    its response was in flight go out merged in its next one, in order, with the final response last. Within one
+    output chunk of streams the engine loop sends itself; above it, the send thread does."""
+    import asyncio
+    import threading
+    import time
+
+    monkeypatch.setattr(
+        backend,
+        "pb_utils",
+        SimpleNamespace(
+            TRITONSERVER_RESPONSE_COMPLETE_FINAL=1,
+            InferenceResponse=lambda output_tensors: dict(output_tensors),
+            Tensor=lambda name, value: (name, value),
+        ),
+    )
+    tokens, streams = 30, 8
+
+    class Sender:
+        def __init__(self):
+            self.responses: list[tuple[list[int], int]] = []
+            self.threads: set[str] = set()
+
+        def send(self, response, flags):
+            time.sleep(0.002)  # the round trip to the server
+            self.responses.append((response["num_output_tokens"].tolist(), flags))
+            self.threads.add(threading.current_thread().name)
+
+    async def scenario():
+        model = backend.TritonPythonModel.__new__(backend.TritonPythonModel)
+        model._loop = asyncio.get_running_loop()
+        model._live, model._metrics = {}, None
+        model._sends = backend.SendThread()
+        model._inline_sends_up_to = chunk
+        model.engine = _MergingEngine(tokens, step_s=0.002, chunk=chunk)  # chunk 2: 4 chunks a step, 3 yields
+        options = backend.OutputOptions(stream=True, prepend_prompt=False, return_num_output_tokens=True)
+        jobs = [backend._Job(None, Sender(), f"r{i}", {"prompt": "x"}, None, None, options) for i in range(streams)]
+        model._live = {job.request_id: job for job in jobs}  # as _spawn() keeps them
+        engine = asyncio.ensure_future(model.engine.run(streams))
+        try:
+            await asyncio.wait_for(asyncio.gather(*(model._generate(job) for job in jobs)), 30)
+            await asyncio.wait_for(engine, 5)
+        finally:
+            model._sends.stop()
+        return jobs
+
+    jobs = asyncio.run(scenario())
+    for job in jobs:
+        counts = [c[0] for c, _ in job.sender.responses]
+        assert sum(counts) == tokens  # nothing lost or repeated
+        assert [flags for _, flags in job.sender.responses] == [0] * (len(counts) - 1) + [1]  # the final one last
+    threads = set().union(*(job.sender.threads for job in jobs))
+    if chunk < streams:  # the send thread while more streams than a chunk are live (the last few: the loop)
+        assert "vllm-sends" in threads
+    else:
+        assert threads == {threading.main_thread().name}
+    per_request = sum(len(job.sender.responses) for job in jobs) / streams
+    # 8 streams x 2 ms per send against a 2 ms step: about one response per 8 tokens once the load has built up.
+    assert per_request <= tokens / 3, per_request
 
 
 def test_request_ids_are_random_128_bit_hex_made_without_a_system_call(monkeypatch):

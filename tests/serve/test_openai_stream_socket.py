@@ -495,7 +495,7 @@ async def _serve_with_app(
     model._loop = asyncio.get_running_loop()
     model._stream_links, model._live = {}, {}
     finals: list = []
-    model._final_sends = types.SimpleNamespace(submit=finals.append)
+    model._sends = types.SimpleNamespace(submit=finals.append)
     model._openai_response = lambda status, data: (status, data)
 
     async def openai_app():

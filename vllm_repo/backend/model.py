@@ -159,6 +159,14 @@ ADMISSION_SWITCH_INTERVAL_S = 0.001
 # The log line's words before the interval (tests look for them).
 SWITCH_INTERVAL_LOG = "the GIL switch interval is"
 
+# vLLM's default VLLM_V1_OUTPUT_PROC_CHUNK_SIZE: its output handler yields to the loop between chunks of this many
+# outputs of one engine step (SendThread says what that does to streams).
+VLLM_OUTPUT_CHUNK = 128
+
+# Sends made before the send thread hands their completions to the engine loop at once (SendThread), unless its queue
+# runs dry first.
+SETTLE_BATCH = 16
+
 # How often in-flight requests are checked for client cancellation and the engine for death.
 WATCH_INTERVAL_S = 0.1
 # How often the metrics thread reports what vLLM recorded. Short, so that the backlog a final response waits for (every
@@ -990,31 +998,98 @@ class StreamLink:
         await self.writer.drain()
 
 
-class FinalSends:
-    """A thread that sends OpenAI requests' final responses, off the engine loop. A send is a round trip to the server
-    (0.3-0.5 ms on the H200 at 128 streams) in which the loop could run no other stream; with the chunks on the stream
-    socket, the final is the one Triton response a streamed request has, so one hand-off per request is cheap."""
+class SendThread:
+    """The thread that sends responses off the engine loop, each after every one submitted before it.
 
-    def __init__(self) -> None:
+    A send is a synchronous round trip to the server (0.2-0.5 ms on the H200 under load) in which the calling thread
+    can do nothing else. Made on the engine loop, every send stalled every stream; worse, vLLM's output handler yields
+    to the loop between chunks of VLLM_V1_OUTPUT_PROC_CHUNK_SIZE (128) outputs, so above 128 streams each stream woke
+    for each token, and each token cost a send: 0.36x raw AsyncLLM's throughput at 256 streams on the H200. Here the
+    loop only queues. A native stream reads its next output from vLLM once its last response is sent (``done``), and
+    vLLM's collector merges whatever the engine made meanwhile into that output, so responses per request fall as the
+    load rises, whatever vLLM's chunk size. One thread keeps each request's responses in order (the final one last:
+    Triton frees a request with it).
+    """
+
+    def __init__(self, name: str = "vllm-sends") -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="vllm-final-sends", daemon=True)
+        self.sends = 0  # how many, and the seconds spent in them, for the finalize log line
+        self.send_seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, send: Callable[[], None]) -> None:
-        """``send()`` on the thread, after every send submitted before it."""
-        self._queue.put(send)
+    def submit(self, send: Callable[[], None], done: asyncio.Future | None = None) -> None:
+        """``send()`` on the thread, after every send submitted before it; then ``done`` resolves on its loop, to None
+        or to the exception the send raised (without ``done``, a failing send is logged)."""
+        self._queue.put((send, done))
 
     def _run(self) -> None:
-        while (send := self._queue.get()) is not None:
+        name_os_thread(self._thread.name)
+        get, get_nowait, clock = self._queue.get, self._queue.get_nowait, time.perf_counter
+        # Futures are settled in batches, when the queue runs dry or SETTLE_BATCH sends have gone out: each hand-off
+        # wakes the loop's thread, which then contends for the GIL with this one.
+        settled: list[tuple[asyncio.Future, BaseException | None]] = []
+        while True:
+            try:
+                item = get_nowait()
+            except queue.Empty:
+                self._settle(settled)
+                item = get()
+            if item is None:
+                break
+            send, done = item
+            error = None
+            started = clock()
             try:
                 send()
             except Exception as exc:  # the client may be gone already
-                _log("warn", f"[vllm] could not send an OpenAI response: {exc}")
+                error = exc
+                if done is None:
+                    _log("warn", f"[vllm] could not send a response: {exc}")
+            self.send_seconds += clock() - started
+            self.sends += 1
+            if done is not None:
+                settled.append((done, error))
+                if len(settled) >= SETTLE_BATCH:
+                    self._settle(settled)
+        self._settle(settled)
+
+    @staticmethod
+    def _settle(settled: list[tuple[asyncio.Future, BaseException | None]]) -> None:
+        if not settled:
+            return
+        batch = settled[:]
+        settled.clear()
+        try:
+            batch[0][0].get_loop().call_soon_threadsafe(_settle_all, batch)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
 
     def stop(self) -> None:
         """Sends what was submitted, then ends the thread."""
         self._queue.put(None)
         self._thread.join(timeout=10)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future, BaseException | None]]) -> None:
+    for done, error in settled:
+        if done.done():  # its request was cancelled while the send was in flight
+            continue
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread ``name`` in the OS too (top -H, py-spy, /proc/PID/task/*/comm), where Linux allows."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME: at most 15 bytes and a NUL
+    except (OSError, AttributeError):
+        pass
 
 
 class SseJoiner:
@@ -1580,6 +1655,8 @@ class _Job:
     options: OutputOptions
     task: asyncio.Task | None = None
     first: bool = True
+    # Resolves once the last response queued for sending has been sent (SendThread.submit).
+    sent: asyncio.Future | None = None
     finished: bool = False  # its final response is being or has been sent; set through _finish()
     # Held by the watcher thread around is_cancelled(), and by _finish(): Triton frees a request's response factory
     # with its final response, and asking a freed factory whether it was cancelled crashes the server.
@@ -1693,7 +1770,7 @@ class TritonPythonModel:
         self._openai_build: asyncio.Future | None = None
         # Stream socket path -> the connection to that gateway (None: it could not be reached), made once, on the loop.
         self._stream_links: dict[str, asyncio.Future] = {}
-        self._final_sends = FinalSends()
+        self._sends = SendThread()
         openai_options = load_openai_options(version_dir)
         if openai_options is not None:
             started = time.monotonic()
@@ -1791,6 +1868,12 @@ class TritonPythonModel:
         self._StructuredOutputsParams = StructuredOutputsParams
         self._DELTA = RequestOutputKind.DELTA
         self._FINAL_ONLY = RequestOutputKind.FINAL_ONLY
+        try:
+            import vllm.envs as vllm_envs
+
+            self._inline_sends_up_to = int(vllm_envs.VLLM_V1_OUTPUT_PROC_CHUNK_SIZE)
+        except (ImportError, AttributeError, ValueError):  # a release without the chunked handler
+            self._inline_sends_up_to = VLLM_OUTPUT_CHUNK
 
     def _engine_args(self, engine_config: dict[str, Any], version_dir: str) -> Any:
         config = dict(engine_config)
@@ -1823,6 +1906,7 @@ class TritonPythonModel:
 
     # -- the engine loop ------------------------------------------------------------------------------------------
     def _run_loop(self) -> None:
+        name_os_thread("vllm-engine-loop")
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
@@ -2040,6 +2124,9 @@ class TritonPythonModel:
                     self._deliver(job, output)
                     if job.finished:
                         return
+                    if job.sent is not None:
+                        # The next output is read once this one is sent: vLLM merges what the engine made meanwhile.
+                        await job.sent
             finally:
                 # Closing vLLM's stream aborts the request in the engine if it is still running (e.g. a send
                 # failed because the client went away): nothing keeps generating for it.
@@ -2074,31 +2161,46 @@ class TritonPythonModel:
             job.finished = True
 
     def _deliver(self, job: _Job, output: Any) -> None:
-        # Sent from the engine loop itself, with no thread hand-off: engine outputs that arrive while a send waits on
-        # its round trip to the server queue up, and vLLM merges a stream's pending deltas into its next response.
-        response = self._response(job, output)
-        job.first = False
+        # Up to one output chunk of streams, the loop sends: vLLM's handler never yields mid-step then, a send lets
+        # the other streams' outputs pile up and merge, and no thread hand-off is paid (on 2 CPU cores it cost 0.65x
+        # against 0.70x raw at 32 streams). Above it, the loop only queues, and the send thread builds the response and
+        # makes the round trip (SendThread). A request's next send waits for its last either way: never reordered.
+        first, job.first = job.first, False
+        inline = len(self._live) <= self._inline_sends_up_to
         if not output.finished:
-            job.sender.send(response, flags=0)
+            if inline:
+                job.sent = None
+                self._send_response(job, output, first)
+            else:
+                job.sent = self._loop.create_future()
+                self._sends.submit(functools.partial(self._send_response, job, output, first), job.sent)
         elif self._metrics is not None:
             # The final response goes out from the metrics thread, after the request's stats have been reported:
-            # a scrape right after the answer sees the request. One hand-off per request, none per token.
-            self._accumulator.send_final_after_stats(job.request_id, lambda: self._send_final(job.sender, response))
+            # a scrape right after the answer sees the request. One hand-off per request, none per token. The
+            # response before it has been sent: this output was read after it.
+            final = functools.partial(self._send_final, job, output, first)
+            self._accumulator.send_final_after_stats(job.request_id, final)
+        elif inline:
+            self._send_final(job, output, first)
         else:
-            job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            self._sends.submit(functools.partial(self._send_final, job, output, first))
 
-    @staticmethod
-    def _send_final(sender: Any, response: Any) -> None:
+    def _send_response(self, job: _Job, output: Any, first: bool) -> None:
+        job.sender.send(self._response(job, output, first), flags=0)
+
+    def _send_final(self, job: _Job, output: Any, first: bool) -> None:
         try:
-            sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            job.sender.send(self._response(job, output, first), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as exc:  # the client may be gone already
             _log("warn", f"[vllm] could not send a final response: {exc}")
 
     def _deliver_error(self, job: _Job, message: str, code: str) -> None:
-        self._send_error(job.sender, message, code)
+        # Behind any response of the request still queued: the error is its final one.
+        self._sends.submit(functools.partial(self._send_error, job.sender, message, code))
 
-    def _response(self, job: _Job, output: Any) -> Any:
-        tensors = assemble_outputs(output, job.options, job.first)
+    @staticmethod
+    def _response(job: _Job, output: Any, first: bool) -> Any:
+        tensors = assemble_outputs(output, job.options, first)
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, value) for name, value in tensors])
 
     def _describe(self, exc: BaseException) -> tuple[str, str]:
@@ -2335,16 +2437,16 @@ class TritonPythonModel:
         # Chunks on the engine loop, as native responses go (a pool of send threads measured 0.6-0.75x of this at 32
         # streams on 2 cores): while a send waits on its round trip, the other streams' chunks queue up, and this
         # stream's are joined into its next response once the loop runs the callback below. The final, sent when no
-        # chunk is in flight, goes to FinalSends' thread: the loop does not wait for it.
+        # chunk is in flight, goes to the send thread: the loop does not wait for it.
         try:
             if final:
                 self._finish(job)  # as for native requests: no cancellation check on a freed request
                 if job.error is not None:
-                    self._final_sends.submit(functools.partial(self._send_error, job.sender, *job.error))
+                    self._sends.submit(functools.partial(self._send_error, job.sender, *job.error))
                 else:
                     response = self._openai_response(job.status, data)
                     flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-                    self._final_sends.submit(functools.partial(job.sender.send, response, flags=flags))
+                    self._sends.submit(functools.partial(job.sender.send, response, flags=flags))
             else:
                 job.sender.send(self._openai_response(job.status, data), flags=0)
         except Exception as exc:  # the client may be gone: stop generating for it
@@ -2476,9 +2578,13 @@ class TritonPythonModel:
                     await asyncio.wait(tasks, timeout=10)
                 # Then the final responses of the cancelled requests, and the connections to gateways: each one's
                 # reader ends, and the gateway sees EOF.
-                final_sends = getattr(self, "_final_sends", None)
-                if final_sends is not None:
-                    final_sends.stop()
+                sends = getattr(self, "_sends", None)
+                if sends is not None:
+                    sends.stop()
+                    _log(
+                        "info",
+                        f"[vllm] {sends.sends} responses sent, {sends.send_seconds:.2f} s in round trips to the server",
+                    )
                 links = [f.result() for f in getattr(self, "_stream_links", {}).values() if f.done() and f.result()]
                 for link in links:
                     link.reading.cancel()
