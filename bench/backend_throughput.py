@@ -19,9 +19,10 @@ Raw side: AsyncLLM in this process with the same engine arguments, consumed with
 loaded for the whole run; only one is busy at a time. For each measurement above concurrency 1: CPU seconds per
 process and per thread of the backend's stub (the load generator shares the machine's cores with the server, and its
 own CPU shows whether it is the limit), and responses per request (what vLLM merged into one response).
---before FILE serves a second model with another backend model.py (e.g. `git show REV:vllm_repo/backend/model.py`)
-in the same server, driven as triton_http_before: a before/after in one run. --py-spy-at C,... records the stubs with
-py-spy (raw stacks per thread) during the first round at those concurrencies.
+--backend-variant NAME=FILE serves one more model with another backend model.py (e.g. `git show
+REV:vllm_repo/backend/model.py`) in the same server, driven as triton_http_NAME: a before/after in one run; --once
+NAME,... measures those paths in the first round only. --py-spy-at C,... records each Triton path's stub with py-spy
+(raw stacks per thread, idle included) in one more pass after the rounds, at those concurrencies.
 Targets: on a 2-core machine >= 0.8x raw throughput at concurrency 32 and <= 2 ms added median TTFT at concurrency 1;
 on an H200 with an 8B-shaped model >= 0.98x raw at 32, 128 and 256 streams, >= 0.95x at 512, median TTFT at 1 stream
 within +1 ms of raw.
@@ -58,6 +59,8 @@ CPU_ENV = {
 }
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 PROMPT = "The history of the printing press begins with"
+# Words that each make one token in Llama-3's tokenizer and most others: --prompt-words N gives a prompt of about N.
+FILLER = " the"
 MODEL_NAME = "bench"
 
 
@@ -338,9 +341,11 @@ def summarize(rounds: dict) -> dict:
         }
         raw = by_path.get("raw") or []
         for name, runs in by_path.items():
-            if name == "raw" or not raw or len(runs) != len(raw):
+            if name == "raw" or not raw or not runs:
                 continue
-            ratios = [round(r["tokens_per_s"] / b["tokens_per_s"], 3) for r, b in zip(runs, raw, strict=True)]
+            # A path measured in the first rounds only (--once) is set against raw's same rounds.
+            pairs = zip(runs, raw[: len(runs)], strict=True)
+            ratios = [round(r["tokens_per_s"] / b["tokens_per_s"], 3) for r, b in pairs]
             med[f"{name}_over_raw_per_round"] = ratios
             med[f"{name}_over_raw_throughput"] = round(statistics.median(ratios), 3)
             med[f"{name}_added_ttft_ms"] = round(med[name]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
@@ -395,7 +400,15 @@ def main(argv: list[str] | None = None) -> int:
         help="per --concurrency entry: requests in a row at concurrency 1, requests per stream above it",
     )
     parser.add_argument("--paths", help="the paths to drive (default: all), e.g. raw,triton_http")
-    parser.add_argument("--before", help="another backend model.py to serve a second model with (triton_http_before)")
+    parser.add_argument(
+        "--backend-variant",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="one more model served by backend model.py FILE (triton_http_NAME), e.g. before=/tmp/before.py",
+    )
+    parser.add_argument("--once", default="", help="paths measured in the first round only, e.g. triton_http_before")
+    parser.add_argument("--prompt-words", type=int, default=0, help="a prompt of about this many tokens")
     parser.add_argument("--py-spy-at", default="", help="concurrencies at which to record the stubs with py-spy")
     parser.add_argument("--parameters", default="{}", help="config.pbtxt parameters of the model, as JSON")
     parser.add_argument(
@@ -411,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
+    global PROMPT
+    PROMPT += FILLER * args.prompt_words
     env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
     os.environ.update(env)
 
@@ -428,11 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, parameters in variants.items():
         write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=parameters)
     backend_directory = None
-    if args.before:
+    if args.backend_variant:
         from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
 
-        variants["before"] = {}
-        write_model(repo, settings, kind, name=f"{MODEL_NAME}_before", backend="vllm_before")
         python_version = subprocess.run(
             [sys.executable, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
             capture_output=True,
@@ -441,8 +454,12 @@ def main(argv: list[str] | None = None) -> int:
         ).stdout.strip()
         home = TritonHome(Path(os.environ["VLLM_REPO_TRITON_HOME"]))
         backend_directory = layout_backend_directory(work / "backends", home, python_version)
-        (backend_directory / "vllm_before").mkdir()
-        shutil.copy2(args.before, backend_directory / "vllm_before" / "model.py")
+        for variant in args.backend_variant:
+            name, _, source = variant.partition("=")
+            variants[name] = {}
+            write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", backend=f"vllm_{name}")
+            (backend_directory / f"vllm_{name}").mkdir()
+            shutil.copy2(source, backend_directory / f"vllm_{name}" / "model.py")
 
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     if "grpc" in clients:
@@ -472,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "tokens_per_request": args.tokens,
         "clients": clients,
-        "before_backend": args.before,
+        "backend_variants": args.backend_variant,
+        "prompt_words": args.prompt_words,
     }
     server.start()
     engine = None
@@ -528,37 +546,55 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S")
         names = list(paths)
+        once = {n.strip() for n in args.once.split(",") if n.strip()}
+
+        def run_one(name: str, c: int, per: int, spy_to: Path | None = None) -> dict:
+            model = paths[name].model if isinstance(paths[name], HttpPath) else MODEL_NAME
+            stub = stubs.get(model) if name != "raw" else None
+            # Server side: tritonserver, the model's stub and its EngineCore (the stub's child); for raw, this
+            # process (vLLM's frontend, and the client) and its EngineCore.
+            own = [*tritonserver, stub, *children_of(stub)] if stub else raw_server
+            spy = None
+            if spy_to is not None and stub:
+                # The duration is a guess at the measurement's length; the profile is cut where it ends.
+                seconds = per * args.tokens * c / 4000 if c > 1 else per * args.tokens / 150
+                spy = start_py_spy(stub, seconds, spy_to)
+            before = cpu_seconds_by_process()
+            threads_before = thread_cpu_seconds([stub] if stub else [])
+            result = loop.run_until_complete(measure(paths[name], c, per))
+            after = cpu_seconds_by_process()
+            if c > 1:
+                result["cpu_s"] = cpu_used(before, after, labels)
+                busy = sum(after[p][1] - before.get(p, ("", 0.0))[1] for p in set(own) if p in after)
+                result["server_cpu_s_per_s"] = round(busy / result["wall_s"], 3)
+                if stub:
+                    result["stub_threads_cpu_s_per_s"] = busiest_threads(
+                        threads_before, thread_cpu_seconds([stub]), result["wall_s"]
+                    )
+            if spy is not None:
+                spy.wait(timeout=120)
+            return result
+
         rounds = {f"c{c}": {name: [] for name in names} for c, _ in plan}
         for i in range(args.rounds):
             order = names[i % len(names) :] + names[: i % len(names)]
             for c, per in plan:
                 for name in order:
-                    model = paths[name].model if isinstance(paths[name], HttpPath) else MODEL_NAME
-                    own = raw_server
-                    if name != "raw" and model in stubs:
-                        # tritonserver, the model's stub and its EngineCore (the stub's child)
-                        own = [*tritonserver, stubs[model], *children_of(stubs[model])]
-                    spy = None
-                    if i == 0 and c in profile_at and name != "raw" and model in stubs:
-                        # The duration is a guess at the measurement's length; the profile is cut where it ends.
-                        seconds = per * args.tokens * c / 4000 if c > 1 else per * args.tokens / 150
-                        spy = start_py_spy(stubs[model], seconds, out / f"py_spy_{stamp}_{name}_c{c}.txt")
-                    before = cpu_seconds_by_process()
-                    threads_before = thread_cpu_seconds([stubs[model]] if model in stubs and name != "raw" else [])
-                    result = loop.run_until_complete(measure(paths[name], c, per))
-                    after = cpu_seconds_by_process()
-                    if c > 1:
-                        result["cpu_s"] = cpu_used(before, after, labels)
-                        busy = sum(after[p][1] - before.get(p, ("", 0.0))[1] for p in set(own) if p in after)
-                        result["server_cpu_s_per_s"] = round(busy / result["wall_s"], 3)
-                        if name != "raw" and model in stubs:
-                            result["stub_threads_cpu_s_per_s"] = busiest_threads(
-                                threads_before, thread_cpu_seconds([stubs[model]]), result["wall_s"]
-                            )
-                    if spy is not None:
-                        spy.wait(timeout=120)
+                    if i > 0 and name in once:
+                        continue
+                    result = run_one(name, c, per)
                     rounds[f"c{c}"][name].append(result)
                     print(f"round {i} c={c} {name:12s} {result}", flush=True)
+        profiles = {}
+        for c, per in plan:
+            if c not in profile_at:
+                continue
+            for name in names:
+                if name != "raw":
+                    spy_to = out / f"py_spy_{stamp}_{name}_c{c}.txt"
+                    profiles[f"{name}_c{c}"] = dict(run_one(name, c, per, spy_to), profile=spy_to.name)
+                    print(f"profiled c={c} {name:12s} {profiles[f'{name}_c{c}']}", flush=True)
+        results["profiled_runs"] = profiles
         for path in paths.values():
             loop.run_until_complete(path.close())
         if args.check_cancel:

@@ -1,0 +1,65 @@
+#!/bin/bash
+# bench/backend_throughput.py on the nvidia-h200 device (bench/results/backend.md), in calls of the device tool made
+# back to back while the machine stays warm. Here, once, with KIT the directory of the vLLM GPU bundle's scripts
+# (build_bundle.sh, install.sh, make_model.py) and WORK any scratch directory:
+#   "$KIT/build_bundle.sh" "$WORK" .gpuroute/chunks
+#   rm .gpuroute/chunks/0? && split -b 48M -d -a 2 "$WORK/bundle.tar.xz" .gpuroute/chunks/   # tree + carry < 64 MiB
+#   mkdir -p .gpuroute/remote && cp "$KIT"/*.sh "$KIT"/*.py .gpuroute/chunks/SHA256 .gpuroute/remote/
+#   (cd "$VLLM_REPO_TRITON_HOME" && tar -cf - pytriton/tritonserver/{bin,backends,caches} \
+#      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs | xz -6) > .gpuroute/triton/triton.tar.xz
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#      --platform manylinux1_x86_64 -d .gpuroute/whl numpy==1.26.4 py-spy
+#   backend model.py files to compare with, in .gpuroute/variants/ (e.g. git show REV:vllm_repo/backend/model.py)
+# Then, on the device:
+#   1. carry [.gpuroute/chunks/00, .gpuroute/remote]:                  bash bench/device_backend.sh part 00
+#   2. carry [.gpuroute/chunks/01, .gpuroute/remote, .gpuroute/whl]:  bash bench/device_backend.sh unpack
+#   3. carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/variants]: bash bench/device_backend.sh run [bench args]
+#      (BACKEND=FILE before it serves the bundled model with FILE instead of this tree's model.py)
+#      (the benchmark runs in the background; this call follows it for up to WAIT seconds, default 560)
+#   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
+#      (until it ends, up to WAIT seconds; then the results are under $OUT)
+# The report's run: run --rounds 3 --concurrency 1,32,128,256,512 --requests 6,2,2,2,2 --prompt-words 128 ...
+set -uo pipefail
+stage=${1:?part NN | unpack | run | wait}; shift
+RUN=/tmp/backend-bench
+collect() {
+  # What the benchmark wrote so far, and its log, come back under $OUT.
+  mkdir -p "${OUT:?}" && cp -r "$RUN"/out/. "$OUT"/ 2>/dev/null; cp "$RUN"/run.log "$OUT"/ 2>/dev/null
+  tail -c 6000 "$RUN"/run.log | grep -v "^(EngineCore\|^INFO\|^WARNING\|^\[" | tail -40
+}
+follow() {
+  local deadline=$((SECONDS + ${WAIT:-560}))
+  while [ -f "$RUN"/pid ] && kill -0 "$(cat "$RUN"/pid)" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
+  kill -0 "$(cat "$RUN"/pid)" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
+  collect
+}
+case $stage in
+part)
+  mkdir -p /tmp/vp && cp ".gpuroute/chunks/$1" /tmp/vp/ && sha256sum "/tmp/vp/$1" ;;
+unpack)
+  mkdir -p /tmp/vp && cp .gpuroute/chunks/01 /tmp/vp/ && source .gpuroute/remote/install.sh /tmp/vp /tmp/site || exit 1
+  SP=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # numpy<2 for Triton 2.51's stub (string inputs); py-spy to profile the stub.
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .gpuroute/whl/*.whl || exit 1
+  # scipy and scikit-learn on the device need numpy 2, and transformers imports them when they are there.
+  for d in scipy sklearn; do [ -d "$SP/$d" ] && mv "$SP/$d" "$SP/$d.aside"; done
+  # The stub ignores PYTHONPATH: vLLM's files reach it (and every Python here) through a .pth file, first on sys.path.
+  echo "import sys; sys.path.insert(0, '/tmp/site')" > "$SP/zz_vllm_bundle.pth"
+  [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m llama3-8b || exit 1
+  "$PY" -c "import numpy, vllm; print('numpy', numpy.__version__, 'vllm', vllm.__version__)" ;;
+run)
+  source .gpuroute/remote/install.sh /tmp/vp /tmp/site || exit 1
+  mkdir -p /tmp/triton && "$PY" -c "import tarfile,sys;tarfile.open(sys.argv[1]).extractall(sys.argv[2],filter='tar')" \
+    .gpuroute/triton/triton.tar.xz /tmp/triton || exit 1
+  rm -rf "$RUN" && mkdir -p "$RUN"/out && cp -r . "$RUN"/tree && cd "$RUN"/tree || exit 1
+  # BACKEND=FILE: serve with that model.py instead of this tree's (e.g. the code before a change, without raw's rival)
+  [ -n "${BACKEND:-}" ] && { cp "$BACKEND" vllm_repo/backend/model.py || exit 1; }
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+  export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
+  setsid nohup "$PY" bench/backend_throughput.py --device gpu --model /tmp/m --clients http --tokens 128 \
+    --out "$RUN"/out "$@" > "$RUN"/run.log 2>&1 &
+  echo $! > "$RUN"/pid
+  follow ;;
+wait)
+  follow ;;
+esac
