@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import hashlib
 import json
 import os
 import platform
@@ -490,6 +491,14 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_request": args.tokens,
         "clients": clients,
         "backend_variants": args.backend_variant,
+        # Which code served: the bundled model.py (or the one that replaced it) and each variant's.
+        "backend_sha256": {
+            name: hashlib.sha256(Path(source).read_bytes()).hexdigest()
+            for name, source in [
+                ("bundled", ROOT / "vllm_repo" / "backend" / "model.py"),
+                *(v.split("=", 1) for v in args.backend_variant),
+            ]
+        },
         "prompt_words": args.prompt_words,
     }
     server.start()

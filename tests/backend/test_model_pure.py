@@ -1106,7 +1106,8 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
     """Each send takes longer than an engine step for all streams; a stream must not wake and send once per token
     (what vLLM's chunked output handler made of the engine loop's own sends above 128 streams): the tokens made while
     its response was in flight go out merged in its next one, in order, with the final response last. Within one
-    output chunk of streams the engine loop sends itself; above it, the send thread does."""
+    output chunk of streams the engine loop sends itself; above it, the send threads do: a request's first response
+    from the thread that no stream's tokens queue on, the ones after it from the request's own stream thread."""
     import asyncio
     import threading
     import time
@@ -1124,42 +1125,46 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
 
     class Sender:
         def __init__(self):
-            self.responses: list[tuple[list[int], int]] = []
-            self.threads: set[str] = set()
+            self.responses: list[tuple[list[int], int, str]] = []
 
         def send(self, response, flags):
             time.sleep(0.002)  # the round trip to the server
-            self.responses.append((response["num_output_tokens"].tolist(), flags))
-            self.threads.add(threading.current_thread().name)
+            self.responses.append((response["num_output_tokens"].tolist(), flags, threading.current_thread().name))
 
     async def scenario():
         model = backend.TritonPythonModel.__new__(backend.TritonPythonModel)
         model._loop = asyncio.get_running_loop()
         model._live, model._metrics = {}, None
         model._sends = backend.SendThread()
+        model._stream_sends = [backend.SendThread(f"vllm-sends-{i}") for i in range(2)]
         model._inline_sends_up_to = chunk
         model.engine = _MergingEngine(tokens, step_s=0.002, chunk=chunk)  # chunk 2: 4 chunks a step, 3 yields
         options = backend.OutputOptions(stream=True, prepend_prompt=False, return_num_output_tokens=True)
         jobs = [backend._Job(None, Sender(), f"r{i}", {"prompt": "x"}, None, None, options) for i in range(streams)]
         model._live = {job.request_id: job for job in jobs}  # as _spawn() keeps them
+        for i, job in enumerate(jobs):
+            job.stream_sends = model._stream_sends[i % 2]
         engine = asyncio.ensure_future(model.engine.run(streams))
         try:
             await asyncio.wait_for(asyncio.gather(*(model._generate(job) for job in jobs)), 30)
             await asyncio.wait_for(engine, 5)
         finally:
-            model._sends.stop()
+            for thread in (model._sends, *model._stream_sends):
+                thread.stop()
         return jobs
 
     jobs = asyncio.run(scenario())
-    for job in jobs:
-        counts = [c[0] for c, _ in job.sender.responses]
+    for i, job in enumerate(jobs):
+        counts = [c[0] for c, _, _ in job.sender.responses]
         assert sum(counts) == tokens  # nothing lost or repeated
-        assert [flags for _, flags in job.sender.responses] == [0] * (len(counts) - 1) + [1]  # the final one last
-    threads = set().union(*(job.sender.threads for job in jobs))
-    if chunk < streams:  # the send thread while more streams than a chunk are live (the last few: the loop)
-        assert "vllm-sends" in threads
-    else:
-        assert threads == {threading.main_thread().name}
+        assert [flags for _, flags, _ in job.sender.responses] == [0] * (len(counts) - 1) + [1]  # the final one last
+        threads = [thread for _, _, thread in job.sender.responses]
+        if chunk < streams:  # send threads while more streams than a chunk are live (the last few: the loop)
+            assert threads[0] == "vllm-sends"
+            assert f"vllm-sends-{i % 2}" in threads[1:-1]
+            assert not {f"vllm-sends-{(i + 1) % 2}"} & set(threads)  # one stream thread per request
+        else:
+            assert set(threads) == {threading.main_thread().name}
     per_request = sum(len(job.sender.responses) for job in jobs) / streams
     # 8 streams x 2 ms per send against a 2 ms step: about one response per 8 tokens once the load has built up.
     assert per_request <= tokens / 3, per_request
