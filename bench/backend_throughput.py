@@ -594,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
                     result = run_one(name, c, per)
                     rounds[f"c{c}"][name].append(result)
                     print(f"round {i} c={c} {name:12s} {result}", flush=True)
+            # What was measured so far stays if the run is cut short (a device's time running out).
+            partial = dict(results, rounds=rounds, complete_rounds=i + 1)
+            (out / f"backend_throughput_{args.device}_{stamp}.partial.json").write_text(json.dumps(partial, indent=1))
         profiles = {}
         for c, per in plan:
             if c not in profile_at:

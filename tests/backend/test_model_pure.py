@@ -697,6 +697,39 @@ def test_the_cancellation_watcher_never_asks_a_finished_request():
     assert sum(job.sender.checks_after_free for job in jobs) == 0
 
 
+def test_the_cancellation_watcher_asks_at_most_its_rate_of_checks_and_reaches_every_request_in_turn():
+    import asyncio
+
+    class Counting:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def is_cancelled(self) -> bool:
+            self.asked += 1
+            return False
+
+    model = backend.TritonPythonModel()
+    model._loop = asyncio.new_event_loop()
+    model._closing, model._dead_reason = False, None
+    model.engine = SimpleNamespace(errored=False)
+    budget = int(backend.WATCH_CHECKS_PER_S * backend.WATCH_INTERVAL_S)
+    jobs = [backend._Job(None, Counting(), str(i), {}, None, None, None) for i in range(budget * 2 + budget // 2)]
+    model._live = {job.request_id: job for job in jobs}
+    try:
+        model._sweep()
+        assert sum(job.sender.asked for job in jobs) == budget  # not one round trip per request per interval
+        model._sweep()
+        model._sweep()
+        assert all(job.sender.asked >= 1 for job in jobs)  # three sweeps reach all 2.5 budgets' worth
+        assert max(job.sender.asked for job in jobs) <= 2
+        few = jobs[: budget // 2]
+        model._live = {job.request_id: job for job in few}
+        model._sweep()
+        assert all(job.sender.asked >= 2 for job in few)  # within the budget, every request every interval
+    finally:
+        model._loop.close()
+
+
 # -- what killed the engine ------------------------------------------------------------------------------------------
 
 _DEATH_LINES = [
