@@ -72,6 +72,22 @@ OPENAI_OPTIONS_SET_BY_BACKEND: dict[str, str] = {
     "`vllm-repo openai`",
 }
 
+# vLLM settings on the backend's response path: what the backend does with each, and why. None of them is forced on
+# the user's engine; the backend adapts to them instead (bench/results/backend.md has the measurements).
+VLLM_SETTINGS_ON_RESPONSE_PATH: dict[str, str] = {
+    "output_kind": "set per request: DELTA for a stream, so that vLLM merges the tokens a stream has not read yet "
+    "into one output, FINAL_ONLY for a complete answer",
+    "VLLM_V1_OUTPUT_PROC_CHUNK_SIZE": "read, never set: vLLM's output handler yields to the loop between chunks of "
+    "this many outputs of one engine step (128 by default). Up to that many requests in flight the engine loop sends "
+    "each response itself; above it the send threads do, and a stream reads its next output only once its last "
+    "response is sent, so responses per request fall as the load rises whatever the chunk size (raising the chunk "
+    "size only moved the one-response-per-token cliff from 256 to 512 streams)",
+    "disable_log_stats": "true unless model.json says otherwise: vLLM's periodic stats log and in-process "
+    "registry are unreachable through Triton; REPORT_CUSTOM_METRICS reports its metrics instead",
+    "stat_loggers": "the backend's own (with REPORT_CUSTOM_METRICS), plus a Prometheus logger that records nothing: "
+    "vLLM would add its own, which cost the engine loop a histogram update per token for a registry nobody scrapes",
+}
+
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
 BOOLEAN_PARAMETERS: tuple[str, ...] = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")
 INTEGER_PARAMETERS: tuple[str, ...] = ("DEFAULT_MAX_TOKENS",)
