@@ -51,6 +51,21 @@ def test_json_output(llama_dir):
     assert doc["kv_bytes_per_token"] == 131072
 
 
+def test_the_table_says_max_num_seqs_caps_concurrency_and_never_prints_a_negative_kv_cache(llama_dir):
+    r = cli(str(llama_dir), "--gpu", "H200", "--max-model-len", "16", "--vllm-version", "0.26.0")
+    assert r.returncode == 0, r.stderr
+    figure = float(r.stdout.split("maximum concurrency at 16 tokens: ")[1].split("x")[0])
+    seqs = int(r.stdout.split("max_num_seqs ")[1].split()[0].rstrip(","))
+    assert figure > seqs  # short requests: the cache holds far more than the scheduler runs
+    assert f"max_num_seqs {seqs} caps the requests running at once" in r.stdout
+    roomy = cli(str(llama_dir), "--gpu", "H200", "--max-model-len", "131072", "--vllm-version", "0.26.0")
+    assert "caps the requests" not in roomy.stdout
+    short = cli(str(llama_dir), "--gpu", "L4", "--gpu-memory-utilization", "0.2", "--vllm-version", "0.26.0")
+    assert short.returncode == 1
+    kv_line = next(line for line in short.stdout.splitlines() if "= KV cache" in line)
+    assert "none: the terms above exceed it by" in kv_line and "-" not in kv_line
+
+
 def test_table_and_exit_1_when_vllm_would_not_start(llama_dir):
     r = cli(str(llama_dir), "--gpu", "L4", "--vllm-version", "0.26.0")
     assert r.returncode == 1

@@ -157,6 +157,14 @@ def test_the_source_release_is_the_newest_that_knows_every_key():
     assert written_for({"model": "m"}, NEWEST)[0] == NEWEST
 
 
+def test_a_key_no_release_knows_is_named_in_the_reason_not_counted_as_known():
+    key = "disable_log_requests"
+    source, why = written_for({"model": "m", key: True, "gpu_memory_utilisation": 0.9}, NEWEST)
+    assert source == last_with(key)  # the typo does not move the release
+    assert "every key" not in why
+    assert "every other key" in why and "'gpu_memory_utilisation' no release knows" in why
+
+
 def test_removing_any_set_of_keys_leaves_valid_json_in_the_same_order(tmp_path):
     text = '{\n  "a": 1,\n  "b": {"x": [1, 2]},\n  "c": "s",\n  "d": true\n}\n'
     path = tmp_path / "model.json"

@@ -64,12 +64,17 @@ def written_for(data: dict[str, Any], target: str) -> tuple[str, str]:
     """The release a model.json was most likely written for: the newest bundled release up to ``target`` that knows
     the most of its keys (every key, for a file that validated there)."""
     known = [key for key in data if releases_with(key)]
+    unknown = [key for key in data if key not in known]
     candidates = [v for v in bundled_versions() if release_key(v) <= release_key(target)] or list(bundled_versions())
     scored = [(sum(v in releases_with(key) for key in known), release_key(v), v) for v in candidates]
     count, _, best = max(scored)
+    # A key no release knows (a typo) says nothing of the release the file was written for, but it is no key the
+    # release knows either: the reason names it rather than claim "every key".
+    nowhere = f"; {', '.join(repr(k) for k in unknown)} no release knows" if unknown else ""
     if count == len(known):
-        return best, "the newest release that knows every key in the file"
-    return best, f"the release that knows the most of its keys ({count} of {len(known)})"
+        every = "every other key" if unknown else "every key"
+        return best, f"the newest release that knows {every} in the file{nowhere}"
+    return best, f"the release that knows the most of its keys ({count} of {len(known)}){nowhere}"
 
 
 def _normalized(value: Any) -> Any:
