@@ -1,6 +1,7 @@
 """VR3xx model.json rules, against the bundled EngineArgs schema of vLLM 0.32.0."""
 
-from tests.validate.helpers import codes, only, run
+from tests.validate.helpers import VERSION, codes, only, run
+from vllm_repo.schema.loader import load_schema
 
 
 def test_vr301_json_syntax_error_position(repo):
@@ -19,6 +20,16 @@ def test_vr302_unknown_key_did_you_mean_and_line(repo):
     repo.model("llm", engine_args='{\n  "model": "m",\n  "gpu_memory_utilisation": 0.5\n}')
     (d,) = only(run(repo.root), "VR302")
     assert d.line == 3 and d.hint == "did you mean 'gpu_memory_utilization'?"
+
+
+def test_vr302_never_suggests_the_key_that_means_the_opposite(repo):
+    repo.model("llm", engine_args={"model": "m", "disable_log_requests": True, "enable_custom_all_reduce": True})
+    found = {d.message.split("'")[1]: d for d in only(run(repo.root), "VR302")}
+    # A removed key with a value table: what to write instead, with the value that keeps the meaning.
+    assert found["disable_log_requests"].hint.startswith('write "enable_log_requests": false instead')
+    # A key the release has the other way round: no did-you-mean that, followed, inverts the setting.
+    assert "did you mean" not in found["enable_custom_all_reduce"].hint
+    assert "disable_custom_all_reduce" in load_schema(VERSION).fields  # the near name exists, and is inverted
 
 
 def test_vr302_sampling_key_hint(repo):

@@ -109,12 +109,30 @@ def test_keys_with_no_single_answer_and_unparsable_files_are_left_alone(tmp_path
     model = tmp_path / "llm"
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text('backend: "vllm"\nmax_batch_size: 4\nunknown_field: 1\n')  # does not parse
-    text = '{"model": "m", "dtype": "bf-sixteen", "disable_log_requests": true, "gpu_memory_utilisation": 0.5}'
+    text = '{"model": "m", "dtype": "bf-sixteen", "gpu_memory_utilisation": 0.5, "task": "embed"}'
     (model / "1" / "model.json").write_text(text)
     plan, _ = fix_paths([model], vllm_version=VERSION)
     assert plan.applied == [] and plan.texts == {}
-    assert (model / "1" / "model.json").read_text() == text  # a guess, an inverted meaning, a typo: the user's call
+    assert (model / "1" / "model.json").read_text() == text  # a guess, a typo, a choice to make: the user's call
     assert "unknown_field" in (model / "config.pbtxt").read_text()
+
+
+def test_a_removed_key_with_one_right_value_for_the_release_is_migrated_by_its_value_table(tmp_path):
+    from vllm_repo.schema.history import replacement_for
+
+    assert "disable_log_requests" not in load_schema(VERSION).fields
+    model = tmp_path / "llm"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('backend: "vllm"\n')
+    text = '{\n  "model": "m",\n  "disable_log_requests": "true",\n  "disable_mm_preprocessor_cache": false\n}\n'
+    (model / "1" / "model.json").write_text(text)
+    plan, after = fix_paths([model], vllm_version=VERSION)
+    assert [d.code for d, _ in plan.applied] == ["VR302", "VR302"]
+    written = json.loads((model / "1" / "model.json").read_text())
+    # The meaning is kept: requests were not logged, and the cache stays on (false was the default).
+    assert written == {"model": "m", "enable_log_requests": replacement_for("disable_log_requests").carried(True)[1]}
+    assert written["enable_log_requests"] is False
+    assert not after.has_errors
 
 
 def test_files_in_the_wrong_place_or_under_a_misspelled_name_are_moved_never_over_another(tmp_path):

@@ -103,8 +103,9 @@ def test_fix_on_a_copy_changes_only_the_fixed_lines_and_its_findings_go(folder, 
     fixed_lines: dict[str, set[int]] = {}
     for diagnostic, _ in plan.applied:
         fixed_lines.setdefault(str(Path(diagnostic.file).resolve()), set()).add(diagnostic.line)
+    moved = {move.path: move.target for move in plan.moves}  # edited where it was, then moved
     for path, (old, new) in plan.texts.items():
-        assert path.read_text(encoding="utf-8-sig") == new
+        assert moved.get(path, path).read_text(encoding="utf-8-sig") == new
         matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines())
         changed = {i + 1 for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal" for i in range(i1, i2)}
         assert changed <= fixed_lines[str(path.resolve())], (path, changed)  # nothing else in the file moved

@@ -41,6 +41,15 @@ class Replacement:
         """A rename with the value unchanged."""
         return not self.how and self.nest is None and self.values is None
 
+    def carried(self, value: Any) -> tuple[bool, Any]:
+        """(listed, new value) by the ``values`` table; a quoted "true"/"false" counts as what it means."""
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
+        for old, new in self.values or ():
+            if type(old) is type(value) and old == value:
+                return True, new
+        return False, None
+
 
 def _nested(new: str, name: str, **beside: Any) -> Replacement:
     """The key became ``name`` inside the object ``new`` takes."""

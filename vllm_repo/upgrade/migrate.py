@@ -77,21 +77,6 @@ def written_for(data: dict[str, Any], target: str) -> tuple[str, str]:
     return best, f"the release that knows the most of its keys ({count} of {len(known)}){nowhere}"
 
 
-def _normalized(value: Any) -> Any:
-    """model.json values are often quoted ("true"): the value tables compare what they mean."""
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    return value
-
-
-def _mapped(replacement: Replacement, value: Any) -> tuple[bool, Any]:
-    """(listed, new value) from a replacement's value table."""
-    for old, new in replacement.values or ():
-        if type(old) is type(_normalized(value)) and old == _normalized(value):
-            return True, new
-    return False, None
-
-
 def plan_migration(
     doc: JsonDocument, source: EngineArgsSchema, target: EngineArgsSchema, source_reason: str = ""
 ) -> Migration:
@@ -124,7 +109,7 @@ def plan_migration(
             nested.setdefault(new, []).append((key, replacement))
             continue
         if replacement.values is not None:
-            listed, mapped = _mapped(replacement, value)
+            listed, mapped = replacement.carried(value)
             if not listed:
                 changes.append(KeyChange(key, "manual", f"use `{new}` ({replacement.how}); no rule for {value!r}"))
             elif mapped is None:

@@ -124,28 +124,70 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
             if schema.get(key) is not None:
                 continue
             history = explain_missing_key(key, schema.vllm_version)
+            migration_hint, fix = _migration(doc, key, schema)
             near = did_you_mean(key, schema.fields, cutoff=0.8)
             if key in SAMPLING_KEYS:
                 hint = (
                     f"'{key}' is a sampling setting: send it per request in sampling_parameters (or set the "
                     "backend's DEFAULT_MAX_TOKENS parameter for max_tokens)"
                 )
-            elif near:
+            elif migration_hint:
+                hint = migration_hint
+            elif near and not _inverts(key, near):
                 hint = f"did you mean '{near}'?"
             else:
                 hint = "remove it; `vllm-repo schema show` lists the release's engine arguments"
             message = f"'{key}' is not an engine argument of vLLM {schema.vllm_version}"
             if history:
                 message += f": {history}"
-            yield Finding(doc.path, message, doc.position_of(key), hint, fix=_rename_fix(doc, key, schema))
+            yield Finding(doc.path, message, doc.position_of(key), hint, fix=fix)
 
 
-def _rename_fix(doc: JsonDocument, key: str, schema: EngineArgsSchema) -> Any:
-    """A key vLLM renamed, with nothing else about it changed: the one right answer is the new name."""
+_SWITCH_PREFIXES = ("enable_", "disable_", "no_", "use_", "skip_")
+
+
+def _inverts(key: str, other: str) -> bool:
+    """Whether ``other`` is ``key`` with its switch turned the other way (disable_x / enable_x): a did-you-mean that
+    names it, followed as written, would mean the opposite."""
+
+    def stem(name: str) -> tuple[str, str]:
+        for prefix in _SWITCH_PREFIXES:
+            if name.startswith(prefix):
+                return prefix, name[len(prefix) :]
+        return "", name
+
+    (a, rest_a), (b, rest_b) = stem(key), stem(other)
+    return a != b and rest_a == rest_b
+
+
+def _migration(doc: JsonDocument, key: str, schema: EngineArgsSchema) -> tuple[str | None, Any]:
+    """What replaced a key vLLM removed, as a hint, and the fix where the chosen release leaves one right answer: a
+    plain rename, or the value the replacement's table gives for this one (``upgrade`` reads the same table)."""
     replacement = replacement_for(key)
-    if replacement is None or replacement.how or schema.get(replacement.new) is None:
-        return None
-    return fixes().rename_json_key(doc, key, replacement.new, f"rename to {replacement.new}")
+    if replacement is None or schema.get(replacement.new) is None:
+        return None, None
+    new = replacement.new
+    if replacement.plain:
+        return f"rename it to '{new}'", fixes().rename_json_key(doc, key, new, f"rename to {new}")
+    value = doc.data.get(key)
+    listed, carried = replacement.carried(value)
+    if replacement.values is None or not listed:
+        return f"use '{new}' ({replacement.how})", None
+    if carried is None:  # the old value was the default: nothing to write
+        edits = fixes().remove_json_keys(doc, [key])
+        return f"remove it: {json.dumps(value)} was the default, and '{new}' needs nothing", fixes().Fix(
+            f"remove {key}", edits
+        )
+    written = f'"{new}": {json.dumps(carried)}'
+    hint = f"write {written} instead ({replacement.how})"
+    if new in doc.data:
+        return f"{hint}; the file sets '{new}' already: keep one", None
+    spans = doc.key_spans[key]
+    edits = (
+        fixes().TextEdit(doc.path, spans[0], json.dumps(new)),
+        fixes().TextEdit(doc.path, spans[1], json.dumps(carried)),
+    )
+    return hint, fixes().Fix(f"write {written}", edits)
 
 
 def _coerced(value: Any, types: list[str]) -> Any:
