@@ -158,6 +158,27 @@ def test_http_generate_returns_prompt_and_completion(triton):
     assert len(body["text_output"]) > len("The quick brown fox")
 
 
+def test_a_healthy_server_after_native_requests_logs_no_deprecation_and_doctor_finds_it_healthy(triton):
+    from typer.testing import CliRunner
+
+    from vllm_repo.cli import build_app
+    from vllm_repo.doctor import diagnose_server
+
+    for stream in (False, True):
+        status, text = http(
+            triton,
+            f"/v2/models/{MODEL}/generate{'_stream' if stream else ''}",
+            {"text_input": "Once upon a time", "stream": stream, "sampling_parameters": '{"max_tokens": 4}'},
+        )
+        assert status == 200, text
+    # vLLM 0.32 deprecates raw prompts with a warning per request: the backend renders them as vLLM would.
+    assert "Passing raw prompts" not in triton.log_text()
+    diagnosis = diagnose_server(triton.http_url)
+    assert diagnosis.findings == [], [d.text() for d in diagnosis.findings]
+    done = CliRunner().invoke(build_app(), ["doctor", "--url", triton.http_url])
+    assert done.exit_code == 0, done.output
+
+
 def test_exclude_input_in_output_and_greedy_determinism(triton):
     sampling = json.dumps({"max_tokens": 8, "temperature": 0})
     _, full = generate(triton, {"text_input": "Hello world", "sampling_parameters": sampling})

@@ -1167,7 +1167,7 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
     async def scenario():
         model = backend.TritonPythonModel.__new__(backend.TritonPythonModel)
         model._loop = asyncio.get_running_loop()
-        model._live, model._metrics = {}, None
+        model._live, model._metrics, model._render = {}, None, None
         model._sends = backend.SendThread()
         model._stream_sends = [backend.SendThread(f"vllm-sends-{i}") for i in range(2)]
         model._inline_sends_up_to = chunk

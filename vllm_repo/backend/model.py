@@ -1815,6 +1815,7 @@ class TritonPythonModel:
         except BaseException:
             self._stop_loop()
             raise
+        self._render = self._prompt_renderer()
         self._metrics = None
         if self._accumulator is not None:
             try:
@@ -1920,6 +1921,25 @@ class TritonPythonModel:
         return [n for n in names if not n.startswith("_")]
 
     # -- the engine loop ------------------------------------------------------------------------------------------
+    def _prompt_renderer(self) -> Callable[[dict[str, Any]], Any] | None:
+        """How to turn a prompt into the engine input generate() takes, where vLLM deprecates raw prompts (0.32 logs
+        a warning for each one, which reads like a fault); None where raw prompts are what the release takes."""
+        try:
+            from vllm.inputs import parse_model_prompt
+        except ImportError:
+            return None
+        render = getattr(getattr(self.engine, "renderer", None), "render_cmpl_async", None)
+        if render is None:
+            return None
+        model_config = self.engine.model_config
+
+        async def rendered(prompt: dict[str, Any]) -> Any:
+            # What vLLM's input processor does itself with a raw prompt, default tokenization included.
+            (engine_input,) = await render([parse_model_prompt(model_config, prompt)])
+            return engine_input
+
+        return rendered
+
     def _run_loop(self) -> None:
         name_os_thread("vllm-engine-loop")
         asyncio.set_event_loop(self._loop)
@@ -2142,9 +2162,8 @@ class TritonPythonModel:
 
     async def _generate(self, job: _Job) -> None:
         try:
-            stream = self.engine.generate(
-                job.prompt, job.sampling_params, job.request_id, lora_request=job.lora_request
-            )
+            prompt = job.prompt if self._render is None else await self._render(job.prompt)
+            stream = self.engine.generate(prompt, job.sampling_params, job.request_id, lora_request=job.lora_request)
             try:
                 async for output in stream:
                     if output.finished:
