@@ -29,6 +29,43 @@ def test_vr102_not_raised_with_numeric_version(repo):
     assert "VR102" not in codes(run(repo.root))
 
 
+ENSEMBLE_CONFIG = """platform: "ensemble"
+input [ { name: "prompt" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text" data_type: TYPE_STRING dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "llm" model_version: -1
+  input_map { key: "text_input" value: "prompt" } output_map { key: "text_output" value: "text" } } ] }
+"""
+
+
+def test_models_of_other_backends_and_platforms_get_no_vllm_rule(repo):
+    repo.model("llm")
+    (repo.model("ensemble", config=ENSEMBLE_CONFIG, engine_args=None) / "1").mkdir()
+    repo.model(
+        "bls",
+        config='backend: "python"\ninstance_group [ { kind: KIND_CPU } ]\n',
+        engine_args=None,
+        files={"1/model.py": "class TritonPythonModel:\n    pass\n", "1/settings.json": "{}"},
+    )
+    repo.model("onnx", config='platform: "onnxruntime_onnx"\n', engine_args=None, files={"1/model.onnx": ""})
+    repo.model("inferred", config="max_batch_size: 8\n", engine_args=None, files={"1/model.plan": ""})
+    result = run(repo.root)
+    about_others = [
+        (d.code, d.message)
+        for d in result.diagnostics
+        if any(f"/{name}" in d.file for name in ("ensemble", "bls", "onnx", "inferred"))
+    ]
+    assert about_others == []
+    assert not result.has_errors, [(d.code, d.message) for d in result.diagnostics]
+
+
+def test_vr102_an_ensemble_without_a_version_directory_needs_an_empty_one(repo):
+    repo.model("llm")
+    repo.model("ensemble", config=ENSEMBLE_CONFIG, engine_args=None)
+    (d,) = only(run(repo.root), "VR102")
+    assert d.file.endswith("ensemble") and d.hint == "create ensemble/1/, an empty directory"
+    assert "model.json" not in d.hint
+
+
 def test_vr103_model_json_beside_config_is_still_checked(repo):
     repo.model("llm", engine_args=None, files={"model.json": '{"model": "m", "dtype": "bf16"}'})
     result = run(repo.root)

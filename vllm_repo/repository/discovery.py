@@ -23,6 +23,9 @@ LORA_FILE = "multi_lora.json"
 OPENAI_FILE = "openai.json"
 MODEL_FILES = (CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, OPENAI_FILE)
 VLLM_BACKEND = "vllm"
+# The model files by which Triton picks a backend when config.pbtxt names neither backend nor platform (ONNX Runtime,
+# TensorRT, PyTorch, TensorFlow, OpenVINO): a model directory with one of them in a version directory is not vLLM's.
+OTHER_BACKENDS_MODEL_FILES = ("model.onnx", "model.plan", "model.pt", "model.savedmodel", "model.graphdef", "model.xml")
 
 
 class PathError(UsageError):
@@ -94,8 +97,21 @@ class ModelDirectory:
     def uses_vllm_backend(self) -> bool:
         """Whether the vLLM checks apply: config.pbtxt names a vllm backend (``vllm``, or a renamed copy such as
         ``vllm_custom``), or can't be read at all, in which case the engine-args layout the files suggest is taken
-        as meant for vLLM."""
-        return self.backend is None or self.backend.startswith(VLLM_BACKEND)
+        as meant for vLLM. A config that names another backend, or a platform (an ensemble, onnxruntime_onnx...), or
+        neither beside another backend's model file, is another backend's model: no vLLM rule is about it."""
+        doc = self.config
+        if doc is None or doc.config is None:
+            return True
+        if doc.config.backend:
+            return doc.config.backend.startswith(VLLM_BACKEND)
+        if doc.config.platform:
+            return False
+        return not any((v.path / name).exists() for v in self.versions for name in OTHER_BACKENDS_MODEL_FILES)
+
+    @property
+    def is_ensemble(self) -> bool:
+        doc = self.config
+        return doc is not None and doc.config is not None and doc.config.platform == "ensemble"
 
     @cached_property
     def misplaced_holders(self) -> list[VersionDirectory]:

@@ -48,10 +48,11 @@ def missing_config(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding
 
 @rule("VR102", "no-version-directory", Severity.ERROR)
 def no_version_directory(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
-    """A vLLM model has no numeric version directory.
+    """A model has no numeric version directory.
 
     Triton serves a model's versions from subdirectories named with integers (1/, 2/, ...). With none, it has no
-    version to load and the model fails to load; a model.json in a directory such as v1/ is not seen.
+    version to load and the model fails to load; a model.json in a directory such as v1/ is not seen. An ensemble
+    needs one too, empty.
 
     Example::
 
@@ -60,7 +61,16 @@ def no_version_directory(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
         # llm/v1/model.json
         {"model": "Qwen/Qwen2.5-0.5B-Instruct"}
     """
-    if model.versions or not model.uses_vllm_backend:
+    if model.versions:
+        return
+    if not model.uses_vllm_backend:
+        if model.config is not None and model.config.config is not None:  # another backend's: Triton's own rule
+            what = "an empty directory" if model.is_ensemble else "a directory with the model's files"
+            yield Finding(
+                model.path,
+                f"'{model.name}' has no version directory; Triton needs <model>/1/",
+                hint=f"create {model.name}/1/, {what}",
+            )
         return
     odd = [p.name for p in model.entries if p.is_dir() and (p / ENGINE_ARGS_FILE).is_file()]
     if odd:

@@ -113,7 +113,7 @@ def backend(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
         return
     name = doc.config.backend
     has_engine_args = bool(model.engine_args_documents()) or (model.path / "model.json").is_file()
-    if not name and not doc.config.platform:
+    if not name and not doc.config.platform and model.uses_vllm_backend:  # else Triton picks it by the model file
         yield Finding(doc.path, "config.pbtxt names no backend", hint='add backend: "vllm"')
     elif name == "python" and has_engine_args:
         yield Finding(
