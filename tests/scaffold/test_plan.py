@@ -71,6 +71,19 @@ def test_what_plan_writes_passes_the_placement_rules(repo, weights):
     assert unchanged == {}  # planned once, planned for good
 
 
+def test_a_fraction_meant_for_a_shared_gpu_is_named_as_the_cause_not_the_context_length(repo, weights):
+    repo.model("big", engine_args={"model": weights, "max_model_len": 131072, "gpu_memory_utilization": 0.05})
+    with pytest.raises(PlanError) as caught:
+        plan_repository(repo.root, "H100 80GB", 8, concurrency=1)
+    assert "gpu_memory_utilization 0.05" in caught.value.message and "only that fraction" in caught.value.message
+    assert "max_model_len" not in caught.value.hint
+    tp = int(caught.value.hint.split("tensor_parallel_size ")[1].split(":")[0])
+    # What the hint says is true: without the fraction, plan places it at that size.
+    repo.model("big", engine_args={"model": weights, "max_model_len": 131072})
+    (big,), _ = plan_repository(repo.root, "H100 80GB", 8, concurrency=1)
+    assert big.options[0].tensor_parallel_size == tp
+
+
 def test_too_many_models_for_the_host_is_an_error(repo, weights):
     repo.model("a", engine_args={"model": weights, "max_model_len": 131072})
     repo.model("b", engine_args={"model": weights, "max_model_len": 131072})

@@ -95,7 +95,9 @@ def candidate_sizes(num_heads: int, num_gpus: int) -> list[int]:
     return sizes
 
 
-def engine_options(engine_args: dict, gpu: Any, num_gpus: int, vllm_version: str | None, base: Path) -> list[Option]:
+def engine_options(
+    engine_args: dict, gpu: Any, num_gpus: int, vllm_version: str | None, base: Path, name: str = ""
+) -> list[Option]:
     """The sizes at which one engine of ``engine_args``' model starts on ``gpu``, smallest first."""
     from vllm_repo.estimate import ArchitectureError, ModelFactsError, engine_settings, estimate_model, load_model_facts
 
@@ -112,15 +114,36 @@ def engine_options(engine_args: dict, gpu: Any, num_gpus: int, vllm_version: str
         ) from None
     settings = engine_settings(engine_args)
     settings.pop("pipeline_parallel_size", None)  # plan spreads engines with tensor parallelism only
-    options = []
-    for size in candidate_sizes(facts.arch.num_heads, num_gpus):
-        settings["tensor_parallel_size"] = size
-        try:
-            est = estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)
-        except UsageError:
-            continue
-        if est.fits:
-            options.append(Option(size, est))
+
+    def fitting(settings: dict) -> list[Option]:
+        options = []
+        for size in candidate_sizes(facts.arch.num_heads, num_gpus):
+            settings["tensor_parallel_size"] = size
+            try:
+                est = estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)
+            except UsageError:
+                continue
+            if est.fits:
+                options.append(Option(size, est))
+        return options
+
+    options = fitting(settings)
+    fraction = settings.get("gpu_memory_utilization")
+    if not options and fraction is not None:
+        # A small fraction is what init --gpu writes for a GPU other engines share: plan gives each engine GPUs of
+        # its own, so it is not what keeps the model from starting here, and lowering max_model_len is no answer.
+        alone = fitting({k: v for k, v in settings.items() if k != "gpu_memory_utilization"})
+        if alone:
+            default = alone[0].estimate.gpu_memory_utilization
+            raise PlanError(
+                f"{name or model} does not start on {num_gpus} GPUs with model.json's gpu_memory_utilization "
+                f"{fraction:g}: each engine may take only that fraction of a GPU "
+                f"({fraction * alone[0].estimate.gpu_total_gib:.1f} of {alone[0].estimate.gpu_total_gib:.1f} GiB)",
+                hint=f"at vLLM's default of {default:g} it starts at tensor_parallel_size "
+                f"{alone[0].tensor_parallel_size}: remove gpu_memory_utilization from model.json or raise it (plan "
+                "gives each engine GPUs of its own; a fraction meant for a GPU shared with other engines does not "
+                "apply)",
+            )
     return options
 
 
@@ -281,7 +304,7 @@ def plan_repository(
         doc = model.checked_engine_args()
         if doc is None or model.config is None or model.config.config is None or not isinstance(doc.data, dict):
             continue
-        inputs.append((model.name, engine_options(doc.data, gpu, num_gpus, vllm_version, model.path)))
+        inputs.append((model.name, engine_options(doc.data, gpu, num_gpus, vllm_version, model.path, model.name)))
         docs[model.name] = (model.config, doc)
     if not inputs:
         raise PlanError(f"{repo} has no vLLM model with a readable config.pbtxt and model.json")
