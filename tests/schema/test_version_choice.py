@@ -57,6 +57,23 @@ def test_every_command_checks_against_the_serving_python_when_nothing_else_is_sa
     assert choose_schema_version(NEWEST, start=tmp_path).schema_version == NEWEST
 
 
+def test_the_newest_schema_as_a_fallback_says_when_the_bundled_backend_is_not_tested_with_it(tmp_path, monkeypatch):
+    from vllm_repo.backend.contract import NEWEST_TESTED_VLLM
+    from vllm_repo.schema.loader import release_key
+
+    if installed_vllm_version():
+        pytest.skip("a vLLM installed beside vllm-repo is what commands check against then")
+    monkeypatch.delenv(SERVING_PYTHON_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    choice = choose_schema_version(None, start=tmp_path)
+    assert choice.schema_version == NEWEST
+    tested = ".".join(map(str, NEWEST_TESTED_VLLM))
+    if release_key(NEWEST) > NEWEST_TESTED_VLLM:
+        assert f"--vllm-version {tested}" in choice.reason and SERVING_PYTHON_ENV in choice.reason
+    else:
+        assert "tested" not in choice.reason
+
+
 def test_validate_and_the_schema_commands_agree_on_the_release(tmp_path, monkeypatch):
     newest_only = sorted(set(load_schema(NEWEST).fields) - set(load_schema(OLDER).fields))
     if not newest_only:

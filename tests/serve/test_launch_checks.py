@@ -352,6 +352,30 @@ def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, rep
         assert any("own vLLM backend" in n for n in plan.notes) is own
 
 
+def test_a_vllm_version_other_than_the_one_that_will_run_is_said(repo, monkeypatch):
+    """launch --vllm-version validates against that release; when the backend Python runs another, launch says so."""
+    if not TRITON_HOME:
+        pytest.skip("needs VLLM_REPO_TRITON_HOME")
+    info = probe_python(sys.executable)
+    monkeypatch.setattr(
+        launch,
+        "probe_python",
+        lambda exe: info.__class__(
+            executable=info.executable,
+            version=info.version,
+            libdir=info.libdir,
+            numpy_version="1.26.4",
+            vllm_version="0.32.0+cpu",
+        ),
+    )
+    ports = {"http_port": _free(), "grpc_port": _free(), "metrics_port": _free()}
+    other = prepare_launch(repo, vllm_version="0.31.0", **ports)
+    (note,) = [n for n in other.notes if "--vllm-version" in n]
+    assert "validated against vLLM 0.31.0" in note and "runs vLLM 0.32.0+cpu" in note
+    for same in ("0.32", "0.32.0"):  # the series, or the release itself, is what runs
+        assert not [n for n in prepare_launch(repo, vllm_version=same, **ports).notes if "--vllm-version" in n]
+
+
 def test_docker_without_a_reachable_daemon_is_a_clear_error(repo):
     docker = shutil.which("docker")
     if (

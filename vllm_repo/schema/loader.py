@@ -211,7 +211,19 @@ def choose_schema_version(
     wanted, why = target_vllm_version(requested, start, settings)
     origin = origin or why
     if wanted is None:
-        return VersionChoice(requested=None, schema_version=available[-1], reason=f"{why}: newest bundled schema")
+        reason = f"{why}: newest bundled schema"
+        from vllm_repo.backend.contract import NEWEST_TESTED_VLLM  # data only: no Triton, no vLLM
+
+        tested = ".".join(map(str, NEWEST_TESTED_VLLM))
+        if (release_key(available[-1]) or ()) > NEWEST_TESTED_VLLM:
+            # What a new shell without the serving Python checks against; the bundled backend runs no such release.
+            from vllm_repo.settings import SERVING_PYTHON_ENV
+
+            reason += (
+                f", newer than the bundled backend is tested with ({tested}): set ${SERVING_PYTHON_ENV} to the "
+                f"Python that serves, or pass --vllm-version {tested}"
+            )
+        return VersionChoice(requested=None, schema_version=available[-1], reason=reason)
     if wanted in available:  # the usual case, decided without importing packaging
         return VersionChoice(requested=wanted, schema_version=wanted, reason=f"{origin} {wanted}")
     from packaging.version import InvalidVersion, Version

@@ -236,6 +236,11 @@ def prepare_launch(
     check_ports(host, ports)
     server = find_server(tritonserver, progress=progress)
     notes = check_serving_python(info, strict_numpy=server.embedded)
+    if vllm_version and not _same_release(vllm_version, info.vllm_version):
+        notes.append(
+            f"validated against vLLM {vllm_version} (--vllm-version), but {info.executable} runs vLLM "
+            f"{info.vllm_version}: leave --vllm-version out to check the release that will run"
+        )
     backend_directory = None
     if not server.embedded and _older_than_bundled_backend_supports(info.vllm_version):
         own = server.home.root / "backends"
@@ -274,6 +279,18 @@ def prepare_launch(
         openai_api_keys=[k for k in openai_api_keys if k],
         openai_cors=openai_cors,
     )
+
+
+def _same_release(requested: str, running: str | None) -> bool:
+    """Whether ``requested`` ("0.32", "0.32.0") names the release ``running`` is ("0.32.0+cpu" is 0.32.0)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        wanted = Version(requested).release
+        actual = Version(Version(running or "0").base_version).release
+    except InvalidVersion:
+        return False
+    return actual[: len(wanted)] == wanted
 
 
 def _older_than_bundled_backend_supports(vllm_version: str | None) -> bool:
