@@ -1,6 +1,7 @@
 """The CLI's command table: every command is reachable, and running one imports only its own module."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,13 @@ def test_flags_read_as_flags_and_repeatable_options_show_their_form():
     assert all("<bool>" not in text for text in helps.values()), [n for n, t in helps.items() if "<bool>" in t]
     assert "--force " in helps["init"] and "--set KEY=VALUE" in helps["init"] and "--lora NAME=PATH" in helps["init"]
     assert "--select CODE" in helps["validate"] and "--param KEY=VALUE" in helps["infer"]
+    # Help is plain text: no markup escape shows.
+    assert all("\\[" not in text for text in helps.values()), [n for n, t in helps.items() if "\\[" in t]
+    assert "[tool.vllm-repo]" in helps["plan"]
+
+
+def test_the_openai_options_shared_with_launch_read_as_sentences_in_openai_help():
+    text = subprocess.run([sys.executable, "-m", "vllm_repo", "openai", "--help"], capture_output=True, text=True)
+    starts = dict(re.findall(r"^  (--[\w-]+)(?: \S+)?\s{2,}(\S)", text.stdout, re.M))
+    assert {"--api-key", "--allowed-origins", "--allow-credentials"} <= starts.keys()
+    assert all(c.isupper() for c in starts.values()), starts

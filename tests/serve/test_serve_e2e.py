@@ -362,6 +362,14 @@ def test_infer_wait_goes_ahead_once_the_model_is_ready(server):
     assert done.returncode == 0 and done.stdout.strip(), done.stderr
 
 
+def test_doctor_finds_the_launched_server_healthy_after_everything_above(server):
+    """Streamed and complete answers, a request for an unknown model, a refused request: a server that served them
+    is healthy, and doctor --url says so (exit 0) instead of reading a client's error or a warning as a fault."""
+    done = subprocess.run(vllm_repo_cli("doctor", "--url", server.url), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[VD" not in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_start_stop_cycles_leave_nothing_behind(tiny_repository, sig):
     launched = start_launch(tiny_repository)

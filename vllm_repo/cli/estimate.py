@@ -23,7 +23,7 @@ def estimate(
         str | None,
         typer.Option(
             "--gpu",
-            help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 (default: gpu in \\[tool.vllm-repo] of "
+            help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 (default: gpu in [tool.vllm-repo] of "
             "pyproject.toml or .vllm-repo.toml).",
         ),
     ] = None,

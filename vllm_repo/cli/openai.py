@@ -9,13 +9,21 @@ import typer
 from vllm_repo.serve.ports import DEFAULT_HOST, DEFAULT_OPENAI_PORT, DEFAULT_URL
 
 
+def _help(when: str, text: str) -> str:
+    """An option's help: ``when`` leads where the option depends on another ("with --openai-port: ..."), else the
+    text is a sentence of its own, capitalised as every other option's help."""
+    return f"{when}{text}" if when else text[:1].upper() + text[1:]
+
+
 def api_key_option(when: str = "") -> Any:
     """--api-key, read from VLLM_API_KEY as vllm serve reads it: the same option for `openai` and `launch`."""
     return typer.Option(
         "--api-key",
         envvar="VLLM_API_KEY",
         metavar="KEY",
-        help=f"{when}require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys.",
+        help=_help(
+            when, "require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys."
+        ),
     )
 
 
@@ -25,17 +33,20 @@ def cors_options(when: str = "") -> dict[str, Any]:
         "allowed_origins": typer.Option(
             "--allowed-origins",
             metavar="JSON",
-            help=f"""{when}origins whose pages may call the API, e.g. '["https://ui.example"]' or '["*"]' (default: """
-            "none, as vllm serve).",
+            help=_help(
+                when,
+                """origins whose pages may call the API, e.g. '["https://ui.example"]' or '["*"]' (default: none, """
+                "as vllm serve).",
+            ),
         ),
         "allow_credentials": typer.Option(
-            "--allow-credentials", help=f"{when}let those pages send cookies and authorization (as vllm serve)."
+            "--allow-credentials", help=_help(when, "let those pages send cookies and authorization (as vllm serve).")
         ),
         "allowed_methods": typer.Option(
-            "--allowed-methods", metavar="JSON", help=f"""{when}methods they may use (default '["*"]')."""
+            "--allowed-methods", metavar="JSON", help=_help(when, """methods they may use (default '["*"]').""")
         ),
         "allowed_headers": typer.Option(
-            "--allowed-headers", metavar="JSON", help=f"""{when}headers they may send (default '["*"]')."""
+            "--allowed-headers", metavar="JSON", help=_help(when, """headers they may send (default '["*"]').""")
         ),
     }
 

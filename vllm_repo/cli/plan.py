@@ -14,11 +14,11 @@ def plan(
     repo: Annotated[Path, typer.Argument(help="Model repository whose vLLM models share the host.")],
     gpu: Annotated[
         str | None,
-        typer.Option("--gpu", help="GPU of the host, e.g. H100 (default: gpu in \\[tool.vllm-repo])."),
+        typer.Option("--gpu", help="GPU of the host, e.g. H100 (default: gpu in [tool.vllm-repo])."),
     ] = None,
     num_gpus: Annotated[
         int | None,
-        typer.Option("--num-gpus", min=1, help="GPUs of the host (default: num-gpus in \\[tool.vllm-repo])."),
+        typer.Option("--num-gpus", min=1, help="GPUs of the host (default: num-gpus in [tool.vllm-repo])."),
     ] = None,
     concurrency: Annotated[
         int,

@@ -41,7 +41,7 @@ def validate(
         typer.Option(
             "--num-gpus",
             min=1,
-            help="GPUs on the host, 0 to N-1, for the placement checks (default: num-gpus in \\[tool.vllm-repo]).",
+            help="GPUs on the host, 0 to N-1, for the placement checks (default: num-gpus in [tool.vllm-repo]).",
         ),
     ] = None,
     select: Annotated[
