@@ -46,9 +46,16 @@ def test_vr503_kind_gpu_with_tensor_parallel(repo):
 def test_vr504_models_sharing_a_gpu(repo):
     repo.model("a", engine_args={"model": "m", "gpu_memory_utilization": 0.6})
     repo.model("b", engine_args={"model": "m", "gpu_memory_utilization": 0.5})
-    found = only(run(repo.root), "VR504")
-    assert {d.file.split("/")[-3] for d in found} == {"a", "b"}
-    assert "1.10" in found[0].message
+    (d,) = only(run(repo.root), "VR504")  # once for the GPU, naming both engines
+    assert d.file.split("/")[-3] == "a" and "(a 0.6 + b 0.5)" in d.message
+    assert "1.10" in d.message
+
+
+def test_vr504_is_reported_once_per_gpu_however_many_models_share_it(repo):
+    for name in "abcde":
+        repo.model(name, engine_args={"model": "m", "gpu_memory_utilization": 0.3})
+    (d,) = only(run(repo.root), "VR504")
+    assert "GPU 0 is shared by 5 engines" in d.message
 
 
 def test_vr504_default_utilization_counts(repo):
@@ -122,8 +129,8 @@ def test_vr504_a_model_pinned_by_gpu_device_ids_shares_with_a_kind_gpu_model(rep
     repo.model("a", config=_config("kind: KIND_MODEL", "1"), engine_args={"model": "m", "gpu_memory_utilization": 0.6})
     config = _config("kind: KIND_GPU gpus: [ 1 ]")
     repo.model("b", config=config, engine_args={"model": "m", "gpu_memory_utilization": 0.6})
-    found = only(run(repo.root), "VR504")
-    assert {d.file.split("/")[-3] for d in found} == {"a", "b"} and "GPU 1" in found[0].message
+    (d,) = only(run(repo.root), "VR504")
+    assert "GPU 1" in d.message and "(a 0.6 + b 0.6)" in d.message
     repo.model("b", config=_config("kind: KIND_GPU gpus: [ 0 ]"))
     assert "VR504" not in codes(run(repo.root))
 

@@ -210,17 +210,18 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
         if len(models) == 1:
             yield from _instances_oversubscribed(gpu, on_gpu, total)
             continue
-        for instance in models.values():
-            model, doc = instance.model, instance.engine_args
-            if repo.is_selected(model):
-                yield Finding(
-                    doc.path,
-                    f"GPU {gpu} is shared by {len(on_gpu)} engines ({parts}) whose gpu_memory_utilization "
-                    f'adds up to {total:.2f}; the later ones fail with "No available memory for the cache blocks"',
-                    doc.position_of("gpu_memory_utilization"),
-                    hint="lower the fractions so they sum to at most 1.0 (leave room for CUDA contexts), "
-                    "or pin models to different GPUs with KIND_GPU gpus: [...] or GPU_DEVICE_IDS",
-                )
+        # Once per GPU, at the first model checked that shares it: the finding names every engine, and five copies
+        # of one message (one per model) said nothing more.
+        instance = next(i for i in models.values() if repo.is_selected(i.model))
+        doc = instance.engine_args
+        yield Finding(
+            doc.path,
+            f"GPU {gpu} is shared by {len(on_gpu)} engines ({parts}) whose gpu_memory_utilization "
+            f'adds up to {total:.2f}; the later ones fail with "No available memory for the cache blocks"',
+            doc.position_of("gpu_memory_utilization"),
+            hint="lower the fractions so they sum to at most 1.0 (leave room for CUDA contexts), "
+            "or pin models to different GPUs with KIND_GPU gpus: [...] or GPU_DEVICE_IDS",
+        )
 
 
 def _instances_oversubscribed(gpu: int, on_gpu: list[placement.Instance], total: float) -> Iterator[Finding]:
