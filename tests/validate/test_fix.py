@@ -62,6 +62,24 @@ def test_diff_shows_the_fixes_and_writes_nothing(tmp_path):
     assert '-\t"dtype" :  "bf16",' in done.stdout and '+\t"dtype" :  "bfloat16",' in done.stdout
     assert "+  decoupled: true  # streaming needs true" in done.stdout
     assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    # Beside the patch: what --fix would leave ("8k" has no one answer), and the summary; nothing it would fix.
+    assert "--fix would change 2 files; what it would leave:" in done.stderr
+    assert "max_model_len" in done.stderr and "VR304" not in done.stderr
+    assert "1 error(s)" in done.stderr and "error[" not in done.stdout  # stdout: the patch alone
+
+
+def test_diff_with_nothing_to_fix_still_shows_the_findings_and_exits_by_them(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "llm" / "1").mkdir(parents=True)
+    (repo / "llm" / "config.pbtxt").write_text('backend: "vllm"\n')
+    (repo / "llm" / "1" / "model.json").write_text('{"model": "m", "max_model_len": "8k"}\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "validate", "--diff", "--vllm-version", VERSION, str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert "nothing for --fix to change" in done.stderr and "VR303" in done.stderr and "1 error(s)" in done.stderr
 
 
 def test_the_cli_reports_each_fix_and_exits_by_what_is_left(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import Enum
 from pathlib import Path
@@ -83,7 +84,18 @@ def validate(
 
     plan, result = fix_paths(paths, write=not diff, **options)
     if diff:
+        # The patch alone on stdout (it can go to `git apply`); on stderr, what --fix would leave, and the summary.
         sys.stdout.write(plan.diff({path: display_path(path) for path in plan.texts}))
+        fixed = {id(d) for d, _ in plan.applied}
+        left = dataclasses.replace(result, diagnostics=[d for d in result.diagnostics if id(d) not in fixed])
+        changed = len(plan.texts) + len(plan.moves)
+        typer.echo(
+            f"--fix would change {changed} file{'s' * (changed != 1)}; what it would leave:"
+            if plan.changes
+            else "nothing for --fix to change (no finding has one right answer); what is found:",
+            err=True,
+        )
+        REPORTERS[output_format.value](left, sys.stderr, sys.stderr)
         raise typer.Exit(1 if plan.changes or result.has_errors else 0)
     for diagnostic, change in plan.applied:
         typer.echo(f"fixed {diagnostic.location()}: [{diagnostic.code}] {change.description}", err=True)
