@@ -148,6 +148,13 @@ def test_default_max_tokens_replaces_vllms_16():
     assert parse({"max_tokens": None}, default_max_tokens=300).kwargs["max_tokens"] == 300
 
 
+def test_did_you_mean_never_names_the_same_switch_turned_the_other_way():
+    fields = ["enable_log_requests", "max_model_len", "disable_log_stats"]
+    assert backend.did_you_mean("disable_log_requests", fields) == ""
+    assert backend.did_you_mean("enable_log_stats", fields) == ""
+    assert backend.did_you_mean("max_model_lenn", fields) == ' (did you mean "max_model_len"?)'
+
+
 def test_unknown_key_is_an_error_with_did_you_mean():
     with pytest.raises(backend.RequestError) as err:
         parse({"temprature": 0.1})

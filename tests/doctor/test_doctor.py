@@ -82,6 +82,39 @@ def test_the_real_logs_cover_what_runs_on_a_cpu():
     }
 
 
+def test_a_load_error_repeated_in_tritons_model_table_is_one_finding_and_hints_name_the_repository(tmp_path):
+    repo = tmp_path / "my_repo"
+    repo.mkdir()
+    log = HERE / "real_logs" / "bad-key-1.log"
+    assert log.read_text().count("is not a vLLM 0.32.0 engine argument") >= 2  # the error line, and the table's
+    done = CliRunner().invoke(build_app(), ["doctor", str(log), str(repo)])
+    assert done.exit_code == 1
+    assert done.output.count("[VD101]") == 1, done.output
+    assert f"vllm-repo upgrade {repo} --to 0.32.0" in done.output and "REPO" not in done.output
+    # The backend that wrote this log suggested the key that means the opposite; doctor does not repeat it.
+    finding = next(line for line in done.output.splitlines() if "[VD101]" in line)
+    assert "disable_log_requests" in finding and "enable_log_requests" not in finding
+
+
+def test_what_a_healthy_cpu_server_logs_as_an_error_is_not_shown_as_one(tmp_path):
+    log = tmp_path / "tritonserver.log"
+    log.write_text(
+        'E1204 07:00:22.051440 20616 server.cc:241] "CudaDriverHelper has not been initialized."\n'
+        'I1204 07:00:22.1 20616 server.cc:674] "model tiny READY"\n'
+    )
+    diagnosis = diagnose_file(log)
+    assert diagnosis.findings == [] and diagnosis.first_errors == []
+    assert CliRunner().invoke(build_app(), ["doctor", str(log)]).exit_code == 0
+
+
+@pytest.mark.parametrize("name,text", [("model.json", '{"model": "m"}\n'), ("config.pbtxt", 'backend: "vllm"\n')])
+def test_a_repository_file_given_as_the_log_is_refused_with_what_to_give(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    done = CliRunner().invoke(build_app(), ["doctor", str(path)])
+    assert done.exit_code == 2 and "is not a server log" in done.output and "no error found" not in done.output
+
+
 def test_numbers_from_the_log_are_in_the_finding():
     (d,) = diagnose(
         ServerLog(

@@ -239,9 +239,18 @@ class BackendConfigError(RuntimeError):
     """The model's configuration (config.pbtxt, model.json, multi_lora.json) cannot be loaded; says where and why."""
 
 
+_SWITCH = re.compile(r"^(enable|disable|no|use|skip)_")
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
-    return f' (did you mean "{close[0]}"?)' if close else ""
+    if not close:
+        return ""
+    # Never the same switch turned the other way (disable_log_requests -> enable_log_requests): followed as written,
+    # it would mean the opposite.
+    if _SWITCH.sub("", close[0]) == _SWITCH.sub("", name) and close[0] != name:
+        return ""
+    return f' (did you mean "{close[0]}"?)'
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -1924,8 +1933,9 @@ class TritonPythonModel:
     def _prompt_renderer(self) -> Callable[[dict[str, Any]], Any] | None:
         """How to turn a prompt into the engine input generate() takes, where vLLM deprecates raw prompts (0.32 logs
         a warning for each one, which reads like a fault); None where raw prompts are what the release takes."""
-        try:
-            from vllm.inputs import parse_model_prompt
+        try:  # where 0.32 has it, and where its own deprecation text says it is
+            modules = ("vllm.renderers.inputs.preprocess", "vllm.inputs")
+            parse_model_prompt = _import_first(modules, "parse_model_prompt")
         except ImportError:
             return None
         render = getattr(getattr(self.engine, "renderer", None), "render_cmpl_async", None)

@@ -27,7 +27,7 @@ def doctor(
     output_format: Annotated[OutputFormat, typer.Option("--format", help="text, json or github.")] = OutputFormat.text,
 ) -> None:
     """Read a failed Triton server's log (or ask the running server): the root cause, and the fix."""
-    from vllm_repo.doctor import diagnose_file, diagnose_server, recommend
+    from vllm_repo.doctor import diagnose_file, diagnose_server, name_repository, recommend
     from vllm_repo.doctor.report import report
     from vllm_repo.errors import UsageError
 
@@ -38,6 +38,7 @@ def doctor(
     diagnosis = diagnose_server(url, log) if url else diagnose_file(log)
     if repository is not None:
         diagnosis.recommendations = recommend(diagnosis, repository, gpu)
+        name_repository(diagnosis, repository)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:

@@ -69,14 +69,16 @@ def diagnose(log: ServerLog, source: str | None = None) -> Diagnosis:
     found: dict[tuple[str, str], Diagnostic] = {}
     for cause in all_causes():
         for f in cause.check(log):
-            key = (cause.code, f.message)
+            # Triton repeats a model's load error in its model table, whose cells end with " |": the same finding.
+            message = f.message.rstrip().removesuffix("|").rstrip()
+            key = (cause.code, message)
             if key not in found:
                 found[key] = Diagnostic(
                     code=cause.code,
                     severity=Severity.ERROR,
                     file=shown,
                     line=f.line.number,
-                    message=f.message,
+                    message=message,
                     hint=f.hint,
                 )
     findings = sorted(found.values(), key=lambda d: (d.line or 0, d.code))
@@ -86,6 +88,14 @@ def diagnose(log: ServerLog, source: str | None = None) -> Diagnosis:
 
 def diagnose_file(path: str | Path) -> Diagnosis:
     return diagnose(ServerLog.read(path))
+
+
+def name_repository(diagnosis: Diagnosis, repository: str | Path) -> None:
+    """Write the repository the user gave into the hints, in place of their REPO placeholder."""
+    place = re.compile(r"\bREPO\b")
+    diagnosis.findings = [
+        dataclasses.replace(d, hint=place.sub(str(repository), d.hint)) if d.hint else d for d in diagnosis.findings
+    ]
 
 
 def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:

@@ -74,13 +74,20 @@ _UNEXPECTED_KWARG = re.compile(
 )
 
 
+_SWITCH = re.compile(r"^(enable|disable|no|use|skip)_")
+
+
 @cause("VD101", "unknown-engine-argument")
 def unknown_engine_argument(log: ServerLog) -> Iterator[Found]:
     """model.json has a key the installed vLLM's EngineArgs does not have (a typo, or a key that vLLM removed)."""
     for line, m in log.find(_NOT_ENGINE_ARG):
+        more = m["more"].rstrip()
+        suggested = re.search(r'did you mean "(\w+)"', more)
+        if suggested and _SWITCH.sub("", suggested[1]) == _SWITCH.sub("", m["key"]):
+            more = ""  # an older backend's did-you-mean that inverts the setting (disable_x -> enable_x)
         yield Found(
             line,
-            f"model.json sets '{m['key']}', which vLLM {m['version']} does not have{m['more'].rstrip()}",
+            f"model.json sets '{m['key']}', which vLLM {m['version']} does not have{more}",
             _upgrade_hint(m["version"]),
         )
     for line, m in log.find(_UNEXPECTED_KWARG):

@@ -24,6 +24,11 @@ class LogLine:
     text: str  # one line of the message, with Triton's header and quoting removed
 
 
+# Error lines a healthy server logs, which say nothing of a failure: Triton on a host without NVIDIA's driver (every
+# CPU-only start) reports that it could not load CUDA's driver helper, and goes on.
+KNOWN_NOISE = ("CudaDriverHelper has not been initialized",)
+
+
 @dataclasses.dataclass
 class ServerLog:
     text: str
@@ -38,7 +43,14 @@ class ServerLog:
             raise UsageError(
                 f"{path}: cannot read the log: {exc.strerror or exc}", hint="give a Triton log file"
             ) from None
-        return cls(raw.decode("utf-8", "replace"), path)
+        text = raw.decode("utf-8", "replace")
+        if path.suffix in (".json", ".pbtxt") or _is_json(text):
+            raise UsageError(
+                f"{path} is not a server log but {'a JSON file' if _is_json(text) else 'a model configuration'}",
+                hint="give doctor the log tritonserver wrote (`vllm-repo launch --log-file FILE`, or its output "
+                "saved to a file); `vllm-repo validate` checks model.json and config.pbtxt",
+            )
+        return cls(text, path)
 
     @functools.cached_property
     def lines(self) -> list[LogLine]:
@@ -75,13 +87,16 @@ class ServerLog:
         return out
 
     def error_lines(self, limit: int = 8) -> list[LogLine]:
-        """The first error lines: Triton's E lines, Python exceptions and vLLM's ERROR lines."""
+        """The first error lines: Triton's E lines, Python exceptions and vLLM's ERROR lines, less those a healthy
+        server writes too (KNOWN_NOISE)."""
         found: list[LogLine] = []
         seen: set[str] = set()
         for number, raw in enumerate(self.text.splitlines(), 1):
             text = raw.strip()
             match = TRITON_LINE.match(text)
             is_error = (match and match["level"] == "E") or _PY_EXCEPTION.match(text) or " ERROR " in f" {text} "
+            if is_error and any(noise in text for noise in KNOWN_NOISE):
+                continue
             if is_error and text not in seen:
                 seen.add(text)
                 found.append(LogLine(number, text[:300]))
@@ -139,3 +154,16 @@ def root_error(log: str) -> str | None:
     if exceptions:
         return exceptions[-1][1]
     return last_error
+
+
+def _is_json(text: str) -> bool:
+    import json
+
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True
