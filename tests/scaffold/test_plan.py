@@ -103,6 +103,19 @@ def test_placement_config_keeps_the_rest_of_config_pbtxt():
     assert new.count("instance_group") == 1 and 'string_value: "0,1;2,3"' in new and "count: 2" in new
 
 
+def test_placement_goes_where_init_wrote_the_instance_group_and_replaces_its_comment(tmp_path):
+    from vllm_repo.scaffold.init import render_config
+
+    text = render_config("chat", "m", {"model": "m"})
+    assert "KIND_MODEL lets vLLM choose its device" in text
+    new = placement_config(text, [(0,), (1,)])
+    assert "KIND_MODEL lets vLLM choose its device" not in new and "# Placed by vllm-repo plan" in new
+    fields = [line.split()[0] for line in new.splitlines() if line and not line.startswith((" ", "#", "]", "}"))]
+    before = [line.split()[0] for line in text.splitlines() if line and not line.startswith((" ", "#", "]", "}"))]
+    assert fields == before  # instance_group where it was, before the parameters that followed it
+    assert placement_config(new, [(0,), (1,)]) == new  # planned again: the same text
+
+
 def test_cli_prints_the_plan_diffs_and_writes_only_when_asked(repo, weights, tmp_path):
     repo.model("chat", engine_args={"model": weights, "max_model_len": 8192})
     config = repo.root / "chat" / "config.pbtxt"

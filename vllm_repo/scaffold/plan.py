@@ -256,26 +256,61 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
     return text
 
 
+PLACED = "Placed by vllm-repo plan"  # how the comment plan writes above instance_group begins
+
+
+def _describing_comment_start(text: str, start: int) -> int:
+    """Where the comment lines right above ``start`` begin, when they speak of instances (KIND_..., instance); else
+    ``start``."""
+    line_start = text.rfind("\n", 0, start) + 1
+    if text[line_start:start].strip():  # something else on the line before it
+        return start
+    begin = line_start
+    while begin > 0:
+        previous = text.rfind("\n", 0, begin - 1) + 1
+        line = text[previous : begin - 1].strip()
+        if not (line.startswith("#") and ("KIND_" in line or "instance" in line.lower() or PLACED in line)):
+            break
+        begin = previous
+    return begin
+
+
 def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
     """``text`` (a config.pbtxt) with its instance_group and GPU_DEVICE_IDS replaced by ``groups``' placement."""
     from google.protobuf import text_format
 
     from vllm_repo.repository.model_config import model_config_pb2
 
-    drop = _top_level_spans(text, "instance_group")
-    params = _top_level_spans(text, "parameters")
-    drop += [span for span in params if placement.GPU_DEVICE_IDS in text[span[0] : span[1]]]
-    kept = _without(text, drop).rstrip("\n") + "\n"
+    groups_text = ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups)
     if len(groups[0]) == 1:
         ids = ", ".join(str(g[0]) for g in groups)
-        added = f"instance_group [\n  {{\n    count: 1\n    kind: KIND_GPU\n    gpus: [ {ids} ]\n  }}\n]\n"
+        added = (
+            f"# {PLACED}: one engine on each of GPUs {ids}.\n"
+            f"instance_group [\n  {{\n    count: 1\n    kind: KIND_GPU\n    gpus: [ {ids} ]\n  }}\n]\n"
+        )
     else:
         ids = ";".join(",".join(map(str, g)) for g in groups)
         added = (
+            f"# {PLACED}: {len(groups)} engine(s) of {len(groups[0])} GPUs, on GPUs {groups_text}; "
+            f"{placement.GPU_DEVICE_IDS} gives each instance its group.\n"
             f"instance_group [\n  {{\n    count: {len(groups)}\n    kind: KIND_MODEL\n  }}\n]\n"
             f'parameters {{\n  key: "{placement.GPU_DEVICE_IDS}"\n  value: {{ string_value: "{ids}" }}\n}}\n'
         )
-    new = kept + "\n" + added
+    groups_spans = _top_level_spans(text, "instance_group")
+    params = _top_level_spans(text, "parameters")
+    drop = groups_spans[1:] + [span for span in params if placement.GPU_DEVICE_IDS in text[span[0] : span[1]]]
+    if not groups_spans:
+        new = _without(text, drop).rstrip("\n") + "\n\n" + added
+    else:
+        # Where the old instance_group was, in place of it and of the comment above it that described it (init's
+        # "KIND_MODEL lets vLLM choose its device" is not true of a KIND_GPU placement); other comments stay.
+        start, end = groups_spans[0]
+        edits = [(_describing_comment_start(text, start), end, added.rstrip("\n"))] + [(s, e, "") for s, e in drop]
+        new = text
+        for s, e, replacement in sorted(edits, reverse=True):
+            if not replacement and new[e : e + 1] == "\n":  # a removed field takes its line's end with it
+                e += 1
+            new = new[:s] + replacement + new[e:]
     check = model_config_pb2().ModelConfig()
     text_format.Parse(new, check)  # what plan writes must parse as Triton's ModelConfig
     return new

@@ -126,6 +126,16 @@ def _request(url: str, path: str, method: str = "GET", timeout: float = 5.0) -> 
         conn.close()
 
 
+def _is_openai_api(url: str) -> bool:
+    """Whether ``url`` answers as an OpenAI API (vllm-repo openai, launch --openai-port, vllm serve): a model list at
+    /v1/models. Asked only after Triton's route was not found there."""
+    status, raw = _request(url, "/v1/models")
+    try:
+        return status in (200, 401) and (status == 401 or json.loads(raw).get("object") == "list")
+    except (ValueError, AttributeError):
+        return False
+
+
 def loaded_models(url: str) -> list[str]:
     """The models the server has ready (Triton's repository index), [] when it can't say."""
     status, raw = _request(url, "/v2/repository/index", "POST")
@@ -189,6 +199,12 @@ def stream_events(
             raise InferError(f"no Triton server answers at {url} ({exc.strerror or exc})", hint=NO_SERVER_HINT) from exc
         if resp.status != 200:
             message = _error_text(resp.read())
+            if resp.status == 404 and _is_openai_api(url):
+                raise InferError(
+                    f"{url} is the OpenAI API, not Triton's HTTP endpoint ({endpoint} is Triton's)",
+                    hint="give --url Triton's HTTP port (launch prints it: HTTP http://127.0.0.1:8000 by default), "
+                    "or use an OpenAI client on this one (e.g. curl {url}/v1/completions)".replace("{url}", url),
+                )
             if resp.status in (400, 404) and ("unknown model" in message or "not found" in message):
                 raise unknown_model(url, model, message)
             raise InferError(f"{endpoint} failed with HTTP {resp.status}: {message}")
