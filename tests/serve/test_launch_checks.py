@@ -376,6 +376,20 @@ def test_a_vllm_version_other_than_the_one_that_will_run_is_said(repo, monkeypat
         assert not [n for n in prepare_launch(repo, vllm_version=same, **ports).notes if "--vllm-version" in n]
 
 
+def test_a_local_model_path_that_does_not_exist_stops_a_local_launch_before_triton_starts(repo):
+    """validate only warns (VR310: the path may exist in a container); a local launch would fail at load."""
+    model_json = repo / "tiny" / "1" / "model.json"
+    settings = json.loads(model_json.read_text())
+    settings["model"] = str(repo / "no-such-model")
+    model_json.write_text(json.dumps(settings))
+    with pytest.raises(LaunchError) as caught:
+        prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
+    assert "does not exist on this machine" in caught.value.message
+    assert [d.code for d in caught.value.diagnostics] == ["VR310"] and "no-such-model" in caught.value.diagnostics[
+        0
+    ].message
+
+
 def test_docker_without_a_reachable_daemon_is_a_clear_error(repo):
     docker = shutil.which("docker")
     if (

@@ -227,6 +227,16 @@ def prepare_launch(
         diagnostics = validate_repository(repo, vllm_version)
     else:
         diagnostics = validate_repository(repo, info.vllm_version, f"the backend Python's vLLM ({info.executable})")
+    missing_paths = [d for d in diagnostics if d.code == "VR310"]
+    if missing_paths:
+        # validate only warns (the path may exist in a container); launch runs the server here, where it does not.
+        raise LaunchError(
+            f"{len(missing_paths)} model path{'s' * (len(missing_paths) != 1)} in model.json do"
+            f"{'es' * (len(missing_paths) == 1)} not exist on this machine, where launch runs the server; not starting",
+            hint="fix the path, or give a Hugging Face repo id (owner/name); paths inside a container are for "
+            "`vllm-repo launch --docker` with the directory mounted",
+            diagnostics=missing_paths,
+        )
     if info is None:
         raise python_error
     models = [model.name for model in open_repository(repo).models]
