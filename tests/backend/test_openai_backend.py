@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.backend.conftest import CONFIG_PBTXT, SERVER_ENV, engine_args
-from tests.serve.test_serve_e2e import ipc_sockets
+from tests.serve.test_serve_e2e import ipc_sockets, orphaned_ipc_sockets
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
@@ -126,7 +126,7 @@ def servers(tiny_model_dir, tmp_path_factory):
         reference_log.close()
         reference_guardian.release()
         server.stop()
-    assert ipc_sockets() <= sockets_before  # neither server left one in /tmp
+    assert orphaned_ipc_sockets(sockets_before) == set()  # neither server left one in /tmp
 
 
 @pytest.fixture(scope="module")
