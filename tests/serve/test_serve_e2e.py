@@ -8,6 +8,7 @@ start/stop cycles reuse few starts.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import itertools
 import json
 import os
@@ -29,6 +30,7 @@ from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.infer import infer
 from vllm_repo.serve.ports import free_port, free_ports
 from vllm_repo.serve.processes import process_group_members
+from vllm_repo.serve.server import PYTHON_ENV_DIRS
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
 
@@ -107,6 +109,7 @@ class Launched:
     lines: list[str]
     shm_before: set[str]
     ipc_before: set[str] = dataclasses.field(default_factory=ipc_sockets)
+    python_envs_before: set[str] = dataclasses.field(default_factory=lambda: set(glob.glob(PYTHON_ENV_DIRS)))
     server_pid: int | None = None
     # Stops launch's group (launch then stops its server) should this test process die first.
     guardian: Guardian | None = None
@@ -237,6 +240,8 @@ def assert_nothing_left(launched: Launched) -> None:
     # vLLM's sockets go in the server's work directory, not the temporary directory, where a killed engine left them.
     # Only the orphaned ones count: other vLLMs on this machine (a CI runner's, the tests' reference) keep theirs.
     assert orphaned_ipc_sockets(launched.ipc_before) == set()
+    # Triton's Python backend makes a /tmp/python_env_* directory per server and leaves it: the server's own go.
+    assert set(glob.glob(PYTHON_ENV_DIRS)) - launched.python_envs_before == set()
     for port in launched.ports:  # nothing listens there any more
         with socket.socket() as s, pytest.raises(ConnectionRefusedError):
             s.connect(("127.0.0.1", port))

@@ -12,6 +12,7 @@ any shared-memory segment left under this server's unique prefix.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import signal
@@ -29,7 +30,7 @@ from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_ports, port_is_free
 from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group, unique_shm_prefix
 from vllm_repo.serve.python_env import PythonInfo, probe_python
-from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
+from vllm_repo.serve.server_files import TritonHome, cache_dir, layout_backend_directory
 
 
 def serving_env(
@@ -60,6 +61,12 @@ def serving_env(
 
 # Where vLLM makes its ZMQ IPC sockets (default: the temporary directory).
 RPC_PATH_ENV = "VLLM_RPC_BASE_PATH"
+# torch.compile's cache (default: /tmp/torchinductor_<user>, hundreds of MB a model): with vllm-repo's other caches.
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# The directory Triton's Python backend makes for each server (for execution environments), at a fixed place and
+# never removed: the server's own, found by what appeared while it ran, go with it.
+PYTHON_ENV_DIRS = "/tmp/python_env_*"
+PYTHON_ENV_MADE_WITHIN_S = 120.0
 
 
 class TritonServer:
@@ -200,7 +207,10 @@ class TritonServer:
                 # killed engine could not remove them.
                 (self._own_workdir / "rpc").mkdir()
                 overrides[RPC_PATH_ENV] = str(self._own_workdir / "rpc")
+            if INDUCTOR_CACHE_ENV not in overrides and INDUCTOR_CACHE_ENV not in os.environ:
+                overrides[INDUCTOR_CACHE_ENV] = str(cache_dir() / "torchinductor")
             env = serving_env(self.python, self.triton_home, overrides=overrides)
+            self._python_envs_before = set(glob.glob(PYTHON_ENV_DIRS)), time.time()
             self.process = subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
@@ -311,6 +321,13 @@ class TritonServer:
             time.sleep(0.1)
 
     def _cleanup_workdir(self) -> None:
+        # The Python backend's directory of this run: made while the server started (the backend is loaded with the
+        # first model), and still empty. Another server started in that minute is the only one that could own it.
+        before, started = getattr(self, "_python_envs_before", (set(), None))
+        for path in set(glob.glob(PYTHON_ENV_DIRS)) - before if started is not None else []:
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_mtime - started < PYTHON_ENV_MADE_WITHIN_S:
+                    os.rmdir(path)
         # A log inside our own work directory is kept in memory, so log_text() still answers after stop().
         if self._own_workdir is not None:
             if self._log_path is not None and self._own_workdir in self._log_path.parents:
