@@ -1026,8 +1026,9 @@ class SendThread:
     for each token, and each token cost a send: 0.36x raw AsyncLLM's throughput at 256 streams on the H200. Here the
     loop only queues. A native stream reads its next output from vLLM once its last response is sent (``done``), and
     vLLM's collector merges whatever the engine made meanwhile into that output, so responses per request fall as the
-    load rises, whatever vLLM's chunk size. One thread keeps each request's responses in order (the final one last:
-    Triton frees a request with it).
+    load rises, whatever vLLM's chunk size. A request has one send in flight at a time, so its responses keep their
+    order whichever thread sends them, and an error that ends it is queued behind the send in flight (the final
+    response last: Triton frees a request with it).
     """
 
     def __init__(self, name: str = "vllm-sends") -> None:
