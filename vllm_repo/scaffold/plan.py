@@ -249,10 +249,12 @@ def _value_end(text: str, i: int) -> int:
     return match.end() if match else i
 
 
-def _without(text: str, spans: list[tuple[int, int]]) -> str:
-    for start, end in sorted(spans, reverse=True):
-        after = end + 1 if text[end : end + 1] == "\n" else end
-        text = text[:start] + text[after:]
+def _edited(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """``text`` with each (start, end, replacement) applied; a field removed (replaced by "") takes its line's end."""
+    for start, end, replacement in sorted(edits, reverse=True):
+        if not replacement and text[end : end + 1] == "\n":
+            end += 1
+        text = text[:start] + replacement + text[end:]
     return text
 
 
@@ -281,7 +283,6 @@ def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
 
     from vllm_repo.repository.model_config import model_config_pb2
 
-    groups_text = ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups)
     if len(groups[0]) == 1:
         ids = ", ".join(str(g[0]) for g in groups)
         added = (
@@ -290,6 +291,7 @@ def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
         )
     else:
         ids = ";".join(",".join(map(str, g)) for g in groups)
+        groups_text = ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups)
         added = (
             f"# {PLACED}: {len(groups)} engine(s) of {len(groups[0])} GPUs, on GPUs {groups_text}; "
             f"{placement.GPU_DEVICE_IDS} gives each instance its group.\n"
@@ -299,18 +301,14 @@ def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
     groups_spans = _top_level_spans(text, "instance_group")
     params = _top_level_spans(text, "parameters")
     drop = groups_spans[1:] + [span for span in params if placement.GPU_DEVICE_IDS in text[span[0] : span[1]]]
+    removed = [(s, e, "") for s, e in drop]
     if not groups_spans:
-        new = _without(text, drop).rstrip("\n") + "\n\n" + added
+        new = _edited(text, removed).rstrip("\n") + "\n\n" + added
     else:
         # Where the old instance_group was, in place of it and of the comment above it that described it (init's
         # "KIND_MODEL lets vLLM choose its device" is not true of a KIND_GPU placement); other comments stay.
         start, end = groups_spans[0]
-        edits = [(_describing_comment_start(text, start), end, added.rstrip("\n"))] + [(s, e, "") for s, e in drop]
-        new = text
-        for s, e, replacement in sorted(edits, reverse=True):
-            if not replacement and new[e : e + 1] == "\n":  # a removed field takes its line's end with it
-                e += 1
-            new = new[:s] + replacement + new[e:]
+        new = _edited(text, [(_describing_comment_start(text, start), end, added.rstrip("\n")), *removed])
     check = model_config_pb2().ModelConfig()
     text_format.Parse(new, check)  # what plan writes must parse as Triton's ModelConfig
     return new
