@@ -16,6 +16,7 @@ import signal
 from collections.abc import Callable, Iterable, Iterator
 
 from vllm_repo.doctor.log import LogLine, ServerLog
+from vllm_repo.validate.rules.common import inverts_switch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,16 +75,13 @@ _UNEXPECTED_KWARG = re.compile(
 )
 
 
-_SWITCH = re.compile(r"^(enable|disable|no|use|skip)_")
-
-
 @cause("VD101", "unknown-engine-argument")
 def unknown_engine_argument(log: ServerLog) -> Iterator[Found]:
     """model.json has a key the installed vLLM's EngineArgs does not have (a typo, or a key that vLLM removed)."""
     for line, m in log.find(_NOT_ENGINE_ARG):
         more = m["more"].rstrip()
         suggested = re.search(r'did you mean "(\w+)"', more)
-        if suggested and _SWITCH.sub("", suggested[1]) == _SWITCH.sub("", m["key"]):
+        if suggested and inverts_switch(m["key"], suggested[1]):
             more = ""  # an older backend's did-you-mean that inverts the setting (disable_x -> enable_x)
         yield Found(
             line,

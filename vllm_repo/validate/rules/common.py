@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,15 @@ def path_exists(path: str | Path) -> bool:
         return Path(path).expanduser().exists()
     except (OSError, RuntimeError, ValueError):  # ~unknown_user, a name longer than the OS allows, a NUL byte
         return False
+
+
+_SWITCH = re.compile(r"^(enable|disable|no|use|skip)_")
+
+
+def inverts_switch(key: str, other: str) -> bool:
+    """Whether ``other`` is ``key`` with its switch turned the other way (disable_x / enable_x): a did-you-mean that
+    names it, followed as written, would mean the opposite."""
+    return other != key and _SWITCH.sub("", other) == _SWITCH.sub("", key)
 
 
 def did_you_mean(word: str, candidates: Iterable[Any], cutoff: float = 0.75) -> str | None:

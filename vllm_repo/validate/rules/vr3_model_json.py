@@ -19,6 +19,7 @@ from vllm_repo.validate.rules.common import (
     did_you_mean,
     engine_args_objects,
     fixes,
+    inverts_switch,
     not_one_json_object,
     path_exists,
     vllm_engine_args,
@@ -133,7 +134,7 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
                 )
             elif migration_hint:
                 hint = migration_hint
-            elif near and not _inverts(key, near):
+            elif near and not inverts_switch(key, near):
                 hint = f"did you mean '{near}'?"
             else:
                 hint = "remove it; `vllm-repo schema show` lists the release's engine arguments"
@@ -141,23 +142,6 @@ def unknown_engine_arg(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
             if history:
                 message += f": {history}"
             yield Finding(doc.path, message, doc.position_of(key), hint, fix=fix)
-
-
-_SWITCH_PREFIXES = ("enable_", "disable_", "no_", "use_", "skip_")
-
-
-def _inverts(key: str, other: str) -> bool:
-    """Whether ``other`` is ``key`` with its switch turned the other way (disable_x / enable_x): a did-you-mean that
-    names it, followed as written, would mean the opposite."""
-
-    def stem(name: str) -> tuple[str, str]:
-        for prefix in _SWITCH_PREFIXES:
-            if name.startswith(prefix):
-                return prefix, name[len(prefix) :]
-        return "", name
-
-    (a, rest_a), (b, rest_b) = stem(key), stem(other)
-    return a != b and rest_a == rest_b
 
 
 def _migration(doc: JsonDocument, key: str, schema: EngineArgsSchema) -> tuple[str | None, Any]:
