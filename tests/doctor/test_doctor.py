@@ -38,6 +38,7 @@ EXPECTED = {
     "worker-sigill": "VD201",
     "engine-core-killed": "VD201",
     "ray-on-cpu": "VD113",
+    "hf-unreachable": "VD114",
     # A warning, however often a healthy server logs it, is no cause: doctor finds nothing to report.
     "deprecation-warning": None,
 }
@@ -113,6 +114,13 @@ def test_a_repository_file_given_as_the_log_is_refused_with_what_to_give(tmp_pat
     path.write_text(text)
     done = CliRunner().invoke(build_app(), ["doctor", str(path)])
     assert done.exit_code == 2 and "is not a server log" in done.output and "no error found" not in done.output
+
+
+def test_an_unreachable_hugging_face_is_named_with_the_model_it_wanted():
+    diagnosis = diagnose_file(HERE / "real_logs" / "hf-unreachable-1.log")
+    assert diagnosis.root.code == "VD114"
+    assert "cannot reach huggingface.co" in diagnosis.root.message
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in diagnosis.root.message and "local directory" in diagnosis.root.hint
 
 
 def test_numbers_from_the_log_are_in_the_finding():

@@ -392,6 +392,33 @@ def ray_on_a_platform_without_ray(log: ServerLog) -> Iterator[Found]:
     )
 
 
+_HF_UNREACHABLE = re.compile(
+    r"couldn't connect to '?https://huggingface\.co"
+    r"|(?P<offline>outgoing traffic has been disabled|OfflineModeIsEnabled)"
+)
+_HF_REQUESTED = re.compile(r"https://huggingface\.co/(?P<model>[\w.-]+/[\w.-]+)/resolve/")
+
+
+@cause("VD114", "huggingface-unreachable")
+def huggingface_unreachable(log: ServerLog) -> Iterator[Found]:
+    """The model is a Hugging Face repo id, the cache the server reads has no copy, and huggingface.co cannot be
+    reached (no network, a firewall, or HF_HUB_OFFLINE set)."""
+    hit = log.first(_HF_UNREACHABLE)
+    if hit is None:
+        return
+    line, m = hit
+    requested = log.first(_HF_REQUESTED)
+    model = requested[1]["model"] if requested else "the model"
+    why = "offline mode (HF_HUB_OFFLINE) is on" if m["offline"] else "the server cannot reach huggingface.co"
+    yield Found(
+        line,
+        f"{why}, and the Hugging Face cache the server reads has no copy of {model}",
+        "give model.json a local directory with the model's files, or download it where the server runs first "
+        "(`huggingface-cli download MODEL`, into the cache the server reads: HF_HOME); behind a proxy, give the "
+        "server HTTPS_PROXY",
+    )
+
+
 # ---------------------------------------------------------------------------------------------- VD2xx: serving
 
 _DIED = re.compile(
