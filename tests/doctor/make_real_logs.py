@@ -46,12 +46,12 @@ def repository(root: Path, model: str, **engine_args) -> Path:
     return root
 
 
-def server(repo: Path, log: Path, **kwargs) -> TritonServer:
+def server(repo: Path, log: Path, env: dict[str, str] = ENV, **kwargs) -> TritonServer:
     return TritonServer(
         repo,
         serving_python=os.environ["VLLM_REPO_SERVING_PYTHON"],
         triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=ENV,
+        env=env,
         log_path=log,
         **kwargs,
     )
@@ -63,8 +63,8 @@ def wait_exit(triton: TritonServer, timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
-def load_failure(tiny: Path, work: Path, log: Path, **engine_args) -> None:
-    triton = server(repository(work / "repo", **{"model": str(tiny), **engine_args}), log)
+def load_failure(tiny: Path, work: Path, log: Path, env: dict[str, str] = ENV, **engine_args) -> None:
+    triton = server(repository(work / "repo", **{"model": str(tiny), **engine_args}), log, env)
     triton.start()
     try:
         wait_exit(triton)
@@ -115,18 +115,8 @@ def hf_unreachable(tiny: Path, work: Path, log: Path) -> None:
     """A Hugging Face repo id that is in no cache, on a machine that cannot reach huggingface.co (this one cannot):
     HF_HUB_OFFLINE left unset, as a new user's shell has it, and an empty cache."""
     online = {k: v for k, v in ENV.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    triton = TritonServer(
-        repository(work / "repo", "Qwen/Qwen2.5-0.5B-Instruct"),
-        serving_python=os.environ["VLLM_REPO_SERVING_PYTHON"],
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env={**online, "HF_HOME": str(work / "hf-cache"), "HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "5"},
-        log_path=log,
-    )
-    triton.start()
-    try:
-        wait_exit(triton)
-    finally:
-        triton.stop()
+    env = {**online, "HF_HOME": str(work / "hf-cache"), "HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "5"}
+    load_failure(tiny, work, log, env, model="Qwen/Qwen2.5-0.5B-Instruct")
 
 
 def ray_on_cpu(tiny: Path, work: Path, log: Path) -> None:
@@ -139,13 +129,7 @@ def ray_on_cpu(tiny: Path, work: Path, log: Path) -> None:
         cluster.start(2, head=True)
         cluster.wait_nodes(1, os.environ["VLLM_REPO_SERVING_PYTHON"])
         repo = repository(work / "repo", str(tiny), distributed_executor_backend="ray", tensor_parallel_size=2)
-        triton = TritonServer(
-            repo,
-            serving_python=os.environ["VLLM_REPO_SERVING_PYTHON"],
-            triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-            env={**ENV, "RAY_ADDRESS": cluster.address},
-            log_path=log,
-        )
+        triton = server(repo, log, {**ENV, "RAY_ADDRESS": cluster.address})
         triton.start()
         try:
             wait_exit(triton)
