@@ -1,6 +1,7 @@
 """The package's modules import each other without a cycle: a module depends on the ones it imports, never on one that
 imports it back. Imports inside functions count too (a cycle hidden in a function is still a cycle: it only waits for
-the call); those under ``if TYPE_CHECKING:`` don't, as they never run."""
+the call), and so do the packages an import runs on the way (``vllm_repo.estimate.gpus`` runs estimate/__init__.py);
+those under ``if TYPE_CHECKING:`` don't, as they never run."""
 
 import ast
 from pathlib import Path
@@ -53,7 +54,17 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
                     source = node.module or ""
                 # `from package import submodule` imports the submodule; `from module import name`, the module.
                 targets.extend(f"{source}.{a.name}" if f"{source}.{a.name}" in mods else source for a in node.names)
-        graph[name] = {t for t in map(resolve, (t for t in targets if t.startswith("vllm_repo"))) if t and t != name}
+        imported = {t for t in map(resolve, (t for t in targets if t.startswith("vllm_repo"))) if t and t != name}
+        # Importing a.b.c runs a/__init__.py and a/b/__init__.py first, unless the importer is inside them (then they
+        # are already under way).
+        for target in list(imported):
+            parts = target.split(".")
+            imported.update(
+                ancestor
+                for ancestor in (".".join(parts[:i]) for i in range(1, len(parts)))
+                if not (name == ancestor or name.startswith(ancestor + "."))
+            )
+        graph[name] = imported
     return graph
 
 
@@ -121,9 +132,11 @@ def test_the_graph_sees_imports_in_functions_and_not_for_type_checking(tmp_path)
     (package / "other.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vllm_repo.sub.leaf import f\n"
     )
+    (package / "third.py").write_text("import vllm_repo.sub.leaf\n")
     assert import_graph(tmp_path) == {
         "vllm_repo": set(),
         "vllm_repo.sub": {"vllm_repo.sub.leaf"},
         "vllm_repo.sub.leaf": {"vllm_repo.other"},
         "vllm_repo.other": set(),
+        "vllm_repo.third": {"vllm_repo.sub", "vllm_repo.sub.leaf"},
     }
