@@ -19,10 +19,10 @@ from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vll
 from vllm_repo.doctor import root_error
 from vllm_repo.errors import UsageError
 from vllm_repo.scaffold import init_model
-from vllm_repo.serve import launch
+from vllm_repo.serve import launch, launch_plan
 from vllm_repo.serve.docker import docker_plan
 from vllm_repo.serve.errors import LaunchError
-from vllm_repo.serve.launch import cpu_settings, prepare_launch
+from vllm_repo.serve.launch_plan import cpu_settings, prepare_launch
 from vllm_repo.serve.ports import check_ports
 from vllm_repo.serve.python_env import probe_python
 from vllm_repo.serve.server_files import find_server
@@ -78,7 +78,7 @@ def test_a_python_without_vllm_is_refused_by_name():
     if info.vllm_version is not None:
         pytest.skip("this test Python has vLLM")
     with pytest.raises(LaunchError) as err:
-        launch.check_serving_python(info, strict_numpy=True)
+        launch_plan.check_serving_python(info, strict_numpy=True)
     assert sys.executable in err.value.message and "no vLLM" in err.value.message
     assert "--python" in err.value.hint
 
@@ -93,14 +93,14 @@ def test_numpy_2_is_refused_for_the_embedded_server():
         vllm_version="0.32.0",
     )
     with pytest.raises(LaunchError, match=r"numpy 2\.1\.0"):
-        launch.check_serving_python(fake, strict_numpy=True)
-    assert launch.check_serving_python(fake, strict_numpy=False)  # elsewhere: a warning
+        launch_plan.check_serving_python(fake, strict_numpy=True)
+    assert launch_plan.check_serving_python(fake, strict_numpy=False)  # elsewhere: a warning
 
 
 def test_cpu_settings_bound_the_kv_cache_unless_the_user_did(repo):
     env, notes = cpu_settings(repo, {})
     assert env == {
-        "VLLM_CPU_KVCACHE_SPACE": str(launch.CPU_KVCACHE_GIB),
+        "VLLM_CPU_KVCACHE_SPACE": str(launch_plan.CPU_KVCACHE_GIB),
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "OMP_NUM_THREADS": "1",
     }
@@ -146,8 +146,8 @@ def test_a_uniproc_executor_on_the_cpu_gets_a_note_that_it_has_no_effect(repo):
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512_bf16 amx_tile amx_bf16\n\nprocessor\t: 1\n")
-    assert launch.cpu_flags(cpuinfo) == {"fpu", "sse", "avx512_bf16", "amx_tile", "amx_bf16"}
-    assert launch.cpu_flags(tmp_path / "missing") == frozenset()
+    assert launch_plan.cpu_flags(cpuinfo) == {"fpu", "sse", "avx512_bf16", "amx_tile", "amx_bf16"}
+    assert launch_plan.cpu_flags(tmp_path / "missing") == frozenset()
 
 
 @pytest.mark.parametrize(
@@ -325,7 +325,7 @@ def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, rep
     info = probe_python(sys.executable)
     for version, own in (("0.11.0", True), ("0.27.1", False)):
         monkeypatch.setattr(
-            launch,
+            launch_plan,
             "probe_python",
             lambda exe, v=version: info.__class__(
                 executable=info.executable,
@@ -348,7 +348,7 @@ def test_a_vllm_version_other_than_the_one_that_will_run_is_said(repo, monkeypat
         pytest.skip("needs VLLM_REPO_TRITON_HOME")
     info = probe_python(sys.executable)
     monkeypatch.setattr(
-        launch,
+        launch_plan,
         "probe_python",
         lambda exe: info.__class__(
             executable=info.executable,
@@ -407,8 +407,8 @@ def test_launch_stops_on_sigint_even_when_started_with_sigint_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         from vllm_repo.serve import launch
         previous = launch._install_stop_handlers()
-        print("ready", flush=True)
         try:
+            print("ready", flush=True)  # inside the try: the signal may come while print returns
             time.sleep(60)
         except launch._Stop as stop:
             print("stopped by", stop, flush=True)
@@ -490,7 +490,7 @@ def test_openai_options_without_openai_port_are_refused_before_anything_starts(r
     from vllm_repo.cli import build_app
 
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
-    monkeypatch.setattr(launch, "prepare_launch", lambda *a, **k: pytest.fail("launch went on"))
+    monkeypatch.setattr(launch_plan, "prepare_launch", lambda *a, **k: pytest.fail("launch went on"))
     result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo), *option])
     assert result.exit_code == 2
     assert f"{option[0]} goes with --openai-port" in result.output
@@ -508,7 +508,7 @@ def test_the_api_key_from_the_environment_is_no_reason_to_refuse_a_launch_withou
         reached.append(kwargs)
         raise UsageError("stopped before the server starts")
 
-    monkeypatch.setattr(launch, "prepare_launch", prepare)
+    monkeypatch.setattr(launch_plan, "prepare_launch", prepare)
     result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo)])
     assert "stopped before the server starts" in result.output
     assert reached[0]["openai_port"] is None and reached[0]["openai_api_keys"] == ["from-the-shell"]

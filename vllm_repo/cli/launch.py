@@ -1,4 +1,4 @@
-"""`vllm-repo launch`: options in, launch.prepare_launch + run_server (or docker) out."""
+"""`vllm-repo launch`: options in, launch_plan.prepare_launch + launch.run_server (or docker) out."""
 
 from __future__ import annotations
 
@@ -114,7 +114,8 @@ def launch(
     if docker:
         _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run, ray_address)
         return
-    from vllm_repo.serve.launch import prepare_launch, run_server
+    from vllm_repo.serve.launch import run_server
+    from vllm_repo.serve.launch_plan import prepare_launch
     from vllm_repo.serve.openai.cors import CorsPolicy
 
     def progress(message: str) -> None:
@@ -156,7 +157,7 @@ def _docker(
     ray_address: str | None,
 ) -> None:
     from vllm_repo.serve.docker import docker_plan, run_docker
-    from vllm_repo.serve.launch import validate_repository
+    from vllm_repo.serve.launch_plan import validate_repository
 
     plan = docker_plan(
         repo,

@@ -1,6 +1,7 @@
 """Serving a repository: `vllm-repo launch` and `vllm-repo infer`.
 
-- launch.py: validate the tree, plan the run (server, serving Python, ports, CPU settings) and run it until a signal;
+- launch_plan.py: validate the tree and plan the run (server, serving Python, ports, CPU settings), starting nothing;
+  launch.py: run the plan until a signal;
 - server.py: one tritonserver process group (TritonServer), stopped as a group, its shared memory removed;
 - server_files.py: where the server comes from (embedded nvidia-pytriton wheel, PATH, --tritonserver) and the
   backend directory laid out for it; python_env.py: the serving Python, probed by running it;

