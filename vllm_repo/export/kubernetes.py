@@ -320,23 +320,23 @@ def _choose_image(image: str | None, vllm_version: str | None, root: Path) -> tu
     return match.release.image, f"image {match.release.image}: {match.reason} ({origin})"
 
 
-# ------------------------------------------------------------------------------------------------- export --
-def export_kubernetes(
-    repository: str | Path,
-    *,
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-    image: str | None = None,
-    vllm_version: str | None = None,
-    repository_from: str = "configmap",
-    name: str | None = None,
-    hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET,
-    read_mb_s: float = DEFAULT_READ_MB_S,
-) -> KubernetesExport:
-    """The manifests that serve ``repository``: a Deployment + Service, or a LeaderWorkerSet + Service when an
-    engine needs more GPUs than ``gpus_per_node``; with a ConfigMap first when the repository comes from one."""
-    from vllm_repo.repository import open_repository
-    from vllm_repo.repository.placement import engines, parallel_size, positive_int
+# ------------------------------------------------------------------------------------------------- layout --
+@dataclasses.dataclass(frozen=True)
+class NodeLayout:
+    """How the repository's engines sit on nodes: one node, or the largest engine's TP x PP across ``nodes`` nodes."""
 
+    world: int  # the largest engine's TP x PP
+    node_gpus: int  # the GPUs each pod asks for
+    nodes: int  # pods in the LeaderWorkerSet; 1 on one node
+    largest: str  # the model with the largest engine
+    notes: list[str]
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+
+def _check_options(repository: str | Path, gpus_per_node: int, read_mb_s: float, hf_token_secret: str) -> Path:
     root = Path(repository)
     if not root.is_dir():
         raise UsageError(f"{repository}: no such directory")
@@ -346,72 +346,66 @@ def export_kubernetes(
         raise UsageError(f"--read-bandwidth {read_mb_s}: must be more than 0 MB/s")
     if not _DNS_1035.match(hf_token_secret.replace(".", "-")):
         raise UsageError(f"--hf-token-secret {hf_token_secret!r}: not a Kubernetes Secret name")
-    source = Source.parse(repository_from)
-    repo = open_repository(root.absolute())
-    vllm_models = [m for m in repo.models if m.uses_vllm_backend and m.engine_args_data()]
-    if not vllm_models:
-        raise UsageError(
-            f"{repository}: no model with a vLLM backend and a readable <version>/model.json",
-            hint=f"`vllm-repo validate {repository}` says what is wrong",
-        )
-    name = _name_for(name, root.absolute())
-    image, image_note = _choose_image(image, vllm_version, root.absolute())
-    notes = [image_note]
-    notes += [
-        f"{m.name}: not a vLLM-backend model; served as its config.pbtxt says"
-        for m in repo.models
-        if m not in vllm_models
-    ]
+    return root
+
+
+def _node_layout(repository: str | Path, vllm_models: list, gpus_per_node: int) -> NodeLayout:
+    """One node when every engine fits on ``gpus_per_node`` GPUs (as config.pbtxt places them), else the one model's
+    engine across nodes with vLLM's Ray executor. Raises UsageError for what cannot be served either way."""
+    from vllm_repo.repository.placement import parallel_size, positive_int
 
     largest = max(vllm_models, key=lambda m: parallel_size(m.engine_args_data()))
-    largest_data = largest.engine_args_data()
-    world = parallel_size(largest_data)
-    multi_node = world > gpus_per_node
-    if multi_node:
-        if len(vllm_models) > 1:
-            raise UsageError(
-                f"{repository}: {largest.name} needs {world} GPUs, more than one node's {gpus_per_node}, and a "
-                "repository that spans nodes must hold that one vLLM model",
-                hint=f"export {largest.name} from a repository of its own",
-            )
-        backend = largest_data.get("distributed_executor_backend")
-        if backend != "ray":
-            doc = largest.served_engine_args()
-            raise UsageError(
-                f"{doc.path if doc else largest.name}: tensor_parallel_size x pipeline_parallel_size = {world} "
-                f"spans nodes of {gpus_per_node} GPUs, which needs vLLM's Ray executor; "
-                f"distributed_executor_backend is {backend!r}"
-                if backend is not None
-                else f"{doc.path if doc else largest.name}: tensor_parallel_size x pipeline_parallel_size = {world} "
-                f"spans nodes of {gpus_per_node} GPUs, which needs vLLM's Ray executor, and "
-                "distributed_executor_backend is not set (vLLM would refuse: fewer GPUs on the node than the "
-                "world size)",
-                hint='set "distributed_executor_backend": "ray" in model.json, or --gpus-per-node to the GPUs a '
-                "node really has",
-            )
-        node_gpus = math.ceil(world / math.ceil(world / gpus_per_node))
-        tp = positive_int(largest_data.get("tensor_parallel_size"))
-        if tp > node_gpus:
-            notes.append(
-                f"{largest.name}: tensor_parallel_size {tp} crosses nodes of {node_gpus} GPUs; vLLM recommends "
-                "TP = GPUs per node and PP = nodes"
-            )
-    else:
-        need = 1
-        for engine in engines(vllm_models, 0.9):
-            need = max(need, max(engine.gpus) + 1 if engine.gpus else parallel_size(engine.engine_args.data))
-        if need > gpus_per_node:
-            raise UsageError(
-                f"{repository}: its models are placed on {need} GPUs, more than one node's {gpus_per_node}",
-                hint="check the instance_group gpus in config.pbtxt, or give --gpus-per-node",
-            )
-        node_gpus = need
+    data = largest.engine_args_data()
+    world = parallel_size(data)
+    if world <= gpus_per_node:
+        return NodeLayout(world, _one_node_gpus(repository, vllm_models, gpus_per_node), 1, largest.name, [])
+    if len(vllm_models) > 1:
+        raise UsageError(
+            f"{repository}: {largest.name} needs {world} GPUs, more than one node's {gpus_per_node}, and a "
+            "repository that spans nodes must hold that one vLLM model",
+            hint=f"export {largest.name} from a repository of its own",
+        )
+    backend = data.get("distributed_executor_backend")
+    if backend != "ray":
+        doc = largest.served_engine_args()
+        where = doc.path if doc else largest.name
+        spans = f"{where}: tensor_parallel_size x pipeline_parallel_size = {world} spans nodes of {gpus_per_node} GPUs"
+        raise UsageError(
+            f"{spans}, which needs vLLM's Ray executor; distributed_executor_backend is {backend!r}"
+            if backend is not None
+            else f"{spans}, which needs vLLM's Ray executor, and distributed_executor_backend is not set (vLLM would "
+            "refuse: fewer GPUs on the node than the world size)",
+            hint='set "distributed_executor_backend": "ray" in model.json, or --gpus-per-node to the GPUs a '
+            "node really has",
+        )
+    node_gpus = math.ceil(world / math.ceil(world / gpus_per_node))
+    notes = []
+    tp = positive_int(data.get("tensor_parallel_size"))
+    if tp > node_gpus:
+        notes.append(
+            f"{largest.name}: tensor_parallel_size {tp} crosses nodes of {node_gpus} GPUs; vLLM recommends "
+            "TP = GPUs per node and PP = nodes"
+        )
+    return NodeLayout(world, node_gpus, math.ceil(world / node_gpus), largest.name, notes)
 
-    loads = [_model_load(m, m.engine_args_data(), read_mb_s) for m in vllm_models]
-    for model in vllm_models:
-        inner = model.engine_args_data().get("model")
-        if isinstance(inner, str) and inner.startswith("/"):
-            notes.append(f"{model.name}: model.json names the local path {inner}; the pods must have it there")
+
+def _one_node_gpus(repository: str | Path, vllm_models: list, gpus_per_node: int) -> int:
+    """The GPUs one node needs for every engine where config.pbtxt places it."""
+    from vllm_repo.repository.placement import engines, parallel_size
+
+    need = 1
+    for engine in engines(vllm_models, 0.9):
+        need = max(need, max(engine.gpus) + 1 if engine.gpus else parallel_size(engine.engine_args.data))
+    if need > gpus_per_node:
+        raise UsageError(
+            f"{repository}: its models are placed on {need} GPUs, more than one node's {gpus_per_node}",
+            hint="check the instance_group gpus in config.pbtxt, or give --gpus-per-node",
+        )
+    return need
+
+
+def _startup_budget(loads: list[ModelLoad], multi_node: bool) -> tuple[int, list[str]]:
+    """The startupProbe's budget in seconds (whole probe periods), and the comment lines that explain it."""
     load_s = sum(load.seconds for load in loads) + (RAY_CLUSTER_S if multi_node else 0)
     budget_s = math.ceil(load_s * LOAD_MARGIN / PROBE_PERIOD_S) * PROBE_PERIOD_S
     budget_note = (
@@ -420,23 +414,42 @@ def export_kubernetes(
         + (f" + Ray cluster {RAY_CLUSTER_S} s" if multi_node else "")
         + ")"
     )
-    load_notes = [f"  {load.note}" for load in loads]
+    return budget_s, [budget_note, *(f"  {load.note}" for load in loads)]
 
-    engines_count = len(vllm_models)
+
+def _shm_mib(engines_count: int, multi_node: bool) -> int:
     shm_mib = max(SHM_MIN_MIB, SHM_BASE_MIB + SHM_PER_ENGINE_MIB * engines_count)
-    if multi_node:
-        shm_mib += RAY_OBJECT_STORE_MIB
+    return shm_mib + RAY_OBJECT_STORE_MIB if multi_node else shm_mib
 
-    labels = {"app.kubernetes.io/name": "triton-vllm", "app.kubernetes.io/instance": name}
-    documents: list[tuple[dict, list[str]]] = []
-    items: list[dict] = []
-    if source.kind == "configmap":
-        configmap, items = _configmap(name, root, labels)
-        documents.append(
-            (configmap, [f"The files of the model repository {root.name}, mounted at {REPOSITORY_MOUNT}."])
-        )
-    volume, mount, init_containers = _repository_volume(source, name, items)
 
+# -------------------------------------------------------------------------------------------------- pods --
+@dataclasses.dataclass(frozen=True)
+class PodParts:
+    """What every server pod has, whichever manifest holds it: the image, the environment, the volumes and their
+    mounts, the GPUs, the init containers that fill the repository volume, and the startup budget in probe periods."""
+
+    image: str
+    env: list[dict]
+    volumes: list[dict]
+    mounts: list[dict]
+    resources: dict
+    init_containers: list[dict]
+    startup_periods: int
+
+    def pod(self, container: dict) -> dict[str, Any]:
+        pod: dict[str, Any] = {"containers": [container], "volumes": self.volumes}
+        return {"initContainers": self.init_containers, **pod} if self.init_containers else pod
+
+
+def _pod_parts(
+    image: str,
+    repository_volume: tuple[dict, dict, list[dict]],
+    hf_token_secret: str,
+    shm_mib: int,
+    node_gpus: int,
+    budget_s: int,
+) -> PodParts:
+    volume, mount, init_containers = repository_volume
     env: list[dict] = [
         {
             "name": "HF_TOKEN",
@@ -450,49 +463,41 @@ def export_kubernetes(
         {"name": "hf-cache", "emptyDir": {}},
     ]
     mounts = [mount, {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "hf-cache", "mountPath": HF_HOME}]
-    gpus = {"requests": {GPU_RESOURCE: node_gpus}, "limits": {GPU_RESOURCE: node_gpus}}
-    header = [
-        f"Triton Inference Server with the vLLM backend for the model repository {root.name}.",
-        *notes,
-        budget_note,
-        *load_notes,
-        f"/dev/shm: {_quantity(shm_mib)} memory emptyDir; HF_TOKEN from the Secret {hf_token_secret} "
-        f"(key {HF_TOKEN_KEY}, optional): kubectl create secret generic {hf_token_secret} "
-        f"--from-literal={HF_TOKEN_KEY}=...",
-    ]
+    resources = {"requests": {GPU_RESOURCE: node_gpus}, "limits": {GPU_RESOURCE: node_gpus}}
+    return PodParts(image, env, volumes, mounts, resources, init_containers, budget_s // PROBE_PERIOD_S)
 
-    if not multi_node:
-        selector = dict(labels)
-        container = {
-            "name": "tritonserver",
-            "image": image,
-            "command": _tritonserver_args(),
-            "ports": _server_ports(),
-            "env": env,
-            "resources": gpus,
-            **_probes(budget_s // PROBE_PERIOD_S),
-            "volumeMounts": mounts,
-        }
-        pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
-        if init_containers:
-            pod = {"initContainers": init_containers, **pod}
-        deployment = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "replicas": 1,
-                # A rolling update would need a second set of GPUs while the old pod still holds its own.
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": selector},
-                "template": {"metadata": {"labels": labels}, "spec": pod},
-            },
-        }
-        documents.append((deployment, header))
-        documents.append((_service(name, labels, selector), [f"Triton's HTTP, gRPC and metrics ports of {name}."]))
-        return KubernetesExport(name, False, image, documents, notes)
 
-    size = math.ceil(world / node_gpus)
+# ------------------------------------------------------------------------------------------------ manifests --
+def _deployment(name: str, labels: dict, parts: PodParts) -> dict:
+    """One pod running tritonserver."""
+    container = {
+        "name": "tritonserver",
+        "image": parts.image,
+        "command": _tritonserver_args(),
+        "ports": _server_ports(),
+        "env": parts.env,
+        "resources": parts.resources,
+        **_probes(parts.startup_periods),
+        "volumeMounts": parts.mounts,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            # A rolling update would need a second set of GPUs while the old pod still holds its own.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": dict(labels)},
+            "template": {"metadata": {"labels": labels}, "spec": parts.pod(container)},
+        },
+    }
+
+
+def _leader_worker_set(name: str, labels: dict, parts: PodParts, layout: NodeLayout) -> dict:
+    """A leader pod that starts the Ray head, waits for every GPU of the group, and runs tritonserver; worker pods
+    that join its Ray cluster."""
+    world, node_gpus = layout.world, layout.node_gpus
     ray_env = [
         {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         # Ray workers unpickle the backend's classes: they must find Triton's vLLM backend modules.
@@ -518,49 +523,110 @@ def export_kubernetes(
     )
     leader = {
         "name": "tritonserver",
-        "image": image,
+        "image": parts.image,
         "command": ["sh", "-c", leader_script],
         "ports": [*_server_ports(), {"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"}],
-        "env": env + ray_env,
-        "resources": gpus,
-        **_probes(budget_s // PROBE_PERIOD_S),
-        "volumeMounts": mounts,
+        "env": parts.env + ray_env,
+        "resources": parts.resources,
+        **_probes(parts.startup_periods),
+        "volumeMounts": parts.mounts,
     }
     worker = {
         "name": "ray-worker",
-        "image": image,
+        "image": parts.image,
         "command": ["sh", "-c", worker_script],
-        "env": env + ray_env,
-        "resources": gpus,
-        "volumeMounts": mounts,
+        "env": parts.env + ray_env,
+        "resources": parts.resources,
+        "volumeMounts": parts.mounts,
     }
-    leader_pod: dict[str, Any] = {"containers": [leader], "volumes": volumes}
-    worker_pod: dict[str, Any] = {"containers": [worker], "volumes": volumes}
-    if init_containers:
-        leader_pod = {"initContainers": init_containers, **leader_pod}
-        worker_pod = {"initContainers": init_containers, **worker_pod}
-    lws = {
+    return {
         "apiVersion": LWS_API_VERSION,
         "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "replicas": 1,
             "leaderWorkerTemplate": {
-                "size": size,
+                "size": layout.nodes,
                 # One pod lost takes the engine down: restart the group together.
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": {**labels, "role": "leader"}}, "spec": leader_pod},
-                "workerTemplate": {"metadata": {"labels": {**labels, "role": "worker"}}, "spec": worker_pod},
+                "leaderTemplate": {"metadata": {"labels": {**labels, "role": "leader"}}, "spec": parts.pod(leader)},
+                "workerTemplate": {"metadata": {"labels": {**labels, "role": "worker"}}, "spec": parts.pod(worker)},
             },
         },
     }
-    lws_header = [
-        *header[:1],
-        f"{largest.name}: TP x PP = {world} GPUs on {size} nodes of {node_gpus} (LeaderWorkerSet, needs the LWS "
-        "controller); the leader runs the Ray head and tritonserver, the workers join Ray; the image must have Ray",
-        *header[1:],
+
+
+# ------------------------------------------------------------------------------------------------- export --
+def export_kubernetes(
+    repository: str | Path,
+    *,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    image: str | None = None,
+    vllm_version: str | None = None,
+    repository_from: str = "configmap",
+    name: str | None = None,
+    hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET,
+    read_mb_s: float = DEFAULT_READ_MB_S,
+) -> KubernetesExport:
+    """The manifests that serve ``repository``: a Deployment + Service, or a LeaderWorkerSet + Service when an
+    engine needs more GPUs than ``gpus_per_node``; with a ConfigMap first when the repository comes from one."""
+    from vllm_repo.repository import open_repository
+
+    root = _check_options(repository, gpus_per_node, read_mb_s, hf_token_secret)
+    source = Source.parse(repository_from)
+    repo = open_repository(root.absolute())
+    vllm_models = [m for m in repo.models if m.uses_vllm_backend and m.engine_args_data()]
+    if not vllm_models:
+        raise UsageError(
+            f"{repository}: no model with a vLLM backend and a readable <version>/model.json",
+            hint=f"`vllm-repo validate {repository}` says what is wrong",
+        )
+    name = _name_for(name, root.absolute())
+    image, image_note = _choose_image(image, vllm_version, root.absolute())
+    notes = [image_note]
+    notes += [
+        f"{m.name}: not a vLLM-backend model; served as its config.pbtxt says"
+        for m in repo.models
+        if m not in vllm_models
     ]
-    documents.append((lws, lws_header))
+    layout = _node_layout(repository, vllm_models, gpus_per_node)
+    notes += layout.notes
+    loads = [_model_load(m, m.engine_args_data(), read_mb_s) for m in vllm_models]
+    for model in vllm_models:
+        inner = model.engine_args_data().get("model")
+        if isinstance(inner, str) and inner.startswith("/"):
+            notes.append(f"{model.name}: model.json names the local path {inner}; the pods must have it there")
+    budget_s, budget_notes = _startup_budget(loads, layout.multi_node)
+    shm_mib = _shm_mib(len(vllm_models), layout.multi_node)
+
+    labels = {"app.kubernetes.io/name": "triton-vllm", "app.kubernetes.io/instance": name}
+    documents: list[tuple[dict, list[str]]] = []
+    items: list[dict] = []
+    if source.kind == "configmap":
+        configmap, items = _configmap(name, root, labels)
+        documents.append(
+            (configmap, [f"The files of the model repository {root.name}, mounted at {REPOSITORY_MOUNT}."])
+        )
+    volume = _repository_volume(source, name, items)
+    parts = _pod_parts(image, volume, hf_token_secret, shm_mib, layout.node_gpus, budget_s)
+    title = f"Triton Inference Server with the vLLM backend for the model repository {root.name}."
+    details = [
+        *notes,
+        *budget_notes,
+        f"/dev/shm: {_quantity(shm_mib)} memory emptyDir; HF_TOKEN from the Secret {hf_token_secret} "
+        f"(key {HF_TOKEN_KEY}, optional): kubectl create secret generic {hf_token_secret} "
+        f"--from-literal={HF_TOKEN_KEY}=...",
+    ]
+    if not layout.multi_node:
+        documents.append((_deployment(name, labels, parts), [title, *details]))
+        documents.append((_service(name, labels, dict(labels)), [f"Triton's HTTP, gRPC and metrics ports of {name}."]))
+        return KubernetesExport(name, False, image, documents, notes)
+    spans = (
+        f"{layout.largest}: TP x PP = {layout.world} GPUs on {layout.nodes} nodes of {layout.node_gpus} "
+        "(LeaderWorkerSet, needs the LWS controller); the leader runs the Ray head and tritonserver, the workers join "
+        "Ray; the image must have Ray"
+    )
+    documents.append((_leader_worker_set(name, labels, parts, layout), [title, spans, *details]))
     selector = {LWS_NAME_LABEL: name, "role": "leader"}
     documents.append((_service(name, labels, selector), [f"Triton's ports on the leader pod of {name}."]))
     return KubernetesExport(name, True, image, documents, notes)
