@@ -16,7 +16,7 @@ def test_command_table_wires_every_command_module_and_nothing_else():
     modules = {module for module, _ in COMMANDS.values()}
     import vllm_repo.cli as cli
 
-    on_disk = {p.stem for p in Path(cli.__file__).parent.glob("*.py")} - {"__init__", "handler", "output"}
+    on_disk = {p.stem for p in Path(cli.__file__).parent.glob("*.py")} - {"__init__", "handler", "options", "output"}
     assert modules == on_disk  # a command module nobody wires would be dead code
 
 
@@ -39,7 +39,8 @@ def test_running_a_command_imports_only_its_own_module():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == str(["vllm_repo.cli.handler", "vllm_repo.cli.validate"])
+    shared = ["vllm_repo.cli.handler", "vllm_repo.cli.options"]  # the error handler, the options' factories
+    assert done.stdout.strip().splitlines()[-1] == str([*shared, "vllm_repo.cli.validate"])
 
 
 def test_help_lists_the_commands_in_the_order_of_the_work_and_the_readme_has_each():
@@ -85,3 +86,24 @@ def test_the_openai_options_shared_with_launch_read_as_sentences_in_openai_help(
     starts = dict(re.findall(r"^  (--[\w-]+)(?: \S+)?\s{2,}(\S)", text.stdout, re.M))
     assert {"--api-key", "--allowed-origins", "--allow-credentials"} <= starts.keys()
     assert all(c.isupper() for c in starts.values()), starts
+
+
+def test_the_options_several_commands_take_are_declared_once():
+    """--vllm-version, --gpu and the like come from cli/options.py's factories: one wording, one default rule."""
+    import vllm_repo.cli as cli
+
+    shared = ("--vllm-version", "--gpu", "--num-gpus", "--force", "--diff", "--host", "--tp", "--api-key")
+    for path in Path(cli.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        declared = [flag for flag in shared if re.search(rf"""typer\.Option\(\s*["']{flag}["']""", text)]
+        assert path.name == "options.py" or not declared, f"{path.name} declares {declared}: use cli/options.py"
+
+
+def test_every_vllm_version_option_states_the_same_default_rule():
+    for name in ("validate", "estimate", "init", "plan", "schema show", "schema json-schema", "export kubernetes"):
+        done = subprocess.run(
+            [sys.executable, "-m", "vllm_repo", *name.split(), "--help"], capture_output=True, text=True
+        )
+        text = " ".join(done.stdout.split()).replace("vllm- version", "vllm-version")  # as help wraps the name
+        assert "--vllm-version X.Y.Z vLLM release" in text, name
+        assert "vllm-version in [tool.vllm-repo], else the serving Python's vLLM, else the installed one" in text, name

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from vllm_repo.backend import bundled_backend_path, install_backend
+from vllm_repo.cli.options import force_option
 
 backend_app = typer.Typer(
     help="The bundled Triton backend (model.py driving vLLM's AsyncLLM).", no_args_is_help=True, rich_markup_mode=None
@@ -24,7 +25,7 @@ def install(
         ),
     ],
     name: Annotated[str, typer.Option("--name", help="Backend name: config.pbtxt's `backend:` value.")] = "vllm",
-    force: Annotated[bool, typer.Option("--force", help="Replace a different model.py already there.")] = False,
+    force: Annotated[bool, force_option("a different model.py already there")] = False,
 ) -> None:
     """Write the bundled backend into a Triton backend directory."""
     target, changed = install_backend(directory, name=name, force=force)

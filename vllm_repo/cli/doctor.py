@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_repo.cli.validate import OutputFormat
+from vllm_repo.cli.options import OutputFormat, gpu_option, report_format_option
 
 
 def doctor(
@@ -21,10 +21,8 @@ def doctor(
         str | None,
         typer.Option("--url", metavar="URL", help="A running server, e.g. http://127.0.0.1:8000: its models' states."),
     ] = None,
-    gpu: Annotated[
-        str | None, typer.Option("--gpu", help="The GPU it ran on, for estimate (default: what the log says).")
-    ] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--format", help="text, json or github.")] = OutputFormat.text,
+    gpu: Annotated[str | None, gpu_option("it ran on, for estimate's recommendation", "what the log says")] = None,
+    output_format: Annotated[OutputFormat, report_format_option()] = OutputFormat.text,
 ) -> None:
     """Read a failed Triton server's log (or ask the running server): the root cause, and the fix."""
     from vllm_repo.doctor import diagnose_file, diagnose_server, name_repository, recommend

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import gpu_option, num_gpus_option, tensor_parallel_option, vllm_version_option
 from vllm_repo.errors import UsageError
 
 
@@ -19,25 +20,17 @@ def estimate(
             "<version>/model.json supplies the settings)."
         ),
     ],
-    gpu: Annotated[
-        str | None,
-        typer.Option(
-            "--gpu",
-            help="GPU name, e.g. 'H100 80GB', 'A100 40GB', L40S, L4, H200 (default: gpu in [tool.vllm-repo] of "
-            "pyproject.toml or .vllm-repo.toml).",
-        ),
-    ] = None,
+    gpu: Annotated[str | None, gpu_option("to estimate for")] = None,
     gpu_memory_gib: Annotated[
         float | None, typer.Option("--gpu-memory-gib", help="GPU memory in GiB, instead of --gpu.")
     ] = None,
     num_gpus: Annotated[
         int | None,
-        typer.Option(
-            "--num-gpus",
-            help="GPUs available: bounds tensor_parallel_size x pipeline_parallel_size and the TP recommendation.",
+        num_gpus_option(
+            "available: they bound tensor_parallel_size x pipeline_parallel_size and the TP recommendation"
         ),
     ] = None,
-    tp: Annotated[int | None, typer.Option("--tp", "--tensor-parallel-size", help="tensor_parallel_size.")] = None,
+    tp: Annotated[int | None, tensor_parallel_option()] = None,
     pp: Annotated[int | None, typer.Option("--pp", "--pipeline-parallel-size", help="pipeline_parallel_size.")] = None,
     gpu_memory_utilization: Annotated[
         float | None, typer.Option("--gpu-memory-utilization", help="Default: the release's (0.9, or 0.92 since 0.21).")
@@ -55,12 +48,7 @@ def estimate(
     enforce_eager: Annotated[
         bool | None, typer.Option("--enforce-eager/--no-enforce-eager", help="No CUDA graphs.")
     ] = None,
-    vllm_version: Annotated[
-        str | None,
-        typer.Option(
-            "--vllm-version", help="vLLM release to model (default: the installed vLLM, else the newest known)."
-        ),
-    ] = None,
+    vllm_version: Annotated[str | None, vllm_version_option("to model", "the newest bundled release")] = None,
     usage_context: Annotated[
         str | None,
         typer.Option(

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import force_option, vllm_version_option
+
 export_app = typer.Typer(
     help="Deployment manifests for a model repository (Kubernetes).", no_args_is_help=True, rich_markup_mode=None
 )
@@ -22,9 +24,7 @@ def kubernetes(
         str | None,
         typer.Option("--image", help="Container image (default: the NGC tritonserver vllm-python-py3 of the vLLM)."),
     ] = None,
-    vllm_version: Annotated[
-        str | None, typer.Option("--vllm-version", help="vLLM release that picks the NGC image.")
-    ] = None,
+    vllm_version: Annotated[str | None, vllm_version_option("that picks the NGC image", "the newest image")] = None,
     repository_from: Annotated[
         str,
         typer.Option(
@@ -39,7 +39,7 @@ def kubernetes(
         float, typer.Option("--read-bandwidth", help="MB/s the load-time estimate assumes for reading weights.")
     ] = 500,
     output: Annotated[Path | None, typer.Option("--output", help="Write DIR/<name>.yaml instead of printing.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
+    force: Annotated[bool, force_option()] = False,
 ) -> None:
     """Deployment + Service (one node) or LeaderWorkerSet + Service (Ray across nodes) for a repository."""
     from vllm_repo.export import export_kubernetes, write_export

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import force_option, gpu_option, tensor_parallel_option, vllm_version_option
 from vllm_repo.cli.output import print_diagnostics, print_notes
 
 
@@ -17,10 +18,9 @@ def init(
         str | None, typer.Option("--name", help="Model name (its directory); defaults from --model.")
     ] = None,
     gpu: Annotated[
-        str | None,
-        typer.Option("--gpu", help="Target GPU: size the engine for it (H100, L4, 2xL4, or a size in GiB such as 24)."),
+        str | None, gpu_option("to size the engine for", "none, the sizing is left to vLLM", counted=True)
     ] = None,
-    tp: Annotated[int | None, typer.Option("--tp", "--tensor-parallel-size", help="tensor_parallel_size.")] = None,
+    tp: Annotated[int | None, tensor_parallel_option()] = None,
     max_model_len: Annotated[
         int | None, typer.Option("--max-model-len", help="Longest prompt + completion in tokens.")
     ] = None,
@@ -32,10 +32,8 @@ def init(
         list[str] | None,
         typer.Option("--lora", metavar="NAME=PATH", help="LoRA adapter for multi_lora.json (repeatable)."),
     ] = None,
-    vllm_version: Annotated[
-        str | None, typer.Option("--vllm-version", help="vLLM release to check settings against.")
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing model of that name.")] = False,
+    vllm_version: Annotated[str | None, vllm_version_option("to check the settings against")] = None,
+    force: Annotated[bool, force_option("an existing model of that name")] = False,
 ) -> None:
     """Scaffold REPO/NAME/config.pbtxt and REPO/NAME/1/model.json for a model."""
     from vllm_repo.scaffold import init_model, parse_loras, parse_settings

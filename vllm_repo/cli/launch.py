@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_repo.cli.openai import api_key_option, cors_options
+from vllm_repo.cli.options import api_key_option, cors_options, host_option, vllm_version_option
 from vllm_repo.cli.output import print_diagnostics, print_notes
 from vllm_repo.errors import UsageError
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
@@ -40,7 +40,7 @@ def launch(
     metrics_port: Annotated[
         int, typer.Option("--metrics-port", help="Prometheus metrics port.")
     ] = DEFAULT_METRICS_PORT,
-    host: Annotated[str, typer.Option("--host", help="Address to bind (0.0.0.0 exposes the server).")] = DEFAULT_HOST,
+    host: Annotated[str, host_option("the server to other machines")] = DEFAULT_HOST,
     tritonserver: Annotated[Path | None, typer.Option("--tritonserver", help="A tritonserver binary to use.")] = None,
     python: Annotated[
         Path | None,
@@ -50,7 +50,7 @@ def launch(
         ),
     ] = None,
     vllm_version: Annotated[
-        str | None, typer.Option("--vllm-version", help="vLLM release to validate against.")
+        str | None, vllm_version_option("to validate against", default="the vLLM of the backend Python, --python")
     ] = None,
     docker: Annotated[
         bool, typer.Option("--docker", help="Run the matching NGC tritonserver vLLM container instead.")

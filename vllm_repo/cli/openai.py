@@ -2,54 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import api_key_option, cors_options, host_option
 from vllm_repo.serve.ports import DEFAULT_HOST, DEFAULT_OPENAI_PORT, DEFAULT_URL
-
-
-def _help(when: str, text: str) -> str:
-    """An option's help: ``when`` leads where the option depends on another ("with --openai-port: ..."), else the
-    text is a sentence of its own, capitalised as every other option's help."""
-    return f"{when}{text}" if when else text[:1].upper() + text[1:]
-
-
-def api_key_option(when: str = "") -> Any:
-    """--api-key, read from VLLM_API_KEY as vllm serve reads it: the same option for `openai` and `launch`."""
-    return typer.Option(
-        "--api-key",
-        envvar="VLLM_API_KEY",
-        metavar="KEY",
-        help=_help(
-            when, "require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys."
-        ),
-    )
-
-
-def cors_options(when: str = "") -> dict[str, Any]:
-    """vllm serve's CORS options, for `openai` and `launch`: each list is JSON, as vllm serve takes it."""
-    return {
-        "allowed_origins": typer.Option(
-            "--allowed-origins",
-            metavar="JSON",
-            help=_help(
-                when,
-                """origins whose pages may call the API, e.g. '["https://ui.example"]' or '["*"]' (default: none, """
-                "as vllm serve).",
-            ),
-        ),
-        "allow_credentials": typer.Option(
-            "--allow-credentials", help=_help(when, "let those pages send cookies and authorization (as vllm serve).")
-        ),
-        "allowed_methods": typer.Option(
-            "--allowed-methods", metavar="JSON", help=_help(when, """methods they may use (default '["*"]').""")
-        ),
-        "allowed_headers": typer.Option(
-            "--allowed-headers", metavar="JSON", help=_help(when, """headers they may send (default '["*"]').""")
-        ),
-    }
-
 
 CORS = cors_options()
 
@@ -77,10 +35,7 @@ def openai(
             "serves its own.",
         ),
     ] = None,
-    host: Annotated[
-        str,
-        typer.Option("--host", metavar="HOST", help="Address to bind (0.0.0.0 exposes the API to other machines)."),
-    ] = DEFAULT_HOST,
+    host: Annotated[str, host_option("the API to other machines")] = DEFAULT_HOST,
     port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port of the OpenAI API.")] = DEFAULT_OPENAI_PORT,
     api_key: Annotated[list[str] | None, api_key_option()] = None,
     stream_socket: Annotated[

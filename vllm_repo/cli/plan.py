@@ -7,30 +7,23 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import diff_option, gpu_option, num_gpus_option, vllm_version_option
 from vllm_repo.errors import UsageError
 
 
 def plan(
     repo: Annotated[Path, typer.Argument(help="Model repository whose vLLM models share the host.")],
-    gpu: Annotated[
-        str | None,
-        typer.Option("--gpu", help="GPU of the host, e.g. H100 (default: gpu in [tool.vllm-repo])."),
-    ] = None,
-    num_gpus: Annotated[
-        int | None,
-        typer.Option("--num-gpus", min=1, help="GPUs of the host (default: num-gpus in [tool.vllm-repo])."),
-    ] = None,
+    gpu: Annotated[str | None, gpu_option("of the host")] = None,
+    num_gpus: Annotated[int | None, num_gpus_option("of the host")] = None,
     concurrency: Annotated[
         int,
         typer.Option(
             "--concurrency", min=1, help="Sequences of max_model_len tokens each model must hold at once, in all."
         ),
     ] = 1,
-    vllm_version: Annotated[
-        str | None, typer.Option("--vllm-version", help="vLLM release whose memory behaviour to plan for.")
-    ] = None,
+    vllm_version: Annotated[str | None, vllm_version_option("whose memory behaviour to plan for")] = None,
     write: Annotated[bool, typer.Option("--write", help="Write config.pbtxt and model.json (atomically).")] = False,
-    diff: Annotated[bool, typer.Option("--diff", help="Show what --write would change, write nothing.")] = False,
+    diff: Annotated[bool, diff_option("--write")] = False,
 ) -> None:
     """Choose per model between tensor parallelism and more instances, so every model fits and no GPU is shared."""
     from vllm_repo.scaffold.plan import plan_repository

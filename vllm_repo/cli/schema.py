@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import force_option, vllm_version_option
 from vllm_repo.errors import UsageError, VllmRepoError
 
 schema_app = typer.Typer(
@@ -43,7 +44,7 @@ def generate(
             "vLLM's dependencies).",
         ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
+    force: Annotated[bool, force_option()] = False,
 ) -> None:
     """Write the EngineArgs schema of an installed vLLM (the only command that imports vLLM)."""
     from vllm_repo.schema import generate as schema_gen
@@ -86,10 +87,7 @@ def list_releases(
 @schema_app.command("show")
 def show(
     key: Annotated[str, typer.Argument(help="Engine argument, e.g. max_model_len (dashes work too).")],
-    vllm_version: Annotated[
-        str | None,
-        typer.Option("--vllm-version", help="Release to read (default: installed vLLM, else newest bundled)."),
-    ] = None,
+    vllm_version: Annotated[str | None, vllm_version_option("whose schema to read")] = None,
 ) -> None:
     """Print an engine argument's type, default, choices, help and the releases that have it."""
     from vllm_repo.schema.info import describe_key, format_key_report
@@ -102,11 +100,9 @@ def show(
 
 @schema_app.command("json-schema")
 def json_schema(
-    vllm_version: Annotated[
-        str | None, typer.Option("--vllm-version", help="Release (default: installed vLLM, else newest bundled).")
-    ] = None,
+    vllm_version: Annotated[str | None, vllm_version_option("whose engine arguments to describe")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
+    force: Annotated[bool, force_option()] = False,
 ) -> None:
     """Write a JSON Schema (draft 2020-12) for model.json, for editors' validation and completion."""
     from vllm_repo.schema.json_schema import dumps, model_json_schema, raw_fields

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import diff_option
+
 
 def upgrade(
     paths: Annotated[list[Path], typer.Argument(help="Repository roots or model directories.")],
@@ -24,7 +26,7 @@ def upgrade(
             help="The release the files were written for (default: per file, the newest that knows its keys).",
         ),
     ] = None,
-    diff: Annotated[bool, typer.Option("--diff", help="Show the changes, write nothing.")] = False,
+    diff: Annotated[bool, diff_option()] = False,
 ) -> None:
     """Migrate model.json engine arguments to another vLLM release, and list the defaults that change."""
     from vllm_repo.upgrade import upgrade_paths

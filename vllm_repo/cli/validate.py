@@ -10,11 +10,14 @@ from typing import Annotated
 
 import typer
 
-
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
-    github = "github"
+from vllm_repo.cli.options import (
+    OutputFormat,
+    diff_option,
+    gpu_option,
+    num_gpus_option,
+    report_format_option,
+    vllm_version_option,
+)
 
 
 class RulesFormat(str, Enum):
@@ -24,27 +27,11 @@ class RulesFormat(str, Enum):
 
 def validate(
     paths: Annotated[list[Path], typer.Argument(help="Repository roots, model directories or single files.")],
-    vllm_version: Annotated[
-        str | None,
-        typer.Option(
-            "--vllm-version",
-            help="vLLM release to check model.json against (default: the installed vLLM, else the newest bundled "
-            "schema).",
-        ),
-    ] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--format", help="text, json or github.")] = OutputFormat.text,
+    vllm_version: Annotated[str | None, vllm_version_option("to check model.json against")] = None,
+    output_format: Annotated[OutputFormat, report_format_option()] = OutputFormat.text,
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
-    gpu: Annotated[
-        str | None, typer.Option("--gpu", help="GPU the models run on (e.g. 'H100 80GB'), for the memory check.")
-    ] = None,
-    num_gpus: Annotated[
-        int | None,
-        typer.Option(
-            "--num-gpus",
-            min=1,
-            help="GPUs on the host, 0 to N-1, for the placement checks (default: num-gpus in [tool.vllm-repo]).",
-        ),
-    ] = None,
+    gpu: Annotated[str | None, gpu_option("the models run on, for the memory checks (VR6)")] = None,
+    num_gpus: Annotated[int | None, num_gpus_option("on the host, 0 to N-1, for the placement checks")] = None,
     select: Annotated[
         list[str] | None, typer.Option("--select", metavar="CODE", help="Only run rules whose code starts with this.")
     ] = None,
@@ -54,7 +41,7 @@ def validate(
     fix: Annotated[
         bool, typer.Option("--fix", help="Rewrite what has one right answer (files keep their formatting).")
     ] = False,
-    diff: Annotated[bool, typer.Option("--diff", help="Show what --fix would change, write nothing.")] = False,
+    diff: Annotated[bool, diff_option("--fix")] = False,
 ) -> None:
     """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""
     from vllm_repo.validate import validate_paths
