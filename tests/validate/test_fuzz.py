@@ -37,7 +37,8 @@ REALWORLD = Path(
     or Path(__file__).resolve().parents[3] / "shared" / "data" / "realworld_repos"
 )
 
-# VLLM_REPO_FUZZ_SCALE=10 for a longer hunt; the default keeps this file at about a minute.
+# VLLM_REPO_FUZZ_SCALE=10 for a longer hunt; the default keeps this file at about a minute (the hunts are marked slow:
+# `-m "not slow"` leaves them out of a quick run, and the default run, CI's, has them).
 SCALE = float(os.environ.get("VLLM_REPO_FUZZ_SCALE", "1"))
 FUZZ = settings(
     max_examples=int(1500 * SCALE),
@@ -544,6 +545,7 @@ args_against_hf = st.fixed_dictionaries(
 # ------------------------------------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 @FUZZ
 @given(raw=engine_args_files)
 def test_model_json_never_crashes(workspace: Workspace, raw: bytes):
@@ -556,6 +558,7 @@ def test_model_json_never_crashes(workspace: Workspace, raw: bytes):
         assert_error_on(single, workspace.engine_args)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=int(1200 * SCALE))
 @given(raw=config_files)
 def test_config_pbtxt_never_crashes(workspace: Workspace, raw: bytes):
@@ -570,6 +573,7 @@ def test_config_pbtxt_never_crashes(workspace: Workspace, raw: bytes):
         assert_error_on(whole, workspace.config)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=int(600 * SCALE))
 @given(raw=lora_files)
 def test_multi_lora_json_never_crashes(workspace: Workspace, raw: bytes):
@@ -581,6 +585,7 @@ def test_multi_lora_json_never_crashes(workspace: Workspace, raw: bytes):
         assert_error_on(whole, workspace.lora)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=int(400 * SCALE))
 @given(raw=hf_config_files, engine_args=args_against_hf)
 def test_local_hugging_face_config_never_crashes(workspace: Workspace, raw: bytes, engine_args: bytes):
@@ -710,6 +715,7 @@ def build(root: Path, entries) -> list[Path]:
     return made
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=int(120 * SCALE))
 @given(entries=layouts())
 def test_any_repository_layout_is_reported_not_crashed(tmp_path_factory, entries):
