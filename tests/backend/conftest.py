@@ -67,17 +67,10 @@ METRICS_OFF_MODELS = {
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    if not SERVING_PYTHON:
-        pytest.skip(SERVING_SKIP_REASON)
-    out = tmp_path_factory.mktemp("backend-model") / "tiny-llama"
-    subprocess.run(
-        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out), "--lora", f"{out}-lora"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return out
+def tiny_model_dir(tiny_model) -> Path:
+    """The session's tiny model (tests/conftest.py), its LoRA adapter beside it as <dir>-lora, by the name the
+    backend's tests know it."""
+    return tiny_model
 
 
 @pytest.fixture(scope="session")

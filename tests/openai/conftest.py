@@ -1,37 +1,33 @@
-"""Session fixtures: the tiny model and vLLM's own OpenAI server on it (tests/openai/reference.py).
+"""The OpenAI API's tests: the gateway's own logic against stand-ins for Triton (test_gateway, test_cors,
+test_shared_stream, test_stream_socket), launch --openai-port end to end (test_gateway_e2e), and the gateway against
+vLLM's own server (test_reference, test_parity, test_gateway_parity). The backend's OpenAI layer is tested with the
+backend (tests/backend/test_openai_backend.py), openai.json's rules with validate's.
+
+Session fixtures: vLLM's own OpenAI server on the tiny model (tests/openai/reference.py).
 
 A gateway-vs-reference test in this folder asks for ``reference_server`` (or ``reference_url``) and serves
-``reference_model_dir`` through Triton: the same directory on both sides, since /v1/models names it (``root``)."""
+``tiny_model`` (tests/conftest.py) through Triton: the same directory on both sides, since /v1/models names it
+(``root``), with ``tiny_lora`` as the adapter ADAPTER on both."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.openai.reference import TOOL_ARGS, ReferenceServer, build_tiny_model
-from tests.serving_env import SERVING_PYTHON, SERVING_SKIP_REASON
+from tests.openai.reference import TOOL_ARGS, ReferenceServer
+from tests.serving_env import SERVING_PYTHON
 
-# A LoRA adapter of the tiny model, beside it: served by name on both sides of the parity test.
+# The name the tiny model's LoRA adapter (tiny_lora) is served by, on both sides of the parity test.
 ADAPTER = "tiny-adapter"
 
 
 @pytest.fixture(scope="session")
-def reference_model_dir(tmp_path_factory) -> Path:
-    if not SERVING_PYTHON:
-        pytest.skip(SERVING_SKIP_REASON)
-    work = tmp_path_factory.mktemp("openai-model")
-    return build_tiny_model(SERVING_PYTHON, work / "tiny-llama", lora=work / ADAPTER)
-
-
-@pytest.fixture(scope="session")
-def reference_server(reference_model_dir, tmp_path_factory):
+def reference_server(tiny_model, tiny_lora, tmp_path_factory):
     """vLLM's api_server on the tiny model, ready; stopped (its whole process group) at the end of the session."""
     # The engine arguments enable LoRA: the adapter is served too, as the backend serves multi_lora.json's.
-    adapter = ("--lora-modules", f"{ADAPTER}={reference_model_dir.parent / ADAPTER}")
+    adapter = ("--lora-modules", f"{ADAPTER}={tiny_lora}")
     server = ReferenceServer(
         SERVING_PYTHON,
-        reference_model_dir,
+        tiny_model,
         log_path=tmp_path_factory.mktemp("openai-logs") / "api_server.log",
         extra_args=(*TOOL_ARGS, *adapter),
     )

@@ -32,11 +32,10 @@ def openai_json_for(args: tuple[str, ...]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def gateway_url(reference_model_dir: Path, tmp_path_factory):
+def gateway_url(tiny_model: Path, tiny_lora: Path, tmp_path_factory):
     repo = tmp_path_factory.mktemp("parity") / "model_repository"
-    engine = reference_engine_args(reference_model_dir)
-    loras = {ADAPTER: str(reference_model_dir.parent / ADAPTER)}
-    init_model(repo, str(reference_model_dir), name="tiny", settings=engine, loras=loras)
+    engine = reference_engine_args(tiny_model)
+    init_model(repo, str(tiny_model), name="tiny", settings=engine, loras={ADAPTER: str(tiny_lora)})
     version = repo / "tiny" / "1"
     # Exactly the reference's engine arguments, nothing init chose besides.
     (version / "model.json").write_text(json.dumps(engine, indent=2))

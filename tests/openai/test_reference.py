@@ -181,8 +181,8 @@ def test_errors_are_openai_error_objects(seen):
     assert "512" in seen["error/chat-over-context"].error["message"]
 
 
-def test_the_server_leaves_nothing_behind(reference_model_dir, tmp_path):
-    server = ReferenceServer(SERVING_PYTHON, reference_model_dir, log_path=tmp_path / "api_server.log")
+def test_the_server_leaves_nothing_behind(tiny_model, tmp_path):
+    server = ReferenceServer(SERVING_PYTHON, tiny_model, log_path=tmp_path / "api_server.log")
     sockets_before = ipc_sockets()
     with server:
         server.wait_ready(timeout=600)

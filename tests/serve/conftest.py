@@ -1,9 +1,8 @@
-"""Fixtures for the serving tests: a tiny local model, repositories made by init, the serving environment
-(hf_model, a config-only model directory, is tests/conftest.py's)."""
+"""Fixtures for the serving tests: repositories made by init, the serving environment (tiny_model, the real tiny
+model, and hf_model, a config-only model directory, are tests/conftest.py's)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,21 +13,6 @@ from tests.serving_env import needs_serving as NEEDS_SERVING  # noqa: F401
 from vllm_repo.scaffold import init_model
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    """A real tiny model (random weights, real tokenizer) built offline with the serving Python."""
-    if not SERVING_PYTHON:
-        pytest.skip("needs VLLM_REPO_SERVING_PYTHON to build the tiny model")
-    out = tmp_path_factory.mktemp("models") / "tiny-llama"
-    subprocess.run(
-        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return out
 
 
 @pytest.fixture(scope="session")

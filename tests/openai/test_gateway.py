@@ -1,7 +1,7 @@
 """The OpenAI gateway's own logic: Triton's wire format, addresses, --api-key, routing and the stream copy.
 
 The routing tests put a stand-in for Triton's gRPC side behind the real aiohttp application; what Triton and the
-backend really answer is tested end to end in tests/serve/test_openai_e2e.py.
+backend really answer is tested end to end in tests/openai/test_gateway_e2e.py.
 """
 
 from __future__ import annotations

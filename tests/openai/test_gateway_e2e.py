@@ -23,7 +23,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
+from tests.serve.conftest import NEEDS_SERVING
 from tests.serve.test_serve_e2e import engine_core_pid, free_port, start_launch, stop_and_check
 from vllm_repo.backend import model as backend
 from vllm_repo.scaffold import init_model
@@ -39,19 +39,11 @@ ADAPTER = "tiny-adapter"
 
 
 @pytest.fixture(scope="module")
-def openai_repository(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("openai")
-    model = work / "tiny-llama"
-    subprocess.run(
-        [SERVING_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(model), "--lora", str(work / "adapter")],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    repo = work / "model_repository"
+def openai_repository(tiny_model, tiny_lora, tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("openai") / "model_repository"
     settings = {"enforce_eager": True, "dtype": "float32", "max_lora_rank": 8, "max_loras": 1}
     init_model(
-        repo, str(model), name="tiny", max_model_len=512, settings=settings, loras={ADAPTER: str(work / "adapter")}
+        repo, str(tiny_model), name="tiny", max_model_len=512, settings=settings, loras={ADAPTER: str(tiny_lora)}
     )
     version = repo / "tiny" / "1"
     (version / "openai.json").write_text(json.dumps({"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}))

@@ -2,7 +2,7 @@
 
 The gateway side is the real aiohttp application and a real Unix socket; the Triton side is a stand-in that, like the
 bundled backend, connects to the socket named in the request and writes frames. The backend's own side (its hello
-check, and the backend's frames through real Triton and vLLM) is tested here and in tests/serve/test_openai_e2e.py.
+check, and the backend's frames through real Triton and vLLM) is tested here and in tests/openai/test_gateway_e2e.py.
 """
 
 from __future__ import annotations
