@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from vllm_repo import hf
 from vllm_repo.errors import UsageError
-from vllm_repo.repository import ModelDirectory, placement
+from vllm_repo.repository import ModelDirectory
+from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import count_text, engine_args_objects, vllm_engine_args
@@ -51,7 +52,7 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     for _, doc in vllm_engine_args(model):
         if not doc.ok or not isinstance(doc.data, dict):
             continue
-        parallel = placement.parallel_size(doc.data)
+        parallel = read_engine_settings(doc.data).parallel_size
         if ctx.num_gpus is not None and parallel > ctx.num_gpus:
             gpus = count_text(parallel)
             yield Finding(
