@@ -107,12 +107,12 @@ def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
     from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
 
     for doc in engine_args_objects(model):
-        name = doc.data.get("model")
-        if not isinstance(name, str) or not name.strip():
+        settings = read_engine_settings(doc.data)
+        if not settings.model or not settings.model.strip():
             continue  # VR306's finding
-        revision = doc.data.get("revision") if isinstance(doc.data.get("revision"), str) else None
         try:
-            load_model_facts(name, offline=True, revision=revision, base=model.path).arch.check_decoder_shape()
+            facts = load_model_facts(settings.model, offline=True, revision=settings.revision, base=model.path)
+            facts.arch.check_decoder_shape()
         except ArchitectureError as exc:
             yield Finding(
                 doc.path,
@@ -124,8 +124,8 @@ def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
                 doc.path,
                 f"the memory check on {ctx.gpu.name} did not run: {exc.message}",
                 doc.position_of("model"),
-                hint=f'fetch the config once (`huggingface-cli download {name} config.json`), or point "model" at '
-                "a local directory"
-                if hf.is_repo_id(name)
+                hint=f"fetch the config once (`huggingface-cli download {settings.model} config.json`), or point "
+                '"model" at a local directory'
+                if hf.is_repo_id(settings.model)
                 else None,
             )
