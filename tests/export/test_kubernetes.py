@@ -22,7 +22,7 @@ import yaml
 from vllm_repo.errors import UsageError
 from vllm_repo.export import export_kubernetes, write_export
 from vllm_repo.export.kubernetes import LWS_NAME_LABEL
-from vllm_repo.serve.ngc import container_for_vllm
+from vllm_repo.releases.ngc import container_for_vllm
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"

@@ -68,7 +68,7 @@ def test_the_default_memory_share_comes_from_the_release_schema():
 
 
 def test_estimate_release_uses_the_same_default_as_the_placement_checks():
-    from vllm_repo.estimate.releases import resolve_release
+    from vllm_repo.releases.memory_budget import resolve_release
 
     for version in ("0.19.0", "0.20.2", "0.26.0"):
         release, _ = resolve_release(version)

@@ -43,7 +43,7 @@ def test_each_file_has_the_format_and_loads(version: str) -> None:
 
 
 def test_every_ngc_vllm_container_since_24_10_has_its_own_schema() -> None:
-    ngc = pytest.importorskip("vllm_repo.serve.ngc")
+    ngc = pytest.importorskip("vllm_repo.releases.ngc")
     for release in ngc.RELEASES:
         if Version(release.release) < Version("24.10"):
             continue

@@ -19,7 +19,7 @@ from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vll
 from vllm_repo.doctor import root_error
 from vllm_repo.errors import UsageError
 from vllm_repo.scaffold import init_model
-from vllm_repo.serve import launch, ngc
+from vllm_repo.serve import launch
 from vllm_repo.serve.docker import docker_plan
 from vllm_repo.serve.errors import LaunchError
 from vllm_repo.serve.launch import cpu_settings, prepare_launch
@@ -200,16 +200,6 @@ def test_root_error_without_a_model_failure_takes_the_last_error():
     log = 'I1 ok\nE1129 20:07:53.158429 12727 server.cc:241] "failed to bind HTTP port 8000"\n'
     assert root_error(log) == "failed to bind HTTP port 8000"
     assert root_error("all fine\n") is None
-
-
-def test_ngc_container_matches_the_vllm_release():
-    assert ngc.container_for_vllm("0.10.2").release.release == "25.10"
-    exact = ngc.container_for_vllm("0.11.0+cu130")
-    assert exact.exact and exact.release.image == "nvcr.io/nvidia/tritonserver:25.11-vllm-python-py3"
-    newer = ngc.container_for_vllm("0.32.0")
-    assert not newer.exact and newer.release == ngc.RELEASES[0] and "--vllm-version" in newer.reason
-    with pytest.raises(UsageError):
-        ngc.container_for_vllm("latest")
 
 
 def test_docker_dry_run_prints_the_matching_container_command(repo, hf_model):

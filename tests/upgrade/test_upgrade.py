@@ -11,14 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.validate.helpers import OFFICIAL_CONFIG
-from vllm_repo.backend.contract import MIN_VLLM, NEWEST_TESTED_VLLM
 from vllm_repo.cli import build_app
 from vllm_repo.errors import UsageError
+from vllm_repo.releases.ngc import RELEASES
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.history import CURATED, releases_with
 from vllm_repo.schema.loader import bundled_versions, load_schema, release_key
-from vllm_repo.serve.ngc import RELEASES
-from vllm_repo.upgrade import backend_support, resolve_target, upgrade_paths
+from vllm_repo.upgrade import resolve_target, upgrade_paths
 from vllm_repo.upgrade.migrate import changed_defaults, plan_migration, written_for
 from vllm_repo.validate.fixes import remove_json_keys
 
@@ -187,17 +186,6 @@ def test_the_target_comes_from_a_release_or_a_container():
     for to, container in ((None, None), ("0.32.0", newest.release), (None, "99.99")):
         with pytest.raises(UsageError):
             resolve_target(to, container)
-
-
-def test_backend_support_follows_the_contract():
-    oldest = ".".join(map(str, MIN_VLLM))
-    below = next(v for v in bundled_versions() if release_key(v) < MIN_VLLM)
-    assert backend_support(below)[0] is False and oldest in backend_support(below)[1]
-    assert backend_support(oldest)[0] is True
-    newer = next((v for v in bundled_versions() if release_key(v)[:2] > NEWEST_TESTED_VLLM[:2]), None)
-    if newer:
-        supported, text = backend_support(newer)
-        assert supported and "tested up to" in text
 
 
 # -- the command ---------------------------------------------------------------------------------------------------

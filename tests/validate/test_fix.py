@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.validate.helpers import VERSION
 from vllm_repo.schema.loader import load_schema
-from vllm_repo.validate.fixes import fix_paths
+from vllm_repo.validate import fix_paths
 
 CONFIG = """# the chat model
 name: "chat-old"   # renamed directory

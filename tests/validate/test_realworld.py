@@ -94,7 +94,7 @@ def test_fix_on_a_copy_changes_only_the_fixed_lines_and_its_findings_go(folder, 
     import difflib
     import shutil
 
-    from vllm_repo.validate.fixes import fix_paths
+    from vllm_repo.validate import fix_paths
 
     copy = tmp_path / folder
     shutil.copytree(CORPUS / folder, copy, symlinks=True)
@@ -122,7 +122,7 @@ def test_fix_then_upgrade_on_a_copy_leaves_only_what_needs_a_person(folder, tmp_
     import shutil
 
     from vllm_repo.upgrade import upgrade_paths
-    from vllm_repo.validate.fixes import fix_paths
+    from vllm_repo.validate import fix_paths
 
     copy = tmp_path / folder
     shutil.copytree(CORPUS / folder, copy, symlinks=True)

@@ -79,8 +79,8 @@ def validate(
         REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
         raise typer.Exit(1 if result.has_errors else 0)
 
+    from vllm_repo.validate import fix_paths
     from vllm_repo.validate.diagnostics import display_path
-    from vllm_repo.validate.fixes import fix_paths
 
     plan, result = fix_paths(paths, write=not diff, **options)
     if diff:

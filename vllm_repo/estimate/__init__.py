@@ -13,7 +13,7 @@ from vllm_repo.estimate.gpus import CATALOG, Gpu, UnknownGpuError, find_gpu, res
 from vllm_repo.estimate.memory import EstimateError, MemoryEstimate, Recommendation, estimate
 from vllm_repo.estimate.model_facts import ModelFacts, ModelFactsError, ModelNotAvailableOffline, load_model_facts
 from vllm_repo.estimate.recommend import recommend
-from vllm_repo.estimate.releases import USAGE_CONTEXTS, Release, resolve_release
+from vllm_repo.releases.memory_budget import USAGE_CONTEXTS, Release, resolve_release
 from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 
 __all__ = [

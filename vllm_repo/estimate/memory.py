@@ -17,9 +17,9 @@ from vllm_repo.errors import UsageError
 from vllm_repo.estimate import activation, kv_cache
 from vllm_repo.estimate.gpus import GiB, Gpu
 from vllm_repo.estimate.model_facts import ModelFacts
-from vllm_repo.estimate.releases import Release
 from vllm_repo.estimate.weights import model_dtype_bytes, weights_per_rank
 from vllm_repo.hf import derived_max_model_len
+from vllm_repo.releases.memory_budget import Release
 from vllm_repo.repository.engine_settings import EngineSettings
 
 # Memory in use before vLLM's first snapshot (CUDA context, cuBLAS): 0.51 GiB on the H200 run.
@@ -185,7 +185,7 @@ def estimate(
     specs = kv_cache.layer_specs(arch, tp=tp, kv_bytes=kv_bytes, kv_cache_dtype=settings.kv_cache_dtype)
     if pp > 1:
         specs = specs[: -(-len(specs) // pp)]  # the stage with the most layers
-    in_flight = 2 if release.version.release >= (0, 21) and not release.v0_engine else 1
+    in_flight = release.batches_in_flight
     lay = kv_cache.layout(
         specs, max_model_len=max_model_len, max_num_batched_tokens=tokens, block_size=bs, in_flight_factor=in_flight
     )
@@ -225,7 +225,7 @@ def estimate(
             )
             est_len = kv_tokens
     else:
-        reserve = lay.bytes_per_block if release.version.release >= (0, 33) else 0  # the null block
+        reserve = lay.bytes_per_block if release.reserves_null_block else 0
         if lay.needed_bytes_one_request > available - reserve:
             est_len = max_len_that_fits(specs, available - reserve, max_model_len, tokens, lay.block_size, in_flight)
             error = (

@@ -8,7 +8,7 @@ its workers on the Ray cluster; each worker pod only joins Ray. A Service select
 
 What the pods get:
 
-- the NGC ``tritonserver:<yy.mm>-vllm-python-py3`` image whose vLLM is the repository's release (serve/ngc.py, the
+- the NGC ``tritonserver:<yy.mm>-vllm-python-py3`` image whose vLLM is the repository's release (releases/ngc.py, the
   release from --vllm-version, the project settings, the serving Python or the installed vLLM), or --image;
 - the repository at /models, from a ConfigMap of its files, a PersistentVolumeClaim, or an init container that
   copies it from an image;
@@ -311,8 +311,8 @@ def _tritonserver_args() -> list[str]:
 def _choose_image(image: str | None, vllm_version: str | None, root: Path) -> tuple[str, str]:
     if image:
         return image, f"image {image} (--image)"
+    from vllm_repo.releases.ngc import container_for_vllm
     from vllm_repo.schema.loader import target_vllm_version
-    from vllm_repo.serve.ngc import container_for_vllm
 
     wanted, why = target_vllm_version(vllm_version, root)
     match = container_for_vllm(wanted)

@@ -7,7 +7,7 @@
 - ports.py: the default ports and checks; processes.py: the group's processes and segments in /proc and /dev/shm;
 - shm_watch.py and guardian.py: shared memory the group leaves, and a watchdog that stops it if launch is killed;
 - ray_cluster.py: launch --ray-address's check that a Ray cluster holds the placement groups vLLM will ask for;
-- docker.py and ngc.py: the same repository in the NGC container whose vLLM matches;
+- docker.py: the same repository in the NGC container whose vLLM matches (releases/ngc.py);
 - infer.py: a streaming client of Triton's generate endpoint;
 - openai/: the OpenAI API in front of Triton (launch --openai-port, vllm-repo openai), answered by vLLM's own
   OpenAI layer inside each model's backend.

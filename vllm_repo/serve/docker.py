@@ -18,10 +18,10 @@ import subprocess
 from pathlib import Path
 
 from vllm_repo.errors import UsageError
+from vllm_repo.releases.ngc import Match, container_for_vllm
 from vllm_repo.repository import open_repository
 from vllm_repo.schema.loader import installed_vllm_version
 from vllm_repo.serve.errors import DockerError
-from vllm_repo.serve.ngc import Match, container_for_vllm
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from vllm_repo.serve.ray_cluster import RAY_ADDRESS_ENV, RAY_HEAD_PORT, given_address
 

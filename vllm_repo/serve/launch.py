@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from vllm_repo.backend import contract
+from vllm_repo.releases.backend_support import older_than_supported
 from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.errors import LaunchError, TritonServerError
 from vllm_repo.serve.guardian import Guardian
@@ -252,7 +252,7 @@ def prepare_launch(
             f"{info.vllm_version}: leave --vllm-version out to check the release that will run"
         )
     backend_directory = None
-    if not server.embedded and _older_than_bundled_backend_supports(info.vllm_version):
+    if not server.embedded and older_than_supported(info.vllm_version):
         own = server.home.root / "backends"
         if (own / "vllm" / "model.py").is_file():
             # An older NGC container: its own vLLM backend was built for its vLLM; the bundled one needs a newer one.
@@ -301,15 +301,6 @@ def _same_release(requested: str, running: str | None) -> bool:
     except InvalidVersion:
         return False
     return actual[: len(wanted)] == wanted
-
-
-def _older_than_bundled_backend_supports(vllm_version: str | None) -> bool:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(Version(vllm_version or "0").base_version).release < contract.MIN_VLLM
-    except InvalidVersion:
-        return False
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_repo.errors import UsageError
+from vllm_repo.releases.backend_support import backend_support
 from vllm_repo.repository import discover
 from vllm_repo.upgrade.migrate import DefaultChange, KeyChange, Migration, plan_migration, written_for
 
@@ -26,7 +27,6 @@ __all__ = [
     "KeyChange",
     "Migration",
     "UpgradeResult",
-    "backend_support",
     "resolve_target",
     "upgrade_paths",
 ]
@@ -55,7 +55,7 @@ def resolve_target(to: str | None, to_container: str | None) -> tuple[str, str]:
         raise UsageError("say which release to upgrade to", hint="pass --to 0.32.0 or --to-container 26.08")
     origin = "--to"
     if to_container is not None:
-        from vllm_repo.serve.ngc import RELEASES
+        from vllm_repo.releases.ngc import RELEASES
 
         release = next((r for r in RELEASES if r.release == to_container.strip()), None)
         if release is None:
@@ -67,25 +67,6 @@ def resolve_target(to: str | None, to_container: str | None) -> tuple[str, str]:
         to, origin = release.vllm, f"{release.image} carries vLLM"
     choice = choose_schema_version(to, origin=origin)
     return choice.schema_version, choice.reason
-
-
-def backend_support(version: str) -> tuple[bool, str]:
-    """Whether the bundled backend (model.py) drives vLLM ``version``."""
-    from vllm_repo.backend.contract import MIN_VLLM, NEWEST_TESTED_VLLM
-    from vllm_repo.schema.loader import release_key
-
-    have = release_key(version) or (0,)
-    oldest, newest = (".".join(map(str, v)) for v in (MIN_VLLM, NEWEST_TESTED_VLLM))
-    if have < MIN_VLLM:
-        return False, (
-            f"the bundled backend needs vLLM {oldest} or newer (the AsyncLLM API); with vLLM {version} keep the "
-            "container's own vLLM backend"
-        )
-    if have[:2] > NEWEST_TESTED_VLLM[:2]:
-        return True, (
-            f"the bundled backend was tested up to vLLM {newest}; it checks the API it uses when the model loads"
-        )
-    return True, f"the bundled backend drives vLLM {version} (it supports {oldest} to {newest})"
 
 
 def upgrade_paths(

@@ -11,6 +11,6 @@ ValidationResult, reporters.py prints it as text, JSON or GitHub annotations. Us
 
 from vllm_repo.repository import PathError
 from vllm_repo.validate.diagnostics import Diagnostic, Severity
-from vllm_repo.validate.runner import ValidationResult, validate_paths
+from vllm_repo.validate.runner import ValidationResult, fix_paths, validate_paths
 
-__all__ = ["Diagnostic", "PathError", "Severity", "ValidationResult", "validate_paths"]
+__all__ = ["Diagnostic", "PathError", "Severity", "ValidationResult", "fix_paths", "validate_paths"]

@@ -5,6 +5,9 @@ atomically, or shows them as a diff.
 A fix is applied only when its file still parses afterwards, and never to a file that does not parse to begin with
 (rules give no fix there). Two fixes that would edit the same place are not both applied: the second waits for the
 next run.
+
+What runs validate, applies the fixes and validates again is the runner's (runner.fix_paths): this module knows files
+and edits, not rules.
 """
 
 from __future__ import annotations
@@ -207,17 +210,3 @@ def _parse_problem(path: Path, text: str) -> str | None:
     except text_format.ParseError as exc:
         return str(exc)
     return None
-
-
-def fix_paths(paths: Iterable[str | Path], *, write: bool = True, **options: Any) -> tuple[FixPlan, Any]:
-    """validate ``paths``, apply the fixes its findings carry (``write``; else only plan them, for a diff), and return
-    the plan with what validate finds afterwards (before, when nothing was written). ``options`` are validate_paths'."""
-    from vllm_repo.validate.runner import validate_paths
-
-    paths = list(paths)
-    before = validate_paths(paths, **options)
-    fixes = plan((d, d.fix) for d in before.diagnostics if d.fix is not None)
-    if not write or not fixes.changes:
-        return fixes, before
-    fixes.write()
-    return fixes, validate_paths(paths, **options)

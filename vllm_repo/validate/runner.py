@@ -1,17 +1,20 @@
 """The runner: the project's settings, the release's EngineArgs, every enabled rule over every selected model,
-and the findings stamped into Diagnostics, deduplicated and in order."""
+and the findings stamped into Diagnostics, deduplicated and in order; and validate --fix (fix_paths), which applies
+the fixes the findings carry and validates again."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelRepository, discover
 from vllm_repo.schema.loader import VersionChoice, choose_schema_version, load_schema
 from vllm_repo.settings import resolve_settings
 from vllm_repo.validate.diagnostics import Diagnostic, Severity, display_path
+from vllm_repo.validate.fixes import FixPlan, plan
 from vllm_repo.validate.rules import CheckContext, Finding, Rule, all_rules
 
 
@@ -81,6 +84,18 @@ def validate_paths(
     unique = {(d.code, d.file, d.line, d.column, d.message): d for d in diagnostics}
     ordered = sorted(unique.values(), key=Diagnostic.sort_key)
     return ValidationResult(diagnostics=ordered, vllm_version=choice, models=models)
+
+
+def fix_paths(paths: Iterable[str | Path], *, write: bool = True, **options: Any) -> tuple[FixPlan, ValidationResult]:
+    """validate ``paths``, apply the fixes its findings carry (``write``; else only plan them, for a diff), and return
+    the plan with what validate finds afterwards (before, when nothing was written). ``options`` are validate_paths'."""
+    paths = list(paths)
+    before = validate_paths(paths, **options)
+    fixes = plan((d, d.fix) for d in before.diagnostics if d.fix is not None)
+    if not write or not fixes.changes:
+        return fixes, before
+    fixes.write()
+    return fixes, validate_paths(paths, **options)
 
 
 def _check_codes(prefixes: Sequence[str] | None, option: str) -> None:

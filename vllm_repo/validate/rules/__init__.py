@@ -1,4 +1,4 @@
-"""The rule registry: every check is a small function registered here with a stable code.
+"""The rules: every check is a small function registered (registry.py) with a stable code; all_rules() lists them.
 
 A rule looks at one model directory (scope "model") or at a whole repository (scope "repository") and yields
 Findings; the runner stamps each with the rule's code and turns it into a Diagnostic. Codes never change meaning,
@@ -12,55 +12,9 @@ table), the rest what `vllm-repo rules CODE` explains, ending with an example th
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from vllm_repo.validate.rules.registry import RULES, CheckContext, Finding, Rule, rule
 
-from vllm_repo.repository.documents import Position
-from vllm_repo.validate.diagnostics import Severity
-
-if TYPE_CHECKING:  # the GPU catalog is imported only when a GPU is named
-    from vllm_repo.estimate.gpus import Gpu
-    from vllm_repo.schema.loader import EngineArgsSchema
-
-
-@dataclass(frozen=True)
-class Finding:
-    file: Path | None
-    message: str
-    position: Position | None = None
-    hint: str | None = None
-    severity: Severity | None = None  # None: the rule's own severity
-    fix: Any = None  # validate.fixes.Fix, where the finding has one right answer
-
-
-@dataclass(frozen=True)
-class Rule:
-    code: str
-    name: str
-    severity: Severity
-    scope: str  # "model" | "repository"
-    check: Callable[..., Iterable[Finding]]
-    doc: str  # the check function's docstring, dedented: vllm_repo.validate.rules.docs reads it
-
-    @property
-    def summary(self) -> str:
-        return self.doc.splitlines()[0] if self.doc else self.name
-
-
-RULES: dict[str, Rule] = {}
-
-
-def rule(code: str, name: str, severity: Severity, scope: str = "model") -> Callable:
-    def register(func: Callable[..., Iterable[Finding]]) -> Callable[..., Iterable[Finding]]:
-        if code in RULES:
-            raise RuntimeError(f"rule code {code} registered twice")
-        RULES[code] = Rule(code, name, severity, scope, func, inspect.cleandoc(func.__doc__ or ""))
-        return func
-
-    return register
+__all__ = ["RULES", "CheckContext", "Finding", "Rule", "all_rules", "rule"]
 
 
 def all_rules() -> list[Rule]:
@@ -76,12 +30,3 @@ def all_rules() -> list[Rule]:
     )
 
     return [RULES[code] for code in sorted(RULES)]
-
-
-@dataclass
-class CheckContext:
-    """What every rule may consult besides the files: the chosen release's EngineArgs and the user's GPU."""
-
-    schema: EngineArgsSchema
-    gpu: Gpu | None = None  # when the user named one
-    num_gpus: int | None = None

@@ -10,7 +10,7 @@ from typing import Any
 from vllm_repo.repository import ModelDirectory, VersionDirectory
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.loader import json_type
-from vllm_repo.validate.rules import Finding
+from vllm_repo.validate.rules.registry import Finding
 
 
 def vllm_engine_args(model: ModelDirectory) -> Iterator[tuple[VersionDirectory, JsonDocument]]:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, ModelDirectory, is_version_name
 from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean, fixes
+from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 # Files people commit into model directories that Triton ignores and nobody meant to ship.
 JUNK_FILES = {".DS_Store", "Thumbs.db", "desktop.ini"}

@@ -10,8 +10,8 @@ from vllm_repo.backend import contract
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import PbtxtDocument
 from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean, fixes
+from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 _UNKNOWN_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
 

@@ -14,7 +14,6 @@ from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.history import explain_missing_key, replacement_for
 from vllm_repo.schema.loader import EngineArgsSchema, accepts, json_type
 from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import (
     did_you_mean,
     engine_args_objects,
@@ -24,6 +23,7 @@ from vllm_repo.validate.rules.common import (
     path_exists,
     vllm_engine_args,
 )
+from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 # Keys people put in model.json that are per-request sampling settings, not engine arguments.
 SAMPLING_KEYS = {

@@ -13,8 +13,8 @@ from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, pla
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import count_text, path_exists, vllm_engine_args
+from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 
 def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict] | None:

@@ -10,8 +10,8 @@ from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import count_text, engine_args_objects, vllm_engine_args
+from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 
 @rule("VR601", "does-not-fit", Severity.ERROR)

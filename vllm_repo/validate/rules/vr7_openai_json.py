@@ -13,8 +13,8 @@ from vllm_repo.backend.contract import OPENAI_OPTIONS_SET_BY_BACKEND
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.validate.diagnostics import Severity
-from vllm_repo.validate.rules import CheckContext, Finding, rule
 from vllm_repo.validate.rules.common import did_you_mean, not_one_json_object, path_exists
+from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 _GATEWAY_FLAGS = "give it to `vllm-repo launch --openai-port` or `vllm-repo openai` instead"
 _NO_HTTP_SERVER = "it configures vllm serve's own HTTP server, which the backend does not run"

@@ -8,12 +8,14 @@ vllm/v1/worker/gpu_worker.py determine_available_memory, vllm/config/vllm.py use
   tokens; chunked prefill is on by default only above 32k context.
 - V1 engine (0.8 on): same budget with the V1 batch defaults (by usage context and GPU size).
 - 0.21: the CUDA-graph memory estimate is subtracted by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1,
-  "default since v0.21.0"). The default gpu_memory_utilization (0.92 from 0.20, 0.9 before) is read from each
-  release's bundled EngineArgs schema.
+  "default since v0.21.0"); the V1 scheduler keeps two batches in flight, which the KV cache layout has to hold.
+  The default gpu_memory_utilization (0.92 from 0.20, 0.9 before) is read from each release's bundled EngineArgs
+  schema.
 - 0.25: dense decoder models run on Model Runner V2, whose profile_cudagraph_memory() returned 0 until its own
   estimator landed (we take 0.28); its compiled profile run has a peak of its own (measured on vLLM 0.26.0).
 - 0.29: Model Runner V2 for every model.
 - 0.30: GPUs with >= 160 GiB (B200/B300) get the largest batch defaults for the API server as well.
+- 0.33: the KV cache reserves a null block before it serves the first request.
 The release boundaries after 0.21 are taken from the merge dates of the PRs and are flagged where they matter.
 """
 
@@ -21,13 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from vllm_repo.errors import UsageError
-from vllm_repo.estimate.gpus import GiB, Gpu
+from vllm_repo.releases.bundled import NEWEST_KNOWN
 
-NEWEST_KNOWN = "0.33.0"
+if TYPE_CHECKING:
+    from vllm_repo.estimate.gpus import Gpu
 
 USAGE_CONTEXTS = ("engine", "server", "llm")
 """engine: AsyncLLM.from_engine_args, which Triton's vLLM backend uses; server: `vllm serve`; llm: the LLM class."""
@@ -53,6 +57,16 @@ class Release:
     def cudagraph_estimate_subtracted(self) -> bool:
         return self.version >= Version("0.21.0")
 
+    @property
+    def batches_in_flight(self) -> int:
+        """The batches the scheduler keeps in flight at once, which the KV cache must hold together."""
+        return 2 if self.version >= Version("0.21.0") and not self.v0_engine else 1
+
+    @property
+    def reserves_null_block(self) -> bool:
+        """Whether one KV cache block is set aside (the null block) before any request is served."""
+        return self.version >= Version("0.33.0")
+
     def uses_model_runner_v2(self, *, is_moe: bool, is_hybrid: bool) -> bool:
         if self.version >= Version("0.29.0"):
             return True
@@ -76,10 +90,10 @@ class Release:
         if usage_context == "engine":
             # No usage-context entry: SchedulerConfig's own defaults.
             return 2048, 128
-        total = gpu.total_bytes
-        if self.version >= Version("0.30.0") and total >= 160 * GiB:
+        total_gib = gpu.total_gib
+        if self.version >= Version("0.30.0") and total_gib >= 160:
             return 16384, 1024
-        if total >= 70 * GiB and not gpu.is_a100:
+        if total_gib >= 70 and not gpu.is_a100:
             return (16384, 1024) if usage_context == "llm" else (8192, 1024)
         return (8192, 256) if usage_context == "llm" else (2048, 256)
 
