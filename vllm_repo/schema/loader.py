@@ -6,7 +6,7 @@ The files under ``schemas/engine_args/vllm-<version>.json`` are generated from t
     {
       "format": 1,
       "vllm_version": "0.32.0",
-      "source": "import" | "wheel",      # how the file was produced (see the README)
+      "source": "import" | "wheel",      # how the file was produced (see docs/schema.md)
       "source_detail": "...",            # optional: the wheel or installed package, and the libraries used
       "compat": ["..."],                 # optional: library shims the wheel route applied (schema/compat.py)
       "fields": {
