@@ -407,8 +407,8 @@ def test_launch_stops_on_sigint_even_when_started_with_sigint_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         from vllm_repo.serve import launch
         previous = launch._install_stop_handlers()
-        print("ready", flush=True)
         try:
+            print("ready", flush=True)  # inside the try: the signal may come before the print returns
             time.sleep(60)
         except launch._Stop as stop:
             print("stopped by", stop, flush=True)
