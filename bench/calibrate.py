@@ -90,12 +90,12 @@ def main() -> int:
     from vllm_repo.estimate import estimate_model
     from vllm_repo.estimate.architecture import from_config
     from vllm_repo.estimate.model_facts import ModelFacts
+    from vllm_repo.repository.engine_settings import read_engine_settings
 
     print(f"\n{'run':<24} {'act GiB':>8} {'pred':>6} {'KV GiB':>8} {'pred':>8} {'tokens':>9} {'pred':>9}")
     for run in doc["runs"]:
         cfg = doc["model_configs"][run["preset"]]
         facts = ModelFacts(run["preset"], cfg, "calibration", None, from_config(cfg))
-        kw = dict(run["engine_kwargs"])
         est = estimate_model(
             run["preset"],
             "H200",
@@ -103,7 +103,7 @@ def main() -> int:
             facts=facts,
             usage_context=run["usage_context"],
             model_runner_v2=run["model_runner"] == "v2",
-            **kw,
+            settings=read_engine_settings(run["engine_kwargs"], strict=True),
         )
         print(
             f"{run['name']:<24} {run['activation_gib']:>8.2f} {est.activation_gib:>6.2f} "

@@ -21,6 +21,7 @@ DATA = HERE / "data"
 sys.path.insert(0, str(HERE.parent))
 
 from vllm_repo.estimate import estimate_model
+from vllm_repo.repository.engine_settings import EngineSettings
 
 TARGET_MEDIAN_TOKEN_ERROR = 0.05
 
@@ -46,10 +47,12 @@ def replay(entry: dict, how: dict) -> dict:
         vllm_version=how["vllm_version"],
         offline=True,
         usage_context=how.get("usage_context", "engine"),
-        tensor_parallel_size=entry.get("tp") or 1,
-        gpu_memory_utilization=entry["gpu_memory_utilization"],
-        max_model_len=entry["max_model_len"],
-        **settings,
+        settings=EngineSettings(
+            tensor_parallel_size=entry.get("tp") or 1,
+            gpu_memory_utilization=entry["gpu_memory_utilization"],
+            max_model_len=entry["max_model_len"],
+            **settings,
+        ),
     )
     row = {
         "index": None,

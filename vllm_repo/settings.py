@@ -121,3 +121,32 @@ def load_settings(start: Path | None = None) -> ProjectSettings:
         raise SettingsError(f"{path}: set either gpu or gpu-memory-gib, not both")
     settings.source = str(path)
     return settings
+
+
+def resolve_settings(
+    start: Path | None = None,
+    *,
+    gpu: str | float | None = None,
+    gpu_memory_gib: float | None = None,
+    num_gpus: int | None = None,
+    vllm_version: str | None = None,
+    usage_context: str | None = None,
+) -> ProjectSettings:
+    """The project's settings with the command line's in their place: every flag given wins over the file's value
+    (estimate, plan and validate resolve their GPU, GPU count, release and usage context here). ``gpu`` may be a
+    catalog name or a size in GiB, as ``gpu_spec`` gives it back."""
+    if gpu is not None and gpu_memory_gib is not None:
+        raise UsageError("give --gpu or --gpu-memory-gib, not both")
+    project = load_settings(start)
+    if isinstance(gpu, (int, float)) and not isinstance(gpu, bool):
+        gpu, gpu_memory_gib = None, float(gpu)
+    flags: dict[str, Any] = {
+        "num_gpus": num_gpus,
+        "vllm_version": vllm_version,
+        "usage_context": usage_context,
+    }
+    if gpu is not None or gpu_memory_gib is not None:  # one GPU flag replaces both of the file's GPU settings
+        flags.update(gpu=gpu, gpu_memory_gib=gpu_memory_gib)
+    return dataclasses.replace(
+        project, **{key: value for key, value in flags.items() if key.startswith("gpu") or value is not None}
+    )

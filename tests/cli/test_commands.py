@@ -49,9 +49,12 @@ def test_help_lists_the_commands_in_the_order_of_the_work_and_the_readme_has_eac
     top = subprocess.run([sys.executable, "-m", "vllm_repo", "--help"], capture_output=True, text=True).stdout
     positions = [top.index(f" {name} ") for name in COMMANDS]
     assert positions == sorted(positions)
+    # The README's map of the commands: one row each, in the same order, linking to its page under docs/.
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme[: readme.index("## Install")]
-    assert re.findall(r"^\| `vllm-repo (\w+)", table, re.M) == list(COMMANDS)
+    start = readme.index("## Commands\n")
+    table = readme[start : readme.index("\n## ", start + 1)]
+    rows = re.findall(r"^\| \[`vllm-repo (\w+)`\]\((docs/[\w-]+\.md)(?:#[\w-]+)?\)", table, re.M)
+    assert [name for name, _ in rows] == list(COMMANDS)
 
 
 def test_version_and_the_long_spellings_of_shared_options():

@@ -14,6 +14,7 @@ from vllm_repo.estimate.architecture import from_config
 from vllm_repo.estimate.gpus import find_gpu
 from vllm_repo.estimate.model_facts import ModelFacts
 from vllm_repo.releases.memory_budget import Release, resolve_release
+from vllm_repo.repository.engine_settings import EngineSettings
 
 
 def facts(name: str, **overrides) -> ModelFacts:
@@ -21,8 +22,13 @@ def facts(name: str, **overrides) -> ModelFacts:
     return ModelFacts(name, cfg, "test", None, from_config(cfg))
 
 
+# estimate_model's own options; every other keyword is an engine setting.
+OPTIONS = ("num_gpus", "usage_context", "target_concurrency", "model_runner_v2")
+
+
 def run(name: str, gpu="H100 80GB", version="0.26.0", **kw):
-    return estimate_model(name, gpu, vllm_version=version, facts=facts(name), **kw)
+    options = {k: kw.pop(k) for k in OPTIONS if k in kw}
+    return estimate_model(name, gpu, vllm_version=version, facts=facts(name), settings=EngineSettings(**kw), **options)
 
 
 def test_budget_adds_up():
@@ -124,7 +130,7 @@ def test_reproduces_the_h200_measurements():
             facts=ModelFacts(r["preset"], cfg, "t", None, from_config(cfg)),
             usage_context=r["usage_context"],
             model_runner_v2=r["model_runner"] == "v2",
-            **r["engine_kwargs"],
+            settings=EngineSettings(**r["engine_kwargs"]),
         )
         assert est.activation_gib == pytest.approx(r["activation_gib"], abs=0.03), r["name"]
         # Qwen2 models load 0.1 GiB more than their parameters in 0.26 (Llama: exactly its parameters)

@@ -408,7 +408,7 @@ def test_launch_stops_on_sigint_even_when_started_with_sigint_ignored():
         from vllm_repo.serve import launch
         previous = launch._install_stop_handlers()
         try:
-            print("ready", flush=True)  # inside the try: the signal may come while print returns
+            print("ready", flush=True)  # inside the try: the signal may come before the print returns
             time.sleep(60)
         except launch._Stop as stop:
             print("stopped by", stop, flush=True)

@@ -104,12 +104,12 @@ def snapshot_project(env: dict[str, str]) -> tuple[Path, str]:
     return target, rev
 
 
-def readme_precommit_config() -> str:
-    """The .pre-commit-config.yaml block of the README."""
-    readme = (PROJECT / "README.md").read_text()
-    start = readme.index("# .pre-commit-config.yaml\n")
-    block = readme[start : readme.index("```", start)]
-    assert "<" not in block, "the README's example must work as written, without placeholders"
+def documented_precommit_config() -> str:
+    """The .pre-commit-config.yaml block of docs/pre-commit.md."""
+    doc = (PROJECT / "docs" / "pre-commit.md").read_text()
+    start = doc.index("# .pre-commit-config.yaml\n")
+    block = doc[start : doc.index("```", start)]
+    assert "<" not in block, "the documented example must work as written, without placeholders"
     assert f"id: {HOOK_ID}" in block
     return block
 
@@ -141,8 +141,8 @@ def test_published_hook_blocks_a_bad_model_json_and_passes_the_fixed_one(tmp_pat
     user = tmp_path / "serving-configs"
     user.mkdir()
     git("init", "-q", "-b", "main", cwd=user, env=env)
-    # The README's example as written, with the path of this snapshot for the checkout it names.
-    (user / ".pre-commit-config.yaml").write_text(readme_precommit_config().replace("/opt/vllm-repo", str(source)))
+    # The documented example as written, with the path of this snapshot for the checkout it names.
+    (user / ".pre-commit-config.yaml").write_text(documented_precommit_config().replace("/opt/vllm-repo", str(source)))
     installed = pre_commit("install", cwd=user, env=env)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     # Build the hook environment outside `git commit` so its duration is visible in the test log.

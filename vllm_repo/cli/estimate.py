@@ -72,46 +72,50 @@ def estimate(
     """Predict vLLM's GPU memory split and whether the model starts, before loading it.
 
     Exits 0 when vLLM would start, 1 when it would not, 2 on bad input."""
-    from vllm_repo.estimate import engine_settings, estimate_model
+    from vllm_repo.estimate import estimate_model
     from vllm_repo.estimate.report import render
     from vllm_repo.estimate.target import resolve_target
-    from vllm_repo.settings import load_settings
+    from vllm_repo.repository.engine_settings import read_engine_settings
+    from vllm_repo.settings import resolve_settings
 
     target = resolve_target(model)
-    project = load_settings(target.model_json.parent if target.model_json else Path.cwd())
-    settings = engine_settings(target.engine_args)
-    if gpu and gpu_memory_gib:
-        raise UsageError("give --gpu or --gpu-memory-gib, not both")
-    gpu_spec = gpu or gpu_memory_gib or project.gpu_spec
-    if gpu_spec is None:
+    project = resolve_settings(
+        target.model_json.parent if target.model_json else Path.cwd(),
+        gpu=gpu,
+        gpu_memory_gib=gpu_memory_gib,
+        num_gpus=num_gpus,
+        vllm_version=vllm_version,
+        usage_context=usage_context,
+    )
+    if project.gpu_spec is None:
         raise UsageError(
             "which GPU?",
             hint="pass --gpu NAME (e.g. --gpu 'H100 80GB') or --gpu-memory-gib X, or set "
             "gpu in [tool.vllm-repo] of pyproject.toml / .vllm-repo.toml",
         )
-    flags = {
-        "tensor_parallel_size": tp,
-        "pipeline_parallel_size": pp,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "max_model_len": max_model_len,
-        "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "dtype": dtype,
-        "quantization": quantization,
-        "kv_cache_dtype": kv_cache_dtype,
-        "enforce_eager": enforce_eager,
-    }
-    settings.update({k: v for k, v in flags.items() if v is not None})
+    settings = read_engine_settings(target.engine_args, strict=True).overridden_by(
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        dtype=dtype,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+        enforce_eager=enforce_eager,
+        revision=revision,
+    )
     result = estimate_model(
         target.model,
-        gpu_spec,
-        num_gpus=num_gpus or project.num_gpus,
-        vllm_version=vllm_version or project.vllm_version,
+        project.gpu_spec,
+        num_gpus=project.num_gpus,
+        vllm_version=project.vllm_version,
         offline=offline,
-        revision=revision or target.engine_args.get("revision"),
-        usage_context=usage_context or project.usage_context or "engine",
+        revision=settings.revision,
+        usage_context=project.usage_context or "engine",
         target_concurrency=target_concurrency,
-        **settings,
+        settings=settings,
     )
     if as_json:
         document = result.model_dump(mode="json")

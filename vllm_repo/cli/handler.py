@@ -36,6 +36,12 @@ class HandledGroup(typer.core.TyperGroup):
             return super().invoke(ctx)
         except VllmRepoError as exc:
             report_error(exc)
+        except BrokenPipeError:
+            # The reader went away (`vllm-repo gpus | head`): not a bug. Further writes to the closed pipe (Python's
+            # flush at exit) go to /dev/null instead of raising again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise typer.Exit(141) from None  # what a shell reports for a process ended by SIGPIPE
         except Exception as exc:
             if _is_click_control_flow(exc):
                 raise  # --help, bad options, typer.Exit with the code a command chose: click prints and exits

@@ -27,21 +27,21 @@ def plan(
 ) -> None:
     """Choose per model between tensor parallelism and more instances, so every model fits and no GPU is shared."""
     from vllm_repo.scaffold.plan import plan_repository
-    from vllm_repo.settings import load_settings
+    from vllm_repo.settings import resolve_settings
     from vllm_repo.validate.diagnostics import display_path
     from vllm_repo.validate.fixes import FixPlan
 
-    settings = load_settings(repo)
-    gpu = gpu if gpu is not None else settings.gpu_spec
-    num_gpus = num_gpus if num_gpus is not None else settings.num_gpus
-    if gpu is None or num_gpus is None:
+    settings = resolve_settings(repo, gpu=gpu, num_gpus=num_gpus, vllm_version=vllm_version)
+    if settings.gpu_spec is None or settings.num_gpus is None:
         raise UsageError(
             "plan needs the host's GPU and how many there are",
             hint="pass --gpu H100 --num-gpus 8, or set gpu and num-gpus in [tool.vllm-repo]",
         )
     if write and diff:
         raise UsageError("--write and --diff exclude each other", hint="--diff shows, --write writes")
-    plans, changes = plan_repository(repo, gpu, num_gpus, concurrency, vllm_version=vllm_version)
+    plans, changes = plan_repository(
+        repo, settings.gpu_spec, settings.num_gpus, concurrency, vllm_version=settings.vllm_version
+    )
     if diff:
         typer.echo(FixPlan(texts=changes).diff({p: display_path(p) for p in changes}), nl=False)
         raise typer.Exit(1 if changes else 0)

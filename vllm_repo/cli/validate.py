@@ -95,7 +95,7 @@ def validate(
 def rules(
     code: Annotated[str | None, typer.Argument(help="A rule code, e.g. VR304: explain that rule.")] = None,
     output_format: Annotated[
-        RulesFormat, typer.Option("--format", help="text, or markdown (the README's rule table).")
+        RulesFormat, typer.Option("--format", help="text, or markdown (the table in docs/rules.md).")
     ] = RulesFormat.text,
 ) -> None:
     """List validate's rules (code, default severity, name, what each checks), or explain one."""

@@ -12,20 +12,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# Settings the estimate reads from model.json besides the three init sizes.
-_PASSED_THROUGH = (
-    "pipeline_parallel_size",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "dtype",
-    "quantization",
-    "kv_cache_dtype",
-    "enforce_eager",
-    "block_size",
-    "enable_chunked_prefill",
-    "enable_expert_parallel",
-    "kv_cache_memory_bytes",
-)
 _MAX_ROUNDS = 4
 _SIZES = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
 # Below this a single GPU is not worth it when more GPUs would hold the model's context.
@@ -54,18 +40,16 @@ def fit_engine_settings(
 ) -> tuple[dict[str, Any], list[str]]:
     """(settings for model.json, notes). Raises UnknownGpuError for a GPU name the catalog doesn't know."""
     from vllm_repo.estimate import EstimateError, ModelFactsError, UnknownGpuError, estimate_model, load_model_facts
+    from vllm_repo.repository.engine_settings import read_engine_settings
 
-    user = dict(user_settings or {})
     name, count = parse_gpu(gpu)
-    fixed: dict[str, Any] = {}
-    if tensor_parallel_size is not None:
-        fixed["tensor_parallel_size"] = tensor_parallel_size
-    if max_model_len is not None:
-        fixed["max_model_len"] = max_model_len
-    for key in ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len"):
-        if key in user:
-            fixed[key] = user[key]
-    base = {k: user[k] for k in _PASSED_THROUGH if k in user}
+    # What the user fixed stays; a value of the wrong form in --set is left to validate, as init writes it.
+    start = read_engine_settings(user_settings or {})
+    if start.tensor_parallel_size is None and tensor_parallel_size is not None:
+        start = start.replace(tensor_parallel_size=tensor_parallel_size)
+    if start.max_model_len is None and max_model_len is not None:
+        start = start.replace(max_model_len=max_model_len)
+    fixed = {key for key in _SIZES if getattr(start, key) is not None}
     try:
         facts = load_model_facts(model)
     except ModelFactsError as exc:
@@ -77,7 +61,7 @@ def fit_engine_settings(
     def fit(num_gpus: int | None):
         """Follow the estimator's recommendations from the user's settings; returns (estimate, what changed)."""
         changes: dict[str, Any] = {}
-        est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, **base, **fixed)
+        est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, settings=start)
         for _ in range(_MAX_ROUNDS):
             if est.fits and not est.recommendations:
                 break
@@ -89,12 +73,12 @@ def fit_engine_settings(
             if not usable:
                 break
             changes[usable[0].setting] = usable[0].value
-            est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, **base, **fixed, **changes)
+            est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, settings=start.replace(**changes))
         return est, changes
 
     try:
         if count is not None or "tensor_parallel_size" in fixed:
-            est, changes = fit(count or fixed.get("tensor_parallel_size"))
+            est, changes = fit(count or start.tensor_parallel_size)
         else:
             # "--gpu L4" is one L4 unless one GPU can't hold a useful context; then say how many it takes.
             est, changes = fit(1)

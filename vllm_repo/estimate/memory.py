@@ -20,6 +20,7 @@ from vllm_repo.estimate.model_facts import ModelFacts
 from vllm_repo.estimate.weights import model_dtype_bytes, weights_per_rank
 from vllm_repo.hf import derived_max_model_len
 from vllm_repo.releases.memory_budget import Release
+from vllm_repo.repository.engine_settings import EngineSettings
 
 # Memory in use before vLLM's first snapshot (CUDA context, cuBLAS): 0.51 GiB on the H200 run.
 CUDA_CONTEXT_GIB = 0.5
@@ -88,28 +89,18 @@ def estimate(
     facts: ModelFacts,
     gpu: Gpu,
     release: Release,
+    settings: EngineSettings,
     *,
     release_reason: str = "",
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-    gpu_memory_utilization: float | None = None,
-    max_model_len: int | None = None,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    dtype: str | None = None,
-    quantization: str | None = None,
-    kv_cache_dtype: str | None = None,
-    enforce_eager: bool = False,
     usage_context: str = "engine",
-    block_size: int | None = None,
-    enable_chunked_prefill: bool | None = None,
-    enable_expert_parallel: bool = False,
-    kv_cache_memory_bytes: int | None = None,
     model_runner_v2: bool | None = None,
 ) -> MemoryEstimate:
     """model_runner_v2: force Model Runner V2 on or off (VLLM_USE_V2_MODEL_RUNNER); default: the release's choice."""
     arch = facts.arch
-    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    # Unset sizes are vLLM's default of 1; a value below 1 is refused below, as vLLM refuses it.
+    tp = 1 if settings.tensor_parallel_size is None else settings.tensor_parallel_size
+    pp = 1 if settings.pipeline_parallel_size is None else settings.pipeline_parallel_size
+    eager = bool(settings.enforce_eager)
     if tp < 1 or pp < 1:
         raise EstimateError("tensor_parallel_size and pipeline_parallel_size must be at least 1")
     if arch.num_heads % tp:
@@ -117,25 +108,26 @@ def estimate(
             f"Total number of attention heads ({arch.num_heads}) must be divisible by tensor "
             f"parallel size ({tp}): use a tensor_parallel_size that divides {arch.num_heads}"
         )
-    util = release.default_gpu_memory_utilization if gpu_memory_utilization is None else gpu_memory_utilization
+    util = settings.gpu_memory_utilization_or(release.default_gpu_memory_utilization)
     if not 0 < util <= 1:
         raise EstimateError(f"gpu_memory_utilization must be in (0, 1], got {util}")
     model_max = derived_max_model_len(facts.config)
+    max_model_len = settings.max_model_len
     if max_model_len is None:
         if model_max is None:
             raise EstimateError("config.json gives no maximum context length; pass max_model_len")
         max_model_len = model_max
     if max_model_len < 1:
         raise EstimateError(f"max_model_len must be positive, got {max_model_len}")
-    dtype_bytes = model_dtype_bytes(arch, dtype)
-    kv_bytes = kv_cache.kv_dtype_bytes(kv_cache_dtype, dtype_bytes)
-    bs = block_size or 16
+    dtype_bytes = model_dtype_bytes(arch, settings.dtype)
+    kv_bytes = kv_cache.kv_dtype_bytes(settings.kv_cache_dtype, dtype_bytes)
+    bs = settings.block_size or 16
     notes: list[str] = []
     approximate = {
         "gpu": not gpu.measured,
         "weights": False,
         "activation": True,
-        "cudagraph": not enforce_eager,
+        "cudagraph": not eager,
         "non_torch": True,
         "kv_cache": False,
     }
@@ -144,12 +136,12 @@ def estimate(
         gpu,
         usage_context,
         max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        enable_chunked_prefill=enable_chunked_prefill,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=settings.max_num_seqs,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
         world_size=tp * pp,
     )
-    weights = weights_per_rank(facts, tp=tp, pp=pp, dtype=dtype, quantization=quantization)
+    weights = weights_per_rank(facts, tp=tp, pp=pp, dtype=settings.dtype, quantization=settings.quantization)
     approximate["weights"] = weights.approximate
     if weights.note:
         notes.append(weights.note)
@@ -170,11 +162,11 @@ def estimate(
         max_num_seqs=seqs,
         tp=tp,
         dtype_bytes=dtype_bytes,
-        enforce_eager=enforce_eager,
+        enforce_eager=eager,
         v0_engine=release.v0_engine,
         model_runner_v2=runner_v2,
         cudagraph_subtracted=cg_subtracted,
-        ep=enable_expert_parallel,
+        ep=bool(settings.enable_expert_parallel),
     )
     notes.extend(terms.notes)
     if facts.config.get("vision_config") or facts.config.get("audio_config"):
@@ -186,11 +178,11 @@ def estimate(
     available = (
         requested - weights.bytes_per_rank - terms.activation_bytes - terms.non_torch_bytes - terms.cudagraph_bytes
     )
-    if kv_cache_memory_bytes:
-        available = kv_cache_memory_bytes
+    if settings.kv_cache_memory_bytes:
+        available = settings.kv_cache_memory_bytes
         notes.append("kv_cache_memory_bytes is set: vLLM skips the utilization budget")
 
-    specs = kv_cache.layer_specs(arch, tp=tp, kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype)
+    specs = kv_cache.layer_specs(arch, tp=tp, kv_bytes=kv_bytes, kv_cache_dtype=settings.kv_cache_dtype)
     if pp > 1:
         specs = specs[: -(-len(specs) // pp)]  # the stage with the most layers
     in_flight = release.batches_in_flight
@@ -263,8 +255,8 @@ def estimate(
         max_num_seqs=seqs,
         block_size=lay.block_size,
         dtype_bytes=dtype_bytes,
-        kv_cache_dtype=kv_cache_dtype or "auto",
-        enforce_eager=enforce_eager,
+        kv_cache_dtype=settings.kv_cache_dtype or "auto",
+        enforce_eager=eager,
         requested_gib=_gib(requested),
         weights_gib=_gib(weights.bytes_per_rank),
         activation_gib=_gib(terms.activation_bytes),

@@ -8,8 +8,9 @@ vllm/v1/worker/gpu_worker.py determine_available_memory, vllm/config/vllm.py use
   tokens; chunked prefill is on by default only above 32k context.
 - V1 engine (0.8 on): same budget with the V1 batch defaults (by usage context and GPU size).
 - 0.21: the CUDA-graph memory estimate is subtracted by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1,
-  "default since v0.21.0") and the default gpu_memory_utilization is 0.92 instead of 0.9; the V1 scheduler keeps
-  two batches in flight, which the KV cache layout has to hold.
+  "default since v0.21.0"); the V1 scheduler keeps two batches in flight, which the KV cache layout has to hold.
+  The default gpu_memory_utilization (0.92 from 0.20, 0.9 before) is read from each release's bundled EngineArgs
+  schema.
 - 0.25: dense decoder models run on Model Runner V2, whose profile_cudagraph_memory() returned 0 until its own
   estimator landed (we take 0.28); its compiled profile run has a peak of its own (measured on vLLM 0.26.0).
 - 0.29: Model Runner V2 for every model.
@@ -46,7 +47,11 @@ class Release:
 
     @property
     def default_gpu_memory_utilization(self) -> float:
-        return 0.92 if self.version >= Version("0.21.0") else 0.9
+        """EngineArgs' default in this release, from its bundled schema (0.92 from 0.20, 0.9 before)."""
+        from vllm_repo.schema.loader import schema_for_release
+
+        schema = schema_for_release(self.version.base_version)
+        return schema.default_gpu_memory_utilization if schema is not None else 0.9
 
     @property
     def cudagraph_estimate_subtracted(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from vllm_repo.repository.discovery import ModelDirectory, ModelRepository
 from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 
 # An absurd tensor_parallel_size must not build a huge set of GPU ids.
 MAX_GPU_IDS = 1024
@@ -26,28 +27,9 @@ GPU_DEVICE_IDS = "GPU_DEVICE_IDS"
 class Engine:
     model: ModelDirectory
     engine_args: JsonDocument
+    settings: EngineSettings
     fraction: float  # gpu_memory_utilization: the share of each of its GPUs' memory it claims
     gpus: frozenset[int] | None  # the GPU ids it allocates on; None: every visible GPU
-
-
-def positive_int(value: Any, default: int = 1) -> int:
-    """An engine argument that must be a positive integer, or ``default`` where the file has something else (a
-    wrong value is VR303/VR305's finding, not a reason for the other checks to stop)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-
-def parallel_size(engine_args: dict) -> int:
-    """The GPUs one engine uses: tensor_parallel_size x pipeline_parallel_size."""
-    return positive_int(engine_args.get("tensor_parallel_size")) * positive_int(
-        engine_args.get("pipeline_parallel_size")
-    )
-
-
-def default_memory_fraction(schema: Any) -> float:
-    """vLLM's default gpu_memory_utilization in the release ``schema`` describes (0.9 where it says none)."""
-    field = schema.get("gpu_memory_utilization") if schema is not None else None
-    default = field.default if field is not None else None
-    return float(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +38,7 @@ class Instance:
 
     model: ModelDirectory
     engine_args: JsonDocument
+    settings: EngineSettings
     fraction: float
     gpus: frozenset[int] | None  # None: one such instance on every visible GPU
     group: int
@@ -97,14 +80,23 @@ def device_ids(model: ModelDirectory) -> DeviceIds | None:
     return DeviceIds(text, tuple(groups) or None)
 
 
+def parallel_size(engine_args: dict) -> int:
+    """The GPUs one engine of ``engine_args`` uses (export reads it)."""
+    return read_engine_settings(engine_args).parallel_size
+
+
+def positive_int(value: Any, default: int = 1) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
 def _gpu_range(start: int, size: int) -> frozenset[int]:
     return frozenset(range(min(start, MAX_GPU_IDS), min(start + size, MAX_GPU_IDS)))
 
 
-def placements(model: ModelDirectory, engine_args: dict) -> list[tuple[frozenset[int] | None, int, int, str]]:
+def placements(model: ModelDirectory, settings: EngineSettings) -> list[tuple[frozenset[int] | None, int, int, str]]:
     """(GPUs, instance_group index, instance index, kind) of each engine Triton starts for ``model``; GPUs None: one
     such instance on every visible GPU. KIND_CPU instances are left out (VR207 reports them)."""
-    size = parallel_size(engine_args)
+    size = settings.parallel_size
     config = model.config.config if model.config is not None else None
     groups = list(config.instance_group) if config is not None else []
     if not groups:
@@ -130,29 +122,21 @@ def placements(model: ModelDirectory, engine_args: dict) -> list[tuple[frozenset
     return found
 
 
-def instances(model: ModelDirectory, engine_args: JsonDocument, fraction: float) -> list[Instance]:
-    """The engines Triton starts for ``model``, each with the GPUs it runs on."""
-    data = engine_args.data if isinstance(engine_args.data, dict) else {}
+def instances(engine: Engine) -> list[Instance]:
+    """The engines Triton starts for ``engine``'s model, each with the GPUs it runs on."""
     return [
-        Instance(model, engine_args, fraction, gpus, group, index, kind)
-        for gpus, group, index, kind in placements(model, data)
+        Instance(engine.model, engine.engine_args, engine.settings, engine.fraction, gpus, group, index, kind)
+        for gpus, group, index, kind in placements(engine.model, engine.settings)
     ]
 
 
-def engine_gpus(model: ModelDirectory, engine_args: dict) -> frozenset[int] | None:
+def engine_gpus(model: ModelDirectory, settings: EngineSettings) -> frozenset[int] | None:
     """The GPUs the engines of ``model`` allocate on; None means every visible GPU (Triton's default instance group,
     or KIND_GPU without gpus: one instance per GPU)."""
-    placed = [gpus for gpus, *_ in placements(model, engine_args)]
+    placed = [gpus for gpus, *_ in placements(model, settings)]
     if any(gpus is None for gpus in placed):
         return None
     return frozenset().union(*placed)
-
-
-def memory_fraction(engine_args: dict, default: float) -> float:
-    value = engine_args.get("gpu_memory_utilization")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(max(min(value, 1e300), -1e300))  # ints beyond float range: just "far too much/little"
-    return default
 
 
 def engines(models: Iterable[ModelDirectory], default_fraction: float) -> list[Engine]:
@@ -161,13 +145,15 @@ def engines(models: Iterable[ModelDirectory], default_fraction: float) -> list[E
     for model in models:
         doc = model.checked_engine_args()
         if doc is not None:
-            found.append(Engine(model, doc, memory_fraction(doc.data, default_fraction), engine_gpus(model, doc.data)))
+            settings = read_engine_settings(doc.data)
+            fraction = settings.gpu_memory_utilization_or(default_fraction)
+            found.append(Engine(model, doc, settings, fraction, engine_gpus(model, settings)))
     return found
 
 
 def all_instances(models: Iterable[ModelDirectory], default_fraction: float) -> list[Instance]:
     """The engines of every vLLM model in ``models`` (those with a readable model.json), one per model instance."""
-    return [i for e in engines(models, default_fraction) for i in instances(e.model, e.engine_args, e.fraction)]
+    return [i for e in engines(models, default_fraction) for i in instances(e)]
 
 
 def sharing(placed: Iterable[Engine | Instance], gpu: int) -> list:

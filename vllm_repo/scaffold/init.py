@@ -24,6 +24,7 @@ from typing import Any
 from vllm_repo.backend import contract
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.hf import is_repo_id
+from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.schema.loader import accepts
 from vllm_repo.validate.diagnostics import Diagnostic
 
@@ -195,10 +196,8 @@ def share_of_shared_gpus(
     from vllm_repo.repository import open_repository, placement
     from vllm_repo.schema.loader import choose_schema_version, load_schema
 
-    default = placement.default_memory_fraction(
-        load_schema(choose_schema_version(vllm_version, start=repo).schema_version)
-    )
-    size = placement.parallel_size({**settings, **({"tensor_parallel_size": tp} if tp else {})})
+    default = load_schema(choose_schema_version(vllm_version, start=repo).schema_version).default_gpu_memory_utilization
+    size = read_engine_settings(settings).overridden_by(tensor_parallel_size=tp).parallel_size
     gpus = range(min(size, placement.MAX_GPU_IDS))
     left, on_it = placement.fraction_left(open_repository(repo), gpus, default, without=name)
     if left >= default:
@@ -240,9 +239,7 @@ def _tensor_block(tensor: contract.Tensor) -> str:
 
 
 def render_config(name: str, model: str, engine_args: dict[str, Any]) -> str:
-    world = int(engine_args.get("tensor_parallel_size", 1) or 1) * int(
-        engine_args.get("pipeline_parallel_size", 1) or 1
-    )
+    world = read_engine_settings(engine_args).parallel_size
     # One engine per model: vLLM batches internally and places itself on its tensor_parallel_size x
     # pipeline_parallel_size GPUs. KIND_MODEL leaves placement to it (KIND_GPU is for single-GPU models only, and a
     # count above 1 would start a second engine competing for the same memory).

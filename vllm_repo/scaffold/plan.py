@@ -99,28 +99,31 @@ def engine_options(
     engine_args: dict, gpu: Any, num_gpus: int, vllm_version: str | None, base: Path, name: str = ""
 ) -> list[Option]:
     """The sizes at which one engine of ``engine_args``' model starts on ``gpu``, smallest first."""
-    from vllm_repo.estimate import ArchitectureError, ModelFactsError, engine_settings, estimate_model, load_model_facts
+    from vllm_repo.estimate import ArchitectureError, ModelFactsError, estimate_model, load_model_facts
+    from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 
-    model = engine_args.get("model")
-    if not isinstance(model, str) or not model:
+    # plan spreads engines with tensor parallelism only
+    settings = read_engine_settings(engine_args, strict=True).replace(pipeline_parallel_size=None)
+    model = settings.model
+    if not model:
         raise PlanError("model.json has no `model`", hint="add the model's repo id or path")
     try:
-        facts = load_model_facts(model, offline=True, revision=engine_args.get("revision"), base=base)
+        facts = load_model_facts(model, offline=True, revision=settings.revision, base=base)
         facts.arch.check_decoder_shape()
     except (ModelFactsError, ArchitectureError) as exc:
         raise PlanError(
             f"can't size {model}: {getattr(exc, 'message', exc)}",
             hint="plan reads the model's config.json offline: a local model directory or the Hugging Face cache",
         ) from None
-    settings = engine_settings(engine_args)
-    settings.pop("pipeline_parallel_size", None)  # plan spreads engines with tensor parallelism only
 
-    def fitting(settings: dict) -> list[Option]:
+    def fitting(settings: EngineSettings) -> list[Option]:
         options = []
         for size in candidate_sizes(facts.arch.num_heads, num_gpus):
-            settings["tensor_parallel_size"] = size
+            sized = settings.replace(tensor_parallel_size=size)
             try:
-                est = estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, **settings)
+                est = estimate_model(
+                    model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, settings=sized
+                )
             except UsageError:
                 continue
             if est.fits:
@@ -128,11 +131,11 @@ def engine_options(
         return options
 
     options = fitting(settings)
-    fraction = settings.get("gpu_memory_utilization")
+    fraction = settings.gpu_memory_utilization
     if not options and fraction is not None:
         # A small fraction is what init --gpu writes for a GPU other engines share: plan gives each engine GPUs of
         # its own, so it is not what keeps the model from starting here, and lowering max_model_len is no answer.
-        alone = fitting({k: v for k, v in settings.items() if k != "gpu_memory_utilization"})
+        alone = fitting(settings.replace(gpu_memory_utilization=None))
         if alone:
             default = alone[0].estimate.gpu_memory_utilization
             raise PlanError(

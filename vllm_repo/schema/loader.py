@@ -6,7 +6,7 @@ The files under ``schemas/engine_args/vllm-<version>.json`` are generated from t
     {
       "format": 1,
       "vllm_version": "0.32.0",
-      "source": "import" | "wheel",      # how the file was produced (see the README)
+      "source": "import" | "wheel",      # how the file was produced (see docs/schema.md)
       "source_detail": "...",            # optional: the wheel or installed package, and the libraries used
       "compat": ["..."],                 # optional: library shims the wheel route applied (schema/compat.py)
       "fields": {
@@ -90,6 +90,14 @@ class EngineArgsSchema:
     def get(self, name: str) -> EngineArgField | None:
         return self.fields.get(name)
 
+    @property
+    def default_gpu_memory_utilization(self) -> float:
+        """vLLM's default gpu_memory_utilization in this release (0.9 where the schema says none): the one source of
+        it for the estimate, the placement checks and init."""
+        field = self.get("gpu_memory_utilization")
+        default = field.default if field is not None else None
+        return float(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else 0.9
+
 
 @functools.cache
 def _schema_dir() -> Path:
@@ -127,6 +135,14 @@ def load_schema(version: str) -> EngineArgsSchema:
         for name, spec in data["fields"].items()
     }
     return EngineArgsSchema(vllm_version=data["vllm_version"], source=data.get("source", "import"), fields=fields)
+
+
+def schema_for_release(version: str) -> EngineArgsSchema | None:
+    """The bundled schema of the newest release not newer than ``version`` (a plain release number), or None when
+    every bundled schema is newer."""
+    key = release_key(version)
+    older = [v for v in bundled_versions() if key is not None and (release_key(v) or ()) <= key]
+    return load_schema(older[-1]) if older else None
 
 
 def installed_vllm_version() -> str | None:

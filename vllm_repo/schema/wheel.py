@@ -1,6 +1,6 @@
 """The EngineArgs schema of a vLLM release that can't be installed here, read from its published wheel.
 
-Most vLLM releases pin a torch that this machine can't install (see the README). Their EngineArgs are plain Python,
+Most vLLM releases pin a torch that this machine can't install (see docs/schema.md). Their EngineArgs are plain Python,
 though, so the route is:
 
 1. ``pip download --no-deps vllm==X``: the release's own wheel, nothing else;

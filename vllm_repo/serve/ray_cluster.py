@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelDirectory, placement
+from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.serve.errors import LaunchError
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
@@ -138,22 +139,19 @@ class ClusterCheck:
         return lines
 
 
-def uses_ray(engine_args: Mapping) -> bool:
-    return engine_args.get("distributed_executor_backend") == "ray"
-
-
 def ray_engines(models: Iterable[ModelDirectory]) -> list[RayEngine]:
     """The engines on Ray of ``models``: one per model instance Triton starts (placement.placements), each of
     tensor_parallel_size x pipeline_parallel_size GPUs, read as validate reads them."""
     found = []
     for model in models:
         doc = model.checked_engine_args()
-        if doc is None or not isinstance(doc.data, dict) or not uses_ray(doc.data):
+        if doc is None or not isinstance(doc.data, dict):
             continue
-        data = doc.data
-        tp = placement.positive_int(data.get("tensor_parallel_size"))
-        pp = placement.positive_int(data.get("pipeline_parallel_size"))
-        found.extend(RayEngine(model.name, k, tp, pp) for k in range(len(placement.placements(model, data))))
+        settings = read_engine_settings(doc.data)
+        if not settings.uses_ray:
+            continue
+        placed = placement.placements(model, settings)
+        found.extend(RayEngine(model.name, k, settings.tp, settings.pp) for k in range(len(placed)))
     return found
 
 
@@ -334,16 +332,17 @@ def follower_commands(models: Iterable[ModelDirectory], cluster: ClusterCheck | 
     for model in models:
         doc = model.checked_engine_args()
         data = doc.data if doc is not None and isinstance(doc.data, dict) else {}
-        if uses_ray(data):
+        settings = read_engine_settings(data)
+        if settings.uses_ray:
             engines.append(model.name)
             continue
-        nnodes = placement.positive_int(data.get("nnodes"))
+        nnodes = settings.hosts
         if nnodes <= 1:
             continue
         base = [
             "vllm",
             "serve",
-            str(data.get("model", "MODEL")),
+            settings.model or "MODEL",
             "--headless",
             "--nnodes",
             str(nnodes),
@@ -352,12 +351,12 @@ def follower_commands(models: Iterable[ModelDirectory], cluster: ClusterCheck | 
             "--master-addr",
             str(data.get("master_addr", "MASTER_ADDR")),
             "--tensor-parallel-size",
-            str(placement.positive_int(data.get("tensor_parallel_size"))),
+            str(settings.tp),
             "--pipeline-parallel-size",
-            str(placement.positive_int(data.get("pipeline_parallel_size"))),
+            str(settings.pp),
             *_flags(data),
         ]
-        per_host = placement.parallel_size(data) // nnodes
+        per_host = settings.parallel_size // nnodes
         lines.append(f"{model.name}: {nnodes} hosts of {per_host} GPUs; on host K (1 to {nnodes - 1}):")
         for rank in range(1, nnodes):
             command = [str(rank) if part == "RANK" else part for part in base]

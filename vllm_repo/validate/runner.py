@@ -12,7 +12,7 @@ from typing import Any
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelRepository, discover
 from vllm_repo.schema.loader import VersionChoice, choose_schema_version, load_schema
-from vllm_repo.settings import load_settings
+from vllm_repo.settings import resolve_settings
 from vllm_repo.validate.diagnostics import Diagnostic, Severity, display_path
 from vllm_repo.validate.fixes import FixPlan, plan
 from vllm_repo.validate.rules import CheckContext, Finding, Rule, all_rules
@@ -62,15 +62,14 @@ def validate_paths(
     UsageError (PathError, SettingsError, UnknownGpuError) for paths that name nothing to check, an unknown
     release, rule code or GPU, and unusable settings."""
     start = Path(paths[0]) if paths else None
-    settings = load_settings(start)
-    gpu = gpu if gpu is not None else settings.gpu_spec
-    num_gpus = num_gpus if num_gpus is not None else settings.num_gpus
-    if gpu is not None:
+    settings = resolve_settings(start, gpu=gpu, num_gpus=num_gpus)
+    target_gpu = None
+    if settings.gpu_spec is not None:
         from vllm_repo.estimate import resolve_gpu
 
-        gpu = resolve_gpu(gpu)  # an unknown GPU name is a usage error, raised before any check runs
+        target_gpu = resolve_gpu(settings.gpu_spec)  # an unknown GPU name is a usage error, raised before any check
     choice = choose_schema_version(vllm_version, start=start, origin=vllm_version_origin, settings=settings)
-    context = CheckContext(schema=load_schema(choice.schema_version), gpu=gpu, num_gpus=num_gpus)
+    context = CheckContext(schema=load_schema(choice.schema_version), gpu=target_gpu, num_gpus=settings.num_gpus)
     repositories = discover([Path(p) for p in paths])
     _check_codes(select, "--select")
     _check_codes(ignore, "--ignore")

@@ -6,8 +6,8 @@ and each family has its module: VR1xx layout (vr1_layout), VR2xx config.pbtxt (v
 (vr3_model_json), VR4xx the model's Hugging Face config (vr4_hf_config), VR5xx across files and models
 (vr5_cross_file), VR6xx memory fit (vr6_memory_fit), VR7xx openai.json (vr7_openai_json).
 
-A rule's docstring is its documentation: the first line is the summary `vllm-repo rules` lists (and the README's
-table), the rest what `vllm-repo rules CODE` explains, ending with an example that triggers it.
+A rule's docstring is its documentation: the first line is the summary `vllm-repo rules` lists (and the table in
+docs/rules.md), the rest what `vllm-repo rules CODE` explains, ending with an example that triggers it.
 """
 
 from __future__ import annotations

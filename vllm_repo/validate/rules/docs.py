@@ -1,5 +1,5 @@
-"""The rules' documentation, read from their own docstrings: the list `vllm-repo rules` prints, the README's table
-(`vllm-repo rules --format markdown`), and one rule explained (`vllm-repo rules VR304`).
+"""The rules' documentation, read from their own docstrings: the list `vllm-repo rules` prints, the table in
+docs/rules.md (`vllm-repo rules --format markdown`), and one rule explained (`vllm-repo rules VR304`).
 
 A docstring reads: the summary line; paragraphs on why it matters; then ``Example::`` and an indented block with the
 files of a repository that triggers the rule, each file introduced by a ``# <path>`` line (a path ending in ``/``
@@ -75,7 +75,7 @@ def rules_text() -> str:
 
 
 def rules_table() -> str:
-    """The README's rule table, one row per rule, grouped under the code families."""
+    """docs/rules.md's rule table, one row per rule, grouped under the code families."""
     lines = ["| code | severity | name | what it checks |", "|---|---|---|---|"]
     lines += [f"| {r.code} | {r.severity.value} | {r.name} | {_cell(r.summary)} |" for r in all_rules()]
     return "\n".join(lines) + "\n"

@@ -9,10 +9,14 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_repo.repository.documents import Position
 from vllm_repo.validate.diagnostics import Severity
+
+if TYPE_CHECKING:  # the GPU catalog is imported only when a GPU is named
+    from vllm_repo.estimate.gpus import Gpu
+    from vllm_repo.schema.loader import EngineArgsSchema
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,6 @@ def rule(code: str, name: str, severity: Severity, scope: str = "model") -> Call
 class CheckContext:
     """What every rule may consult besides the files: the chosen release's EngineArgs and the user's GPU."""
 
-    schema: Any  # EngineArgsSchema
-    gpu: Any = None  # estimate.Gpu, when the user named one
+    schema: EngineArgsSchema
+    gpu: Gpu | None = None  # when the user named one
     num_gpus: int | None = None

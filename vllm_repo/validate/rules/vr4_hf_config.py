@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vllm_repo import hf
+from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import engine_args_objects
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
@@ -12,17 +13,16 @@ from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 def _with_config(model, ctx):
     for doc in engine_args_objects(model):
-        name = doc.data.get("model")
-        if not isinstance(name, str) or not name.strip():
+        settings = read_engine_settings(doc.data)
+        if not settings.model or not settings.model.strip():
             continue
-        revision = doc.data.get("revision") if isinstance(doc.data.get("revision"), str) else None
         try:
             # The working directory first, then the model directory: where the memory check (VR601) looks too.
-            found = hf.find_local_config(name, revision, base=model.path)
+            found = hf.find_local_config(settings.model, settings.revision, base=model.path)
         except (OSError, RuntimeError, ValueError):  # a "model" no file system accepts (~unknown_user, too long)
             continue
         if found is not None:
-            yield doc, found[0], found[1]
+            yield doc, settings, found[0], found[1]
 
 
 @rule("VR401", "max-model-len-too-long", Severity.ERROR)
@@ -44,10 +44,10 @@ def max_model_len_too_long(model, ctx: CheckContext) -> Iterator[Finding]:
         # models/Qwen2.5-0.5B-Instruct/config.json
         {"model_type": "qwen2", "num_attention_heads": 14, "max_position_embeddings": 32768}
     """
-    for doc, config_path, config in _with_config(model, ctx):
-        wanted = doc.data.get("max_model_len")
+    for doc, settings, config_path, config in _with_config(model, ctx):
+        wanted = settings.max_model_len
         limit = hf.derived_max_model_len(config)
-        if not isinstance(wanted, int) or isinstance(wanted, bool) or limit is None or wanted <= limit or wanted < 0:
+        if wanted is None or limit is None or wanted <= limit or wanted < 0:
             continue
         yield Finding(
             doc.path,
@@ -74,10 +74,10 @@ def tensor_parallel_heads(model, ctx: CheckContext) -> Iterator[Finding]:
         # models/Qwen2.5-0.5B-Instruct/config.json
         {"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14, "num_key_value_heads": 2}
     """
-    for doc, config_path, config in _with_config(model, ctx):
-        tp = doc.data.get("tensor_parallel_size")
+    for doc, settings, config_path, config in _with_config(model, ctx):
+        tp = settings.tensor_parallel_size
         heads = hf.attention_heads(config)
-        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1 or heads is None or heads % tp == 0:
+        if tp is None or tp < 1 or heads is None or heads % tp == 0:
             continue
         # Bounded: a config with absurd head counts must not make this loop run for ever.
         fits = [n for n in range(1, min(heads, max(tp * 2, 8), 1024) + 1) if heads % n == 0]

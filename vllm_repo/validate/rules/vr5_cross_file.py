@@ -11,6 +11,7 @@ from vllm_repo.backend import contract
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, path_exists, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
@@ -140,7 +141,7 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     if both is None:
         return
     _, data, doc_cfg = both
-    size = placement.parallel_size(data)
+    size = read_engine_settings(data).parallel_size
     if size > 1 and any(kind == "KIND_GPU" for _, kind in _group_kinds(doc_cfg)):
         yield Finding(
             doc_cfg.path,
@@ -189,7 +190,7 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
         # coder/1/model.json
         {"model": "Qwen/Qwen2.5-Coder-1.5B-Instruct", "gpu_memory_utilization": 0.6}
     """
-    placed = placement.all_instances(repo.models, placement.default_memory_fraction(ctx.schema))
+    placed = placement.all_instances(repo.models, ctx.schema.default_gpu_memory_utilization)
     if len(placed) < 2:
         return
     # Instances on every GPU (gpus None) are on each listed one too; GPU 0 stands for "any GPU" when none is listed.
@@ -236,7 +237,7 @@ def _instances_oversubscribed(gpu: int, on_gpu: list[placement.Instance], total:
         why = f"instance_group starts {len(on_gpu)} {first.kind} instances on it"
         where = _instance_group_position(cfg)
     each = math.floor(100 / len(on_gpu)) / 100
-    size = placement.parallel_size(first.engine_args.data)
+    size = first.settings.parallel_size
     pin = f'KIND_MODEL with one GPU_DEVICE_IDS group per instance, e.g. "{_example_groups(size, len(on_gpu))}"'
     if size == 1:
         pin += f", or KIND_GPU gpus: [{', '.join(str(k) for k in range(min(len(on_gpu), 4)))}] with count: 1"
@@ -276,13 +277,14 @@ def gpu_out_of_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
     if both is None:
         return
     doc, data, cfg = both
-    size = placement.parallel_size(data)
+    settings = read_engine_settings(data)
+    size = settings.parallel_size
     gpus_text = f"GPUs 0 to {ctx.num_gpus - 1}" if ctx.num_gpus > 1 else "GPU 0"
     configured = f"{count_text(ctx.num_gpus)} GPUs are configured ({gpus_text})"
     ids = placement.device_ids(model)
     beyond: dict[str, set[int]] = {}
     instances_beyond: dict[str, set[int]] = {}
-    for gpus, _, index, kind in placement.placements(model, data):
+    for gpus, _, index, kind in placement.placements(model, settings):
         missing = {g for g in gpus or () if g >= ctx.num_gpus}
         if not missing:
             continue
@@ -306,7 +308,7 @@ def gpu_out_of_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
         )
     if "count" in beyond:
         if instances_beyond["count"] == {0} and size > ctx.num_gpus:
-            if ctx.gpu is not None or spans_hosts(data):
+            if ctx.gpu is not None or spans_hosts(settings):
                 return  # VR601 says so with the memory check; an engine across hosts is VR509's
             yield Finding(
                 doc.path,
@@ -318,7 +320,7 @@ def gpu_out_of_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
                 'cluster with the GPUs) or "nnodes" with the multiprocessing executor',
             )
             return
-        instances = max(index for gpus, _, index, kind in placement.placements(model, data) if kind == "KIND_MODEL")
+        instances = max(index for gpus, _, index, kind in placement.placements(model, settings) if kind == "KIND_MODEL")
         fit = max(ctx.num_gpus // size, 1)
         yield Finding(
             cfg.path,
@@ -359,7 +361,7 @@ def parallel_size_gpus(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
     if both is None:
         return
     doc, data, cfg = both
-    size = placement.parallel_size(data)
+    size = read_engine_settings(data).parallel_size
     kinds = _group_kinds(cfg)
     model_counts = [max(g.count, 1) for g, kind in kinds if kind == "KIND_MODEL"]
     ids = placement.device_ids(model)
@@ -520,12 +522,9 @@ def metrics_without_stats(model: ModelDirectory, ctx: CheckContext) -> Iterator[
         )
 
 
-def spans_hosts(engine_args: dict) -> bool:
+def spans_hosts(settings: EngineSettings) -> bool:
     """An engine vLLM runs across hosts: on a Ray cluster, or the multiprocessing executor's nnodes > 1."""
-    return (
-        engine_args.get("distributed_executor_backend") == "ray"
-        or placement.positive_int(engine_args.get("nnodes")) > 1
-    )
+    return settings.uses_ray or settings.hosts > 1
 
 
 _LOCAL_ADDRESSES = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
@@ -555,9 +554,9 @@ def multi_node_engine(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     if doc is None:
         return
     data = doc.data
-    nnodes = placement.positive_int(data.get("nnodes"))
-    size = placement.parallel_size(data)
-    backend = data.get("distributed_executor_backend")
+    settings = read_engine_settings(data)
+    nnodes, size = settings.hosts, settings.parallel_size
+    backend = settings.distributed_executor_backend
     where = doc.position_of("nnodes")
     if nnodes <= 1:
         if backend == "ray" and ctx.num_gpus is not None and size > ctx.num_gpus:

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from vllm_repo import hf
 from vllm_repo.errors import UsageError
-from vllm_repo.repository import ModelDirectory, placement
+from vllm_repo.repository import ModelDirectory
+from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, engine_args_objects, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
@@ -51,7 +52,7 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     for _, doc in vllm_engine_args(model):
         if not doc.ok or not isinstance(doc.data, dict):
             continue
-        parallel = placement.parallel_size(doc.data)
+        parallel = read_engine_settings(doc.data).parallel_size
         if ctx.num_gpus is not None and parallel > ctx.num_gpus:
             gpus = count_text(parallel)
             yield Finding(
@@ -106,12 +107,12 @@ def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
     from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
 
     for doc in engine_args_objects(model):
-        name = doc.data.get("model")
-        if not isinstance(name, str) or not name.strip():
+        settings = read_engine_settings(doc.data)
+        if not settings.model or not settings.model.strip():
             continue  # VR306's finding
-        revision = doc.data.get("revision") if isinstance(doc.data.get("revision"), str) else None
         try:
-            load_model_facts(name, offline=True, revision=revision, base=model.path).arch.check_decoder_shape()
+            facts = load_model_facts(settings.model, offline=True, revision=settings.revision, base=model.path)
+            facts.arch.check_decoder_shape()
         except ArchitectureError as exc:
             yield Finding(
                 doc.path,
@@ -123,8 +124,8 @@ def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
                 doc.path,
                 f"the memory check on {ctx.gpu.name} did not run: {exc.message}",
                 doc.position_of("model"),
-                hint=f'fetch the config once (`huggingface-cli download {name} config.json`), or point "model" at '
-                "a local directory"
-                if hf.is_repo_id(name)
+                hint=f"fetch the config once (`huggingface-cli download {settings.model} config.json`), or point "
+                '"model" at a local directory'
+                if hf.is_repo_id(settings.model)
                 else None,
             )

@@ -1,20 +1,20 @@
-"""The README's rule table is `vllm-repo rules --format markdown`, generated from the rules' own docstrings."""
+"""docs/rules.md's rule table is `vllm-repo rules --format markdown`, generated from the rules' own docstrings."""
 
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
 
 
-def test_readme_rule_table_is_the_generated_one():
+def test_rule_table_is_the_generated_one():
     generated = subprocess.run(
         [sys.executable, "-m", "vllm_repo", "rules", "--format", "markdown"], capture_output=True, text=True, check=True
     ).stdout
-    match = re.search(r"<!-- rules table:[^\n]*-->\n(.*?)<!-- end of rules table -->", README.read_text(), re.S)
-    assert match, "README.md lost its rules table markers"
-    assert match.group(1) == generated, "README's rule table is stale: paste `vllm-repo rules --format markdown`"
+    match = re.search(r"<!-- rules table:[^\n]*-->\n(.*?)<!-- end of rules table -->", RULES_DOC.read_text(), re.S)
+    assert match, "docs/rules.md lost its rules table markers"
+    assert match.group(1) == generated, "docs/rules.md's rule table is stale: paste `vllm-repo rules --format markdown`"
 
 
 def test_markdown_table_has_one_row_per_rule_in_code_order():
