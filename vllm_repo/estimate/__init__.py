@@ -111,15 +111,15 @@ def estimate_for_engine_args(
 
     Raises UnknownGpuError for an unknown GPU name and EstimateError for settings vLLM rejects outright
     (e.g. a tensor_parallel_size that doesn't divide the attention heads)."""
-    model = engine_args.get("model")
-    if not isinstance(model, str) or not model:
-        return None
     try:
         settings = read_engine_settings(engine_args, strict=True)
     except UsageError:  # a value of the wrong form is VR303's finding
         return None
+    model = settings.model
+    if not model:
+        return None
     try:
-        facts = load_model_facts(model, offline=offline, revision=engine_args.get("revision"), base=base)
+        facts = load_model_facts(model, offline=offline, revision=settings.revision, base=base)
         facts.arch.check_decoder_shape()
     except (ModelFactsError, ArchitectureError):
         return None

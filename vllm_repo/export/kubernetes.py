@@ -27,9 +27,12 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_repo.errors import UsageError, VllmRepoError
+
+if TYPE_CHECKING:
+    from vllm_repo.repository import ModelDirectory
 
 # ------------------------------------------------------------------------------------------------ settings --
 DEFAULT_GPUS_PER_NODE = 8
@@ -148,13 +151,12 @@ def _quantity(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
-def _model_load(model: Any, data: dict, read_mb_s: float) -> ModelLoad:
+def _model_load(model: ModelDirectory, read_mb_s: float) -> ModelLoad:
     """The load time of one model: its checkpoint read at ``read_mb_s``, plus the engine start."""
-    from vllm_repo.repository.placement import parallel_size
-
-    gpus = parallel_size(data)
-    inner = data.get("model")
-    if not isinstance(inner, str) or not inner:
+    settings = model.engine_settings()
+    gpus = settings.parallel_size
+    inner = settings.model
+    if not inner:
         return ModelLoad(model.name, gpus, None, DEFAULT_MODEL_LOAD_S, f'{model.name}: no "model" key in model.json')
     try:
         from vllm_repo.estimate.model_facts import load_model_facts
@@ -165,7 +167,7 @@ def _model_load(model: Any, data: dict, read_mb_s: float) -> ModelLoad:
         if facts.weights is not None:
             size, how = facts.weights.total_bytes, facts.weights.source
         else:
-            size = weights_per_rank(facts, dtype=data.get("dtype") if isinstance(data.get("dtype"), str) else None)
+            size = weights_per_rank(facts, dtype=settings.dtype)
             size, how = size.total_bytes, "parameter count from config.json"
     except VllmRepoError as exc:
         return ModelLoad(
@@ -352,11 +354,9 @@ def _check_options(repository: str | Path, gpus_per_node: int, read_mb_s: float,
 def _node_layout(repository: str | Path, vllm_models: list, gpus_per_node: int) -> NodeLayout:
     """One node when every engine fits on ``gpus_per_node`` GPUs (as config.pbtxt places them), else the one model's
     engine across nodes with vLLM's Ray executor. Raises UsageError for what cannot be served either way."""
-    from vllm_repo.repository.placement import parallel_size, positive_int
-
-    largest = max(vllm_models, key=lambda m: parallel_size(m.engine_args_data()))
-    data = largest.engine_args_data()
-    world = parallel_size(data)
+    largest = max(vllm_models, key=lambda m: m.engine_settings().parallel_size)
+    settings = largest.engine_settings()
+    world = settings.parallel_size
     if world <= gpus_per_node:
         return NodeLayout(world, _one_node_gpus(repository, vllm_models, gpus_per_node), 1, largest.name, [])
     if len(vllm_models) > 1:
@@ -365,7 +365,7 @@ def _node_layout(repository: str | Path, vllm_models: list, gpus_per_node: int) 
             "repository that spans nodes must hold that one vLLM model",
             hint=f"export {largest.name} from a repository of its own",
         )
-    backend = data.get("distributed_executor_backend")
+    backend = settings.distributed_executor_backend
     if backend != "ray":
         doc = largest.served_engine_args()
         where = doc.path if doc else largest.name
@@ -380,7 +380,7 @@ def _node_layout(repository: str | Path, vllm_models: list, gpus_per_node: int) 
         )
     node_gpus = math.ceil(world / math.ceil(world / gpus_per_node))
     notes = []
-    tp = positive_int(data.get("tensor_parallel_size"))
+    tp = settings.tp
     if tp > node_gpus:
         notes.append(
             f"{largest.name}: tensor_parallel_size {tp} crosses nodes of {node_gpus} GPUs; vLLM recommends "
@@ -391,11 +391,11 @@ def _node_layout(repository: str | Path, vllm_models: list, gpus_per_node: int) 
 
 def _one_node_gpus(repository: str | Path, vllm_models: list, gpus_per_node: int) -> int:
     """The GPUs one node needs for every engine where config.pbtxt places it."""
-    from vllm_repo.repository.placement import engines, parallel_size
+    from vllm_repo.repository.placement import engines
 
     need = 1
     for engine in engines(vllm_models, 0.9):
-        need = max(need, max(engine.gpus) + 1 if engine.gpus else parallel_size(engine.engine_args.data))
+        need = max(need, max(engine.gpus) + 1 if engine.gpus else engine.settings.parallel_size)
     if need > gpus_per_node:
         raise UsageError(
             f"{repository}: its models are placed on {need} GPUs, more than one node's {gpus_per_node}",
@@ -591,10 +591,10 @@ def export_kubernetes(
     ]
     layout = _node_layout(repository, vllm_models, gpus_per_node)
     notes += layout.notes
-    loads = [_model_load(m, m.engine_args_data(), read_mb_s) for m in vllm_models]
+    loads = [_model_load(m, read_mb_s) for m in vllm_models]
     for model in vllm_models:
-        inner = model.engine_args_data().get("model")
-        if isinstance(inner, str) and inner.startswith("/"):
+        inner = model.engine_settings().model
+        if inner is not None and inner.startswith("/"):
             notes.append(f"{model.name}: model.json names the local path {inner}; the pods must have it there")
     budget_s, budget_notes = _startup_budget(loads, layout.multi_node)
     shm_mib = _shm_mib(len(vllm_models), layout.multi_node)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from vllm_repo.errors import UsageError
 from vllm_repo.repository.documents import JsonDocument, PbtxtDocument
+from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 
 CONFIG_FILE = "config.pbtxt"
 ENGINE_ARGS_FILE = "model.json"
@@ -156,6 +157,10 @@ class ModelDirectory:
         """The served model.json's object, {} when there is none or it is not a readable JSON object."""
         doc = self.served_engine_args()
         return doc.data if doc is not None and doc.ok and isinstance(doc.data, dict) else {}
+
+    def engine_settings(self) -> EngineSettings:
+        """The served model.json's settings, typed (vLLM's defaults where the file has none)."""
+        return read_engine_settings(self.engine_args_data())
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
 
 from vllm_repo.repository.discovery import ModelDirectory, ModelRepository
 from vllm_repo.repository.documents import JsonDocument
@@ -78,15 +77,6 @@ def device_ids(model: ModelDirectory) -> DeviceIds | None:
         except ValueError:
             return DeviceIds(text, None)
     return DeviceIds(text, tuple(groups) or None)
-
-
-def parallel_size(engine_args: dict) -> int:
-    """The GPUs one engine of ``engine_args`` uses (export reads it)."""
-    return read_engine_settings(engine_args).parallel_size
-
-
-def positive_int(value: Any, default: int = 1) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 def _gpu_range(start: int, size: int) -> frozenset[int]:

@@ -125,8 +125,8 @@ def bf16_eager_models(models: Iterable[ModelDirectory]) -> list[str]:
     """Models whose engine would run bfloat16 in eager mode on the CPU: enforce_eager, and dtype auto or bfloat16."""
     found = []
     for model in models:
-        args = model.engine_args_data()
-        if args.get("enforce_eager") is True and str(args.get("dtype", "auto")).lower() in ("auto", "bfloat16"):
+        settings = model.engine_settings()
+        if settings.enforce_eager and (settings.dtype or "auto").lower() in ("auto", "bfloat16"):
             found.append(model.name)
     return found
 
@@ -146,7 +146,7 @@ def cpu_settings(
     env: dict[str, str] = {}
     notes: list[str] = []
     models = open_repository(repository).models
-    bounded = all("kv_cache_memory_bytes" in m.engine_args_data() for m in models)
+    bounded = all(m.engine_settings().kv_cache_memory_bytes is not None for m in models)
     if "VLLM_CPU_KVCACHE_SPACE" not in environ and not bounded:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
         notes.append(
@@ -167,7 +167,7 @@ def cpu_settings(
             f"request on such CPUs; {', '.join(risky)} run{'s' if len(risky) == 1 else ''} it (enforce_eager, dtype "
             'auto or bfloat16). If requests fail, set "dtype": "float32" in model.json or drop enforce_eager'
         )
-    uniproc = [m.name for m in models if m.engine_args_data().get("distributed_executor_backend") == "uni"]
+    uniproc = [m.name for m in models if m.engine_settings().distributed_executor_backend == "uni"]
     if uniproc and environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1":
         # vllm-cpu's platform replaces "uni" with "mp" (its OpenMP setup needs a worker process) unless the engine
         # core runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so a user who chose it gets neither.
