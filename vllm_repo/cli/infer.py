@@ -37,10 +37,12 @@ def infer(
     from vllm_repo.serve import infer as client
 
     streamed = []
+    # On a terminal, control characters in the text are shown escaped; piped, the text is passed on as it came.
+    shown = client.terminal_safe if sys.stdout.isatty() else str
 
     def write(piece: str) -> None:
         streamed.append(piece)
-        sys.stdout.write(piece)
+        sys.stdout.write(shown(piece))
         sys.stdout.flush()
 
     def progress(message: str) -> None:

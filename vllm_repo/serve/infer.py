@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import re
 import socket
 import time
 import urllib.parse
@@ -38,6 +39,17 @@ class Completion:
             "num_output_tokens": self.num_output_tokens,
             "responses": self.responses,
         }
+
+
+# Control characters a terminal would act on (ESC sequences, bells, backspaces, carriage returns), as a random model's
+# tokens can hold: every character of Unicode's Cc category but the newline and the tab.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with the control characters a terminal would act on written as escapes (``\\x1b``), so that
+    generated text cannot move the cursor, clear the screen or garble what follows."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def parse_param(text: str) -> tuple[str, Any]:
