@@ -9,7 +9,10 @@ import dataclasses
 import enum
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # only the annotation needs it: diagnostics stays a leaf module that every check imports
+    from vllm_repo.validate.fixes import Fix
 
 
 class Severity(str, enum.Enum):
@@ -34,9 +37,9 @@ class Diagnostic:
     column: int | None = None
     message: str
     hint: str | None = None
-    fix: Any = dataclasses.field(default=None, compare=False)  # validate.fixes.Fix: what --fix would do
+    fix: Fix | None = dataclasses.field(default=None, compare=False)  # what --fix would do
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, str, str]:
         return (self.file or "", self.line or 0, self.column or 0, self.code, self.message)
 
     def escalated(self) -> Diagnostic:

@@ -29,7 +29,7 @@ def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
 def not_one_json_object(doc: JsonDocument, hint: str, example: str) -> Iterator[Finding]:
     """The Finding for a JSON file that does not parse, or holds something other than one object (``example`` shows
     what it should hold)."""
-    if not doc.ok:
+    if doc.problem is not None:
         yield Finding(doc.path, doc.problem.message, doc.problem.position, hint=doc.problem.hint or hint)
     elif not isinstance(doc.data, dict):
         yield Finding(doc.path, f"{doc.path.name} holds a JSON {json_type(doc.data)}, not an object", hint=example)

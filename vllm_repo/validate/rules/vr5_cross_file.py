@@ -61,7 +61,7 @@ def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             )
         if lora is None:
             continue
-        if not lora.ok:
+        if lora.problem is not None:
             yield Finding(
                 lora.path,
                 lora.problem.message,
