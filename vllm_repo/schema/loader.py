@@ -118,11 +118,21 @@ def release_key(version: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
+def bundled_release_key(version: str) -> tuple[int, ...]:
+    """:func:`release_key` of a bundled release (or a schema's ``vllm_version``), whose name is a plain release:
+    :func:`bundled_versions` keeps only those. Anything else here is a bug, not the user's input."""
+    key = release_key(version)
+    if key is None:
+        raise ValueError(f"{version!r} is not a plain release number, as bundled schemas' names are")
+    return key
+
+
 @functools.cache
 def bundled_versions() -> tuple[str, ...]:
     """The releases with a bundled schema, oldest first."""
     names = [path.stem.removeprefix("vllm-") for path in _schema_dir().glob("vllm-*.json")]
-    return tuple(sorted((n for n in names if release_key(n) is not None), key=release_key))
+    keyed = [(key, name) for name in names if (key := release_key(name)) is not None]
+    return tuple(name for _, name in sorted(keyed, key=lambda pair: pair[0]))
 
 
 @functools.cache

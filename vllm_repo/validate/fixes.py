@@ -125,7 +125,7 @@ class FixPlan:
     def diff(self, display: dict[Path, str] | None = None) -> str:
         import difflib
 
-        out = []
+        out: list[str] = []
         for path, (old, new) in sorted(self.texts.items()):
             name = (display or {}).get(path, str(path)).lstrip("/")  # "a/tmp/x", as git writes an absolute path
             out.extend(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"))

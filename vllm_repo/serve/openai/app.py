@@ -180,6 +180,8 @@ class Relay:
     async def failed(self, exc: TritonUnavailable) -> None:
         """Mid-stream, as vLLM itself reports an error once the stream has begun: an error object, then [DONE]; for
         the Anthropic Messages API an ``error`` event, the only kind its clients read."""
+        # Only then: before the stream begins, a failure is answered with an error status instead (the callers check).
+        assert self.response is not None
         if self.request.path.startswith("/v1/messages"):
             error = json.dumps({"type": "error", "error": {"type": "internal_error", "message": str(exc)}})
             await self.response.write(f"event: error\ndata: {error}\n\n".encode())
@@ -268,6 +270,7 @@ class OpenAIGateway:
         """vllm serve's /metrics, where a scrape configured for vllm serve looks: Triton's metrics, which carry each
         model's vLLM families (``vllm:*``, labelled with the model) when its backend reports them, beside Triton's
         own. Open without the API key, as vllm serve's is."""
+        assert self.metrics_url is not None  # app() adds this route only when there is one
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT_S))
         try:
@@ -398,7 +401,7 @@ class OpenAIGateway:
         self,
         model: str,
         path: str,
-        body: dict[str, Any] | str,
+        body: dict[str, Any] | str | None,
         headers: list[list[str]],
         inbox: StreamInbox,
         relay: Relay,
