@@ -45,6 +45,8 @@ from vllm_repo.schema.json_types import JSON_TYPES, accepts, json_type
 if TYPE_CHECKING:
     from packaging.version import Version
 
+    from vllm_repo.settings import ProjectSettings
+
 __all__ = [
     "JSON_TYPES",
     "EngineArgField",
@@ -188,7 +190,7 @@ def serving_python_vllm_version(environ: dict[str, str] | None = None) -> str | 
 
 
 def target_vllm_version(
-    requested: str | None = None, start: Path | None = None, settings: Any = None
+    requested: str | None = None, start: Path | None = None, settings: ProjectSettings | None = None
 ) -> tuple[str | None, str]:
     """Which vLLM release a command checks against, and why. One rule for every command: --vllm-version, else
     ``vllm-version`` in the project settings above ``start`` (``settings``, when the caller has read them already),
@@ -220,7 +222,11 @@ class VersionChoice:
 
 
 def choose_schema_version(
-    requested: str | None, *, start: Path | None = None, origin: str | None = None, settings: Any = None
+    requested: str | None,
+    *,
+    start: Path | None = None,
+    origin: str | None = None,
+    settings: ProjectSettings | None = None,
 ) -> VersionChoice:
     """The bundled schema for the release :func:`target_vllm_version` picks (``origin`` names where ``requested``
     came from when it is not --vllm-version, e.g. the serving Python launch probed).

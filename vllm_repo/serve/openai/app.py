@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END, STREAM_FRAME_START
 from vllm_repo.serve.openai.catalog import ModelCatalog
@@ -99,7 +100,7 @@ def error_response(message: str, status: HTTPStatus, param: str | None = None) -
 
 
 @web.middleware
-async def fastapi_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+async def fastapi_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A path the API does not have, or a method its path does not take, answered as vllm serve's FastAPI app answers
     them: a JSON ``detail`` (and the Allow header), not aiohttp's plain text."""
     try:
@@ -131,7 +132,7 @@ class ApiKeyCheck:
         return matched
 
     @web.middleware
-    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if not self.allows(request):
             refused = web.json_response({"error": "Unauthorized"}, status=401)
             refused[NO_CORS] = True  # vllm serve checks the key outside its CORS middleware

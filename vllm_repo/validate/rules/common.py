@@ -59,7 +59,7 @@ def inverts_switch(key: str, other: str) -> bool:
     return other != key and _SWITCH.sub("", other) == _SWITCH.sub("", key)
 
 
-def did_you_mean(word: str, candidates: Iterable[Any], cutoff: float = 0.75) -> str | None:
+def did_you_mean(word: str, candidates: Iterable[object], cutoff: float = 0.75) -> str | None:
     import difflib
 
     names = [str(c) for c in candidates]
