@@ -31,8 +31,9 @@ fi
 
 export PATH="$dev/bin:$PATH"
 
-# 4. Lint and format, with the settings in pyproject.toml (the same checks as .pre-commit-config.yaml).
+# 4. Lint, format and type check, with the settings in pyproject.toml (the same checks as .pre-commit-config.yaml).
 "$dev/bin/ruff" check --no-cache .
 "$dev/bin/ruff" format --no-cache --check .
+"$dev/bin/mypy"
 
 exec "$dev/bin/python" -m pytest "$@"

@@ -10,7 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 # Keys vLLM reads the maximum context length from (the smallest one present wins), as in its
 # _get_and_verify_max_len.
@@ -116,7 +116,7 @@ def derived_max_model_len(config: dict[str, Any]) -> int | None:
     return length
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ class ProjectSettings:
 
 # TOML key -> (attribute, what it must be, the check). Checked by hand: validate reads these on every run, and a
 # dataclass with five checks starts in a fraction of the time pydantic takes to import.
-_KEYS: dict[str, tuple[str, str, Any]] = {
+_KEYS: dict[str, tuple[str, str, Callable[[object], bool]]] = {
     "gpu": ("gpu", "a string", lambda v: isinstance(v, str)),
     "gpu-memory-gib": (
         "gpu_memory_gib",
@@ -70,7 +71,7 @@ def _table(path: Path) -> dict[str, Any] | None:
         import tomli as tomllib
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SettingsError(f"{path}: can't read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
@@ -138,15 +139,17 @@ def resolve_settings(
     if gpu is not None and gpu_memory_gib is not None:
         raise UsageError("give --gpu or --gpu-memory-gib, not both")
     project = load_settings(start)
-    if isinstance(gpu, (int, float)) and not isinstance(gpu, bool):
-        gpu, gpu_memory_gib = None, float(gpu)
-    flags: dict[str, Any] = {
-        "num_gpus": num_gpus,
-        "vllm_version": vllm_version,
-        "usage_context": usage_context,
-    }
-    if gpu is not None or gpu_memory_gib is not None:  # one GPU flag replaces both of the file's GPU settings
-        flags.update(gpu=gpu, gpu_memory_gib=gpu_memory_gib)
-    return dataclasses.replace(
-        project, **{key: value for key, value in flags.items() if key.startswith("gpu") or value is not None}
+    name: str | None
+    if gpu is None or isinstance(gpu, str):
+        name = gpu
+    else:  # a size in GiB
+        name, gpu_memory_gib = None, float(gpu)
+    settings = dataclasses.replace(
+        project,
+        num_gpus=project.num_gpus if num_gpus is None else num_gpus,
+        vllm_version=project.vllm_version if vllm_version is None else vllm_version,
+        usage_context=project.usage_context if usage_context is None else usage_context,
     )
+    if name is not None or gpu_memory_gib is not None:  # one GPU flag replaces both of the file's GPU settings
+        settings = dataclasses.replace(settings, gpu=name, gpu_memory_gib=gpu_memory_gib)
+    return settings

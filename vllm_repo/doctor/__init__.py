@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 from vllm_repo.doctor.causes import CAUSES, all_causes
 from vllm_repo.doctor.log import LogLine, ServerLog, root_error
@@ -52,7 +53,7 @@ class Diagnosis:
         model = f"model '{self.failed_models[0][0]}' failed to load: " if self.failed_models else ""
         return f"{model}{self.root.message} [{self.root.code}]"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "understood": self.understood,
@@ -132,13 +133,16 @@ def recommend(diagnosis: Diagnosis, repository: str | Path, gpu: str | None = No
     model = next((m for m in models if m.name == failed), models[0] if len(models) == 1 else None)
     if model is None:
         return [f"estimate: no model {failed or ''} in {repository} to size".replace("  ", " ")]
+    target: str | float
     if gpu is None:
         found = log.first(_GPU_TOTAL)
         if found is None:
             return ["estimate: the log does not say how much memory the GPU has; pass --gpu NAME"]
-        gpu = float(found[1]["a"] or found[1]["b"])
+        target = float(found[1]["a"] or found[1]["b"])
+    else:
+        target = gpu
     try:
-        est = estimate_for_engine_args(model.engine_args_data(), gpu, base=model.path)
+        est = estimate_for_engine_args(model.engine_args_data(), target, base=model.path)
     except VllmRepoError as exc:
         return [f"estimate: {exc.message}"]
     if est is None:

@@ -18,6 +18,7 @@ from vllm_repo.repository.engine_settings import EngineSettings, read_engine_set
 
 __all__ = [
     "CATALOG",
+    "ArchitectureError",
     "EstimateError",
     "Gpu",
     "MemoryEstimate",

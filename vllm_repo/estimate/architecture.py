@@ -8,7 +8,7 @@ property below lists the spellings vLLM itself accepts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from vllm_repo.errors import UsageError
 from vllm_repo.hf import text_config
@@ -24,6 +24,10 @@ class ArchitectureError(UsageError):
     """A config.json the estimator can't model (its shape, not its numbers)."""
 
 
+@overload
+def _int(cfg: dict[str, Any], *keys: str, default: int) -> int: ...
+@overload
+def _int(cfg: dict[str, Any], *keys: str, default: None = None) -> int | None: ...
 def _int(cfg: dict[str, Any], *keys: str, default: int | None = None) -> int | None:
     for key in keys:
         value = cfg.get(key)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from vllm_repo.estimate.memory import MemoryEstimate
+
 _MAX_ROUNDS = 4
 _SIZES = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
 # Below this a single GPU is not worth it when more GPUs would hold the model's context.
@@ -37,7 +39,7 @@ def fit_engine_settings(
     tensor_parallel_size: int | None = None,
     max_model_len: int | None = None,
     user_settings: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, int | float], list[str]]:
     """(settings for model.json, notes). Raises UnknownGpuError for a GPU name the catalog doesn't know."""
     from vllm_repo.estimate import EstimateError, ModelFactsError, UnknownGpuError, estimate_model, load_model_facts
     from vllm_repo.repository.engine_settings import read_engine_settings
@@ -58,9 +60,9 @@ def fit_engine_settings(
             "max_model_len are left to vLLM's defaults"
         ]
 
-    def fit(num_gpus: int | None):
+    def fit(num_gpus: int | None) -> tuple[MemoryEstimate, dict[str, int | float | str]]:
         """Follow the estimator's recommendations from the user's settings; returns (estimate, what changed)."""
-        changes: dict[str, Any] = {}
+        changes: dict[str, int | float | str] = {}
         est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, settings=start)
         for _ in range(_MAX_ROUNDS):
             if est.fits and not est.recommendations:
@@ -95,7 +97,7 @@ def fit_engine_settings(
     except EstimateError as exc:
         return {}, [f"could not size the engine for {gpu}: {exc}"]
 
-    settings = {
+    settings: dict[str, int | float] = {
         "tensor_parallel_size": est.tensor_parallel_size,
         "gpu_memory_utilization": est.gpu_memory_utilization,
         "max_model_len": est.max_model_len,

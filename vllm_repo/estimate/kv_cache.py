@@ -80,11 +80,11 @@ def _state_bytes(arch: Architecture, tp: int, kind: str) -> int:
     cfg = arch.config
     h = arch.hidden_size
     if kind == LINEAR:  # Qwen3-Next style gated delta net
-        k_heads = cfg.get("linear_num_key_heads", 16)
-        v_heads = cfg.get("linear_num_value_heads", 32)
-        k_dim = cfg.get("linear_key_head_dim", 128)
-        v_dim = cfg.get("linear_value_head_dim", 128)
-        conv_k = cfg.get("linear_conv_kernel_dim", 4)
+        k_heads: int = cfg.get("linear_num_key_heads", 16)
+        v_heads: int = cfg.get("linear_num_value_heads", 32)
+        k_dim: int = cfg.get("linear_key_head_dim", 128)
+        v_dim: int = cfg.get("linear_value_head_dim", 128)
+        conv_k: int = cfg.get("linear_conv_kernel_dim", 4)
         conv = (conv_k - 1) * (2 * k_heads * k_dim + v_heads * v_dim) // tp
         ssm = v_heads * k_dim * v_dim // tp
         return (conv + ssm) * 2
@@ -155,7 +155,7 @@ def layout(
             return cdiv(min(s.window - 1 + in_flight, max_model_len), block_size) + 1
         return cdiv(max_model_len, block_size)
 
-    kinds = {}
+    kinds: dict[tuple[str, int, int | None], list[LayerKV]] = {}
     for s in stored:
         key = (s.kind, s.bytes_per_token, s.window)
         kinds.setdefault(key, []).append(s)

@@ -9,8 +9,6 @@ fit (vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from vllm_repo.errors import UsageError
@@ -32,7 +30,7 @@ def _gib(value: float) -> float:
 
 class Recommendation(BaseModel):
     setting: str
-    value: Any
+    value: int | float | str  # the setting's new value: a size, a utilization, a dtype name
     reason: str
 
 

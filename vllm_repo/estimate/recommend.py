@@ -5,7 +5,7 @@ max_model_len that fits, and an fp8 KV cache when that is what makes the differe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeGuard
 
 from vllm_repo.estimate.gpus import GiB
 from vllm_repo.estimate.memory import CUDA_CONTEXT_GIB, EstimateError, MemoryEstimate, Recommendation
@@ -13,14 +13,15 @@ from vllm_repo.estimate.memory import CUDA_CONTEXT_GIB, EstimateError, MemoryEst
 Estimator = Callable[..., MemoryEstimate]
 
 
-def _try(run: Estimator, **changes: Any) -> MemoryEstimate | None:
+def _try(run: Estimator, **changes: object) -> MemoryEstimate | None:
     try:
         return run(**changes)
     except EstimateError:
         return None
 
 
-def _meets(est: MemoryEstimate | None, concurrency: float) -> bool:
+def _meets(est: MemoryEstimate | None, concurrency: float) -> TypeGuard[MemoryEstimate]:
+    """An estimate (not None: the re-estimate ran) that fits with the wanted concurrency."""
     return est is not None and est.fits and est.max_concurrency >= concurrency
 
 

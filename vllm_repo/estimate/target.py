@@ -36,7 +36,7 @@ def resolve_target(model: str) -> Target:
             f"{path}: neither a Hugging Face model directory (no config.json) nor a Triton model "
             "directory (no <version>/model.json)"
         )
-    if not doc.ok:
+    if doc.problem is not None:
         raise UsageError(f"{doc.path}: {doc.problem.message}", hint=f"`vllm-repo validate {path}` shows where")
     if not isinstance(doc.data, dict):
         raise UsageError(f"{doc.path}: must be a JSON object of vLLM engine args")

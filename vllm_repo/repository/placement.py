@@ -124,9 +124,10 @@ def engine_gpus(model: ModelDirectory, settings: EngineSettings) -> frozenset[in
     """The GPUs the engines of ``model`` allocate on; None means every visible GPU (Triton's default instance group,
     or KIND_GPU without gpus: one instance per GPU)."""
     placed = [gpus for gpus, *_ in placements(model, settings)]
-    if any(gpus is None for gpus in placed):
+    gpu_sets = [gpus for gpus in placed if gpus is not None]
+    if len(gpu_sets) < len(placed):
         return None
-    return frozenset().union(*placed)
+    return frozenset().union(*gpu_sets)
 
 
 def engines(models: Iterable[ModelDirectory], default_fraction: float) -> list[Engine]:

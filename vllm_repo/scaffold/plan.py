@@ -15,10 +15,13 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.repository import placement
+
+if TYPE_CHECKING:  # the estimator (and pydantic) is imported where plan sizes an engine
+    from vllm_repo.estimate import MemoryEstimate
 
 
 class PlanError(VllmRepoError):
@@ -30,7 +33,7 @@ class Option:
     """One engine size for a model: its tensor_parallel_size and what the estimator says one engine gets."""
 
     tensor_parallel_size: int
-    estimate: Any  # estimate.MemoryEstimate
+    estimate: MemoryEstimate
 
     @property
     def concurrency(self) -> float:
@@ -96,7 +99,7 @@ def candidate_sizes(num_heads: int, num_gpus: int) -> list[int]:
 
 
 def engine_options(
-    engine_args: dict, gpu: Any, num_gpus: int, vllm_version: str | None, base: Path, name: str = ""
+    engine_args: dict[str, Any], gpu: str | float, num_gpus: int, vllm_version: str | None, base: Path, name: str = ""
 ) -> list[Option]:
     """The sizes at which one engine of ``engine_args``' model starts on ``gpu``, smallest first."""
     from vllm_repo.estimate import ArchitectureError, ModelFactsError, estimate_model, load_model_facts
@@ -329,28 +332,32 @@ def placement_engine_args(text: str, tensor_parallel_size: int) -> str:
 
 
 def plan_repository(
-    repo: Path, gpu: Any, num_gpus: int, concurrency: int, vllm_version: str | None = None
+    repo: Path, gpu: str | float, num_gpus: int, concurrency: int, vllm_version: str | None = None
 ) -> tuple[list[ModelPlan], dict[Path, tuple[str, str]]]:
     """The plan for every vLLM model of ``repo`` and the files it changes: path -> (old text, new text)."""
     from vllm_repo.repository import open_repository
 
     repository = open_repository(repo)
-    inputs, docs = [], {}
+    inputs: list[tuple[str, list[Option]]] = []
+    texts: dict[str, tuple[Path, str, Path, str]] = {}  # model -> config.pbtxt and its text, model.json and its text
     for model in repository.models:
         doc = model.checked_engine_args()
-        if doc is None or model.config is None or model.config.config is None or not isinstance(doc.data, dict):
+        cfg = model.config
+        if doc is None or cfg is None or cfg.config is None or not isinstance(doc.data, dict):
             continue
+        # Both parsed (a config, a JSON object), so both were read: a document has its text whenever it has data.
+        assert cfg.text is not None and doc.text is not None
         inputs.append((model.name, engine_options(doc.data, gpu, num_gpus, vllm_version, model.path, model.name)))
-        docs[model.name] = (model.config, doc)
+        texts[model.name] = (cfg.path, cfg.text, doc.path, doc.text)
     if not inputs:
         raise PlanError(f"{repo} has no vLLM model with a readable config.pbtxt and model.json")
     plans = choose(inputs, num_gpus, concurrency)
     changes: dict[Path, tuple[str, str]] = {}
     for p in plans:
-        cfg, doc = docs[p.name]
+        cfg_path, cfg_text, doc_path, doc_text = texts[p.name]
         for path, old, new in (
-            (cfg.path, cfg.text, placement_config(cfg.text, p.gpu_groups)),
-            (doc.path, doc.text, placement_engine_args(doc.text, p.chosen.tensor_parallel_size)),
+            (cfg_path, cfg_text, placement_config(cfg_text, p.gpu_groups)),
+            (doc_path, doc_text, placement_engine_args(doc_text, p.chosen.tensor_parallel_size)),
         ):
             if new != old:
                 changes[path] = (old, new)

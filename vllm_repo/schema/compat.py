@@ -8,8 +8,11 @@ EngineArgs; the generated file lists the ones applied under "compat".
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.machinery
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from types import FrameType, ModuleType
 from typing import Any
 
 # Optional libraries some releases import at module level that the introspecting environment may lack; nothing of
@@ -35,14 +38,14 @@ class _Anything:
     def __iter__(self) -> Iterator[Any]:
         return iter(())
 
-    def __mro_entries__(self, bases: tuple) -> tuple:
+    def __mro_entries__(self, bases: tuple[object, ...]) -> tuple[type, ...]:
         return (object,)
 
 
-class _StubModule(type(sys)):
+class _StubModule(ModuleType):
     def __init__(self, name: str) -> None:
         super().__init__(name)
-        self.__path__ = []  # a package, so "from gguf.constants import X" works too
+        self.__path__: list[str] = []  # a package, so "from gguf.constants import X" works too
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -53,7 +56,7 @@ class _StubModule(type(sys)):
 def _imported_by_vllm() -> bool:
     """Whether the import under way comes from vLLM's own code. Libraries probe for optional packages
     (transformers' ``is_librosa_available``); those probes must keep seeing them missing."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         machinery = module.startswith(("importlib", "vllm_repo")) or frame.f_code.co_filename.startswith("<frozen")
@@ -63,23 +66,23 @@ def _imported_by_vllm() -> bool:
     return False
 
 
-class _StubFinder:
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports of the named (missing) packages and their submodules get a :class:`_StubModule`."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        import importlib.machinery
-
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname.split(".")[0] in self.names and _imported_by_vllm():
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         return _StubModule(spec.name)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         pass
 
 
@@ -91,7 +94,7 @@ def apply_library_compat() -> list[str]:
     - vLLM 0.9 registers configs (e.g. "aimv2") with transformers' AutoConfig that later transformers releases
       define themselves; registering an existing name then raises. Keep the existing registration instead.
     """
-    applied = []
+    applied: list[str] = []
     import importlib.util
 
     missing = tuple(name for name in _STUBBED_IF_MISSING if importlib.util.find_spec(name) is None)

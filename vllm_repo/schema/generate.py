@@ -393,7 +393,7 @@ def clean_help(text: Any, extra_cli_only: tuple[str, ...] = ()) -> str | None:
 
 
 def is_deprecated_text(text: str | None) -> bool:
-    return bool(text) and bool(_DEPRECATED_RE.search(text))
+    return bool(text and _DEPRECATED_RE.search(text))
 
 
 def deprecation_notes(module: Any) -> dict[str, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.files import write_atomic
-from vllm_repo.schema.loader import _schema_dir, bundled_versions, release_key
+from vllm_repo.schema.loader import _schema_dir, bundled_release_key, bundled_versions
 
 INDEX_FORMAT = 1
 INDEX_NAME = "index.json"
@@ -133,7 +133,7 @@ def _hinted_replacement(text: str | None, candidates: set[str], own: str) -> str
 def build_index(schema_dir: Path | None = None) -> dict[str, Any]:
     """The history of every key over the bundled releases, as written to ``index.json``."""
     schema_dir = schema_dir or _schema_dir()
-    versions = sorted((p.stem.removeprefix("vllm-") for p in schema_dir.glob("vllm-*.json")), key=release_key)
+    versions = sorted((p.stem.removeprefix("vllm-") for p in schema_dir.glob("vllm-*.json")), key=bundled_release_key)
     raw = {v: _load_raw(v, schema_dir) for v in versions}
     names = sorted({name for doc in raw.values() for name in doc["fields"]})
     present = {name: "".join("1" if name in raw[v]["fields"] else "0" for v in versions) for name in names}
@@ -236,18 +236,20 @@ def explain_missing_key(name: str, schema_version: str) -> str | None:
     found = releases_with(name)
     if schema_version in found:
         return None
-    chosen = release_key(schema_version)
-    older = [v for v in found if release_key(v) < chosen]
-    newer = [v for v in found if release_key(v) > chosen]
+    chosen = bundled_release_key(schema_version)
+    older = [v for v in found if bundled_release_key(v) < chosen]
+    newer = [v for v in found if bundled_release_key(v) > chosen]
     replacement = replacement_for(name)
     here = _fields_of(schema_version)
+    # The replacement, where the chosen release has it.
+    instead = replacement if replacement is not None and replacement.new in here else None
     use = ""
-    if replacement is not None and replacement.new in here:
-        use = f"; use `{replacement.new}`" + (f" ({replacement.how})" if replacement.how else "")
+    if instead is not None:
+        use = f"; use `{instead.new}`" + (f" ({instead.how})" if instead.how else "")
 
     if older:
         last = older[-1]
-        after = [v for v in versions if release_key(v) > release_key(last)]
+        after = [v for v in versions if bundled_release_key(v) > bundled_release_key(last)]
         removed = after[0] if after else schema_version
         text = f"`{name}` was removed in vLLM {removed} (last in {last}){use}"
         if newer:
@@ -255,9 +257,9 @@ def explain_missing_key(name: str, schema_version: str) -> str | None:
         return text
     if newer:
         return f"`{name}` exists only from vLLM {newer[0]} (newer than the chosen {schema_version})" + (
-            f"; in {schema_version} use `{replacement.new}`" if use else ""
+            f"; in {schema_version} use `{instead.new}`" if instead is not None else ""
         )
-    if replacement is not None and replacement.new in here:
+    if instead is not None:
         oldest = versions[0] if versions else "?"
         return f"`{name}` is an engine argument of vLLM releases older than {oldest} only{use}"
     return None
@@ -271,7 +273,11 @@ def explain_deprecated_key(name: str, schema_version: str) -> str | None:
     if field is None or not field.deprecated:
         return None
     found = releases_with(name)
-    gone = [v for v in index()["versions"] if release_key(v) > release_key(schema_version) and v not in found]
+    gone = [
+        v
+        for v in index()["versions"]
+        if bundled_release_key(v) > bundled_release_key(schema_version) and v not in found
+    ]
     replacement = replacement_for(name)
     text = f"`{name}` is deprecated in vLLM {schema_version}"
     if gone:

@@ -45,6 +45,8 @@ from vllm_repo.schema.json_types import JSON_TYPES, accepts, json_type
 if TYPE_CHECKING:
     from packaging.version import Version
 
+    from vllm_repo.settings import ProjectSettings
+
 __all__ = [
     "JSON_TYPES",
     "EngineArgField",
@@ -118,11 +120,21 @@ def release_key(version: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
+def bundled_release_key(version: str) -> tuple[int, ...]:
+    """:func:`release_key` of a bundled release (or a schema's ``vllm_version``), whose name is a plain release:
+    :func:`bundled_versions` keeps only those. Anything else here is a bug, not the user's input."""
+    key = release_key(version)
+    if key is None:
+        raise ValueError(f"{version!r} is not a plain release number, as bundled schemas' names are")
+    return key
+
+
 @functools.cache
 def bundled_versions() -> tuple[str, ...]:
     """The releases with a bundled schema, oldest first."""
     names = [path.stem.removeprefix("vllm-") for path in _schema_dir().glob("vllm-*.json")]
-    return tuple(sorted((n for n in names if release_key(n) is not None), key=release_key))
+    keyed = [(key, name) for name in names if (key := release_key(name)) is not None]
+    return tuple(name for _, name in sorted(keyed, key=lambda pair: pair[0]))
 
 
 @functools.cache
@@ -178,7 +190,7 @@ def serving_python_vllm_version(environ: dict[str, str] | None = None) -> str | 
 
 
 def target_vllm_version(
-    requested: str | None = None, start: Path | None = None, settings: Any = None
+    requested: str | None = None, start: Path | None = None, settings: ProjectSettings | None = None
 ) -> tuple[str | None, str]:
     """Which vLLM release a command checks against, and why. One rule for every command: --vllm-version, else
     ``vllm-version`` in the project settings above ``start`` (``settings``, when the caller has read them already),
@@ -210,7 +222,11 @@ class VersionChoice:
 
 
 def choose_schema_version(
-    requested: str | None, *, start: Path | None = None, origin: str | None = None, settings: Any = None
+    requested: str | None,
+    *,
+    start: Path | None = None,
+    origin: str | None = None,
+    settings: ProjectSettings | None = None,
 ) -> VersionChoice:
     """The bundled schema for the release :func:`target_vllm_version` picks (``origin`` names where ``requested``
     came from when it is not --vllm-version, e.g. the serving Python launch probed).

@@ -93,6 +93,7 @@ class Guardian:
 
     def release(self) -> None:
         """The server was stopped normally: let the guardian go without touching anything."""
+        assert self.process.stdin is not None  # started with stdin=subprocess.PIPE
         try:
             self.process.stdin.write(b"done\n")
             self.process.stdin.close()

@@ -142,7 +142,7 @@ class ClusterCheck:
 def ray_engines(models: Iterable[ModelDirectory]) -> list[RayEngine]:
     """The engines on Ray of ``models``: one per model instance Triton starts (placement.placements), each of
     tensor_parallel_size x pipeline_parallel_size GPUs, read as validate reads them."""
-    found = []
+    found: list[RayEngine] = []
     for model in models:
         doc = model.checked_engine_args()
         if doc is None or not isinstance(doc.data, dict):
@@ -266,10 +266,10 @@ def check_placement(
                 "pipeline_parallel_size"
             )
     if needed <= free:
-        short = [p for p in result if p.unplaced]
-        if short:  # free GPUs in all, but not where a pinned group needs them
+        stranded = [p for p in result if p.unplaced]
+        if stranded:  # free GPUs in all, but not where a pinned group needs them
             missing.extend(
-                f"{p.engine.label}: {p.unplaced} of its {_gpus(p.engine.world_size)} fit nowhere" for p in short
+                f"{p.engine.label}: {p.unplaced} of its {_gpus(p.engine.world_size)} fit nowhere" for p in stranded
             )
     return ClusterCheck(tuple(nodes), driver_node_id, result, tuple(missing), tuple(warnings))
 

@@ -24,6 +24,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import IO
 
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.guardian import Guardian
@@ -120,11 +121,13 @@ class TritonServer:
         self._exit_timeout_s = exit_timeout_s
         self._guard = guard
         self.guardian: Guardian | None = None
-        self._log_file = None
+        self._log_file: IO[bytes] | None = None
         # Where this server's output starts in its log: a log file given by the user is appended to, run after run.
         self.log_start = 0
         self._final_log: str | None = None
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        # The Python backend's environment directories before start(), and when it ran (None: it never did).
+        self._python_envs_before: tuple[set[str], float | None] = (set(), None)
         # Set by stop() when the server's own shutdown was not enough and its process group had to be signalled.
         self.escalated_to: str | None = None
 
@@ -232,7 +235,7 @@ class TritonServer:
             self._log_path = None if logged else self._log_path
             raise
         if self._guard:
-            self.guardian = Guardian(self.pgid, self.shm_prefix, remove=[self._own_workdir])
+            self.guardian = Guardian(self.process.pid, self.shm_prefix, remove=[self._own_workdir])
         return self
 
     def is_running(self) -> bool:
@@ -283,20 +286,21 @@ class TritonServer:
         if self.process is None:
             self._cleanup_workdir()
             return None
-        pgid = self.pgid
+        process = self.process
+        pgid = process.pid  # the leader of its own group (start_new_session), as self.pgid says
         deadline = time.monotonic() + timeout
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signal.SIGTERM)
         while self.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         # Children normally follow the server out within moments.
-        self._wait_group_empty(pgid, min(deadline, time.monotonic() + 5))
+        self._wait_group_empty(process, pgid, min(deadline, time.monotonic() + 5))
         for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
             if not process_group_members(pgid):
                 break
             self.escalated_to = signal.Signals(sig).name
             signal_group(pgid, sig)
-            self._wait_group_empty(pgid, time.monotonic() + grace)
+            self._wait_group_empty(process, pgid, time.monotonic() + grace)
         try:
             status = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - only if the kernel refuses SIGKILL
@@ -313,9 +317,10 @@ class TritonServer:
             self.guardian = None
         return status
 
-    def _wait_group_empty(self, pgid: int, deadline: float) -> None:
+    @staticmethod
+    def _wait_group_empty(process: subprocess.Popen[bytes], pgid: int, deadline: float) -> None:
         while time.monotonic() < deadline:
-            self.process.poll()  # reap the leader so it does not linger as a zombie
+            process.poll()  # reap the leader so it does not linger as a zombie
             if not process_group_members(pgid):
                 return
             time.sleep(0.1)
@@ -323,11 +328,12 @@ class TritonServer:
     def _cleanup_workdir(self) -> None:
         # The Python backend's directory of this run: made while the server started (the backend is loaded with the
         # first model), and still empty. Another server started in that minute is the only one that could own it.
-        before, started = getattr(self, "_python_envs_before", (set(), None))
-        for path in set(glob.glob(PYTHON_ENV_DIRS)) - before if started is not None else []:
-            with contextlib.suppress(OSError):
-                if os.stat(path).st_mtime - started < PYTHON_ENV_MADE_WITHIN_S:
-                    os.rmdir(path)
+        before, started = self._python_envs_before
+        if started is not None:
+            for path in set(glob.glob(PYTHON_ENV_DIRS)) - before:
+                with contextlib.suppress(OSError):
+                    if os.stat(path).st_mtime - started < PYTHON_ENV_MADE_WITHIN_S:
+                        os.rmdir(path)
         # A log inside our own work directory is kept in memory, so log_text() still answers after stop().
         if self._own_workdir is not None:
             if self._log_path is not None and self._own_workdir in self._log_path.parents:

@@ -39,7 +39,7 @@ class UpgradeResult:
     migrations: list[Migration]
     skipped: list[tuple[Path, str]]  # files left alone, and why
     backend: tuple[bool, str]  # does the bundled backend drive the target release, in words
-    plan: FixPlan
+    plan: FixPlan[Migration]
     remaining: ValidationResult  # validate for the target release, after the write (before it, with --diff)
 
     @property

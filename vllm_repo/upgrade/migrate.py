@@ -14,7 +14,7 @@ from typing import Any
 
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.history import Replacement, explain_deprecated_key, releases_with, replacement_for
-from vllm_repo.schema.loader import EngineArgsSchema, bundled_versions, release_key
+from vllm_repo.schema.loader import EngineArgsSchema, bundled_release_key, bundled_versions
 from vllm_repo.validate.fixes import Fix, TextEdit, remove_json_keys
 
 
@@ -65,8 +65,10 @@ def written_for(data: dict[str, Any], target: str) -> tuple[str, str]:
     the most of its keys (every key, for a file that validated there)."""
     known = [key for key in data if releases_with(key)]
     unknown = [key for key in data if key not in known]
-    candidates = [v for v in bundled_versions() if release_key(v) <= release_key(target)] or list(bundled_versions())
-    scored = [(sum(v in releases_with(key) for key in known), release_key(v), v) for v in candidates]
+    candidates = [v for v in bundled_versions() if bundled_release_key(v) <= bundled_release_key(target)] or list(
+        bundled_versions()
+    )
+    scored = [(sum(v in releases_with(key) for key in known), bundled_release_key(v), v) for v in candidates]
     count, _, best = max(scored)
     # A key no release knows (a typo) says nothing of the release the file was written for, but it is no key the
     # release knows either: the reason names it rather than claim "every key".
@@ -96,7 +98,7 @@ def plan_migration(
         found = releases_with(key)
         if not found:
             continue  # in no bundled release: a typo, which validate reports with a suggestion
-        if all(release_key(v) > release_key(to) for v in found):
+        if all(bundled_release_key(v) > bundled_release_key(to) for v in found):
             changes.append(KeyChange(key, "manual", f"exists only from vLLM {found[0]}; remove it to run vLLM {to}"))
             continue
         replacement = replacement_for(key)
@@ -199,5 +201,5 @@ def changed_defaults(data: dict[str, Any], source: EngineArgsSchema, target: Eng
 
 def _same_meaning(a: Any, b: Any) -> bool:
     """Unset and empty mean the same to vLLM: several config objects' defaults moved from None to {} or ""."""
-    empty = (None, {}, [], "")
+    empty: tuple[object, ...] = (None, {}, [], "")
     return a in empty and b in empty

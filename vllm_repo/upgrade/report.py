@@ -26,8 +26,8 @@ def report_lines(result: UpgradeResult, *, written: bool) -> list[str]:
         if migration.defaults:
             lines.append(f"  defaults that change under keys the file does not set ({len(migration.defaults)}):")
             lines.extend(f"    {d.text()}" for d in migration.defaults)
-    for path, why in result.skipped:
-        lines.append(f"{display_path(path)}: not changed: {why}")
+    for skipped, why in result.skipped:
+        lines.append(f"{display_path(skipped)}: not changed: {why}")
     supported, text = result.backend
     lines.append(f"backend: {text}" if supported else f"backend: not supported: {text}")
     if result.plan.changes:

@@ -9,7 +9,10 @@ import dataclasses
 import enum
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:  # only the annotation needs it: diagnostics stays a leaf module that every check imports
+    from vllm_repo.validate.fixes import Fix
 
 
 class Severity(str, enum.Enum):
@@ -34,9 +37,9 @@ class Diagnostic:
     column: int | None = None
     message: str
     hint: str | None = None
-    fix: Any = dataclasses.field(default=None, compare=False)  # validate.fixes.Fix: what --fix would do
+    fix: Fix | None = dataclasses.field(default=None, compare=False)  # what --fix would do
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, str, str]:
         return (self.file or "", self.line or 0, self.column or 0, self.code, self.message)
 
     def escalated(self) -> Diagnostic:
@@ -65,6 +68,12 @@ class Diagnostic:
         return {**fields, "severity": self.severity.value, "fix": self.fix.description if self.fix else None}
 
 
+@overload
+def display_path(path: Path | str, base: Path | None = None) -> str: ...
+@overload
+def display_path(path: None, base: Path | None = None) -> None: ...
+@overload
+def display_path(path: Path | str | None, base: Path | None = None) -> str | None: ...
 def display_path(path: Path | str | None, base: Path | None = None) -> str | None:
     """Paths in diagnostics are relative to the working directory when they can be, as editors and CI expect.
     Symlinks are not followed: a finding names the path the user gave, not where a link points."""

@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from vllm_repo.repository.documents import JsonDocument, PbtxtDocument, Span
 
@@ -113,19 +113,23 @@ def replace_pbtxt_field(
 _PBTXT_VALUE = re.compile(r"\w+\s*:\s*(?P<value>\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[^\s,}\]#]+)")
 
 
+# What each fix answers: validate's Diagnostic, upgrade's Migration.
+Answered = TypeVar("Answered")
+
+
 @dataclasses.dataclass
-class FixPlan:
+class FixPlan(Generic[Answered]):
     """The new text of every file the fixes change, and which fixes made it into it."""
 
     texts: dict[Path, tuple[str, str]] = dataclasses.field(default_factory=dict)  # path -> (old, new)
     moves: list[Move] = dataclasses.field(default_factory=list)
-    applied: list[tuple[Any, Fix]] = dataclasses.field(default_factory=list)  # (diagnostic, fix)
-    skipped: list[tuple[Any, Fix, str]] = dataclasses.field(default_factory=list)  # (diagnostic, fix, why)
+    applied: list[tuple[Answered, Fix]] = dataclasses.field(default_factory=list)  # (diagnostic, fix)
+    skipped: list[tuple[Answered, Fix, str]] = dataclasses.field(default_factory=list)  # (diagnostic, fix, why)
 
     def diff(self, display: dict[Path, str] | None = None) -> str:
         import difflib
 
-        out = []
+        out: list[str] = []
         for path, (old, new) in sorted(self.texts.items()):
             name = (display or {}).get(path, str(path)).lstrip("/")  # "a/tmp/x", as git writes an absolute path
             out.extend(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"))
@@ -150,10 +154,10 @@ class FixPlan:
             os.rename(move.path, move.target)
 
 
-def plan(fixes: Iterable[tuple[Any, Fix]]) -> FixPlan:
+def plan(fixes: Iterable[tuple[Answered, Fix]]) -> FixPlan[Answered]:
     """Apply ``fixes`` (each with the diagnostic it answers) to the files' current text, in memory."""
-    result = FixPlan()
-    by_file: dict[Path, list[tuple[Any, Fix]]] = {}
+    result: FixPlan[Answered] = FixPlan()
+    by_file: dict[Path, list[tuple[Answered, Fix]]] = {}
     for diagnostic, fix in fixes:
         if fix.move is not None:
             if any(m.target == fix.move.target or m.path == fix.move.path for m in result.moves):
@@ -170,7 +174,7 @@ def plan(fixes: Iterable[tuple[Any, Fix]]) -> FixPlan:
     for path, wanted in by_file.items():
         old = path.read_text(encoding="utf-8-sig")
         taken: list[Span] = []
-        accepted: list[tuple[Any, Fix]] = []
+        accepted: list[tuple[Answered, Fix]] = []
         for diagnostic, fix in wanted:
             if any(_overlaps(edit.span, span) for edit in fix.edits for span in taken):
                 result.skipped.append((diagnostic, fix, "another fix edits the same place; run --fix again"))

@@ -86,7 +86,9 @@ def validate_paths(
     return ValidationResult(diagnostics=ordered, vllm_version=choice, models=models)
 
 
-def fix_paths(paths: Iterable[str | Path], *, write: bool = True, **options: Any) -> tuple[FixPlan, ValidationResult]:
+def fix_paths(
+    paths: Iterable[str | Path], *, write: bool = True, **options: Any
+) -> tuple[FixPlan[Diagnostic], ValidationResult]:
     """validate ``paths``, apply the fixes its findings carry (``write``; else only plan them, for a diff), and return
     the plan with what validate finds afterwards (before, when nothing was written). ``options`` are validate_paths'."""
     paths = list(paths)

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END, STREAM_FRAME_START
 from vllm_repo.serve.openai.catalog import ModelCatalog
@@ -99,7 +100,7 @@ def error_response(message: str, status: HTTPStatus, param: str | None = None) -
 
 
 @web.middleware
-async def fastapi_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+async def fastapi_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A path the API does not have, or a method its path does not take, answered as vllm serve's FastAPI app answers
     them: a JSON ``detail`` (and the Allow header), not aiohttp's plain text."""
     try:
@@ -131,7 +132,7 @@ class ApiKeyCheck:
         return matched
 
     @web.middleware
-    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if not self.allows(request):
             refused = web.json_response({"error": "Unauthorized"}, status=401)
             refused[NO_CORS] = True  # vllm serve checks the key outside its CORS middleware
@@ -180,6 +181,8 @@ class Relay:
     async def failed(self, exc: TritonUnavailable) -> None:
         """Mid-stream, as vLLM itself reports an error once the stream has begun: an error object, then [DONE]; for
         the Anthropic Messages API an ``error`` event, the only kind its clients read."""
+        # Only then: before the stream begins, a failure is answered with an error status instead (the callers check).
+        assert self.response is not None
         if self.request.path.startswith("/v1/messages"):
             error = json.dumps({"type": "error", "error": {"type": "internal_error", "message": str(exc)}})
             await self.response.write(f"event: error\ndata: {error}\n\n".encode())
@@ -268,6 +271,7 @@ class OpenAIGateway:
         """vllm serve's /metrics, where a scrape configured for vllm serve looks: Triton's metrics, which carry each
         model's vLLM families (``vllm:*``, labelled with the model) when its backend reports them, beside Triton's
         own. Open without the API key, as vllm serve's is."""
+        assert self.metrics_url is not None  # app() adds this route only when there is one
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT_S))
         try:
@@ -398,7 +402,7 @@ class OpenAIGateway:
         self,
         model: str,
         path: str,
-        body: dict[str, Any] | str,
+        body: dict[str, Any] | str | None,
         headers: list[list[str]],
         inbox: StreamInbox,
         relay: Relay,

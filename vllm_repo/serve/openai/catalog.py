@@ -33,7 +33,8 @@ class ModelCatalog:
         async with self._lock:
             models = await self.triton.openai_models()
             answers = await asyncio.gather(*(self._cards_of(m) for m in models))
-            cards, owner = [], {}
+            cards: list[dict[str, Any]] = []
+            owner: dict[str, str] = {}
             for model, model_cards in zip(models, answers, strict=True):
                 for card in model_cards:
                     cards.append(card)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from vllm_repo.errors import UsageError
 
@@ -130,7 +130,7 @@ class CorsPolicy:
         (streamed answers included: their headers go out with the first chunk)."""
 
         @web.middleware
-        async def preflights(request: web.Request, handler: Any) -> web.StreamResponse:
+        async def preflights(request: web.Request, handler: Handler) -> web.StreamResponse:
             return self.preflight(request) if is_preflight(request) else await handler(request)
 
         async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:

@@ -20,7 +20,7 @@ import itertools
 import json
 import struct
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import grpc
@@ -127,7 +127,7 @@ class SharedStream:
             self._current = _StreamCall(self._stub, self._address)
         return self._current
 
-    async def call(self, request: Any) -> AsyncIterator[Chunk]:
+    async def call(self, request: Any) -> AsyncGenerator[Chunk, None]:
         """``request``'s responses as Chunks, up to its final one. Closing the iterator early only stops listening:
         the request goes on in Triton until its backend ends it."""
         stream = self._stream()
@@ -243,7 +243,7 @@ class TritonOpenAIClient:
         stream_to: dict[str, Any] | None = None,
         shared: bool = False,
         headers: list[list[str]] | None = None,
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         """The backend's responses to one OpenAI request, as they arrive. Closing the iterator early (the client
         went away) cancels the request's own stream, and with it the request in the engine; a ``shared`` request
         must be cancelled another way."""

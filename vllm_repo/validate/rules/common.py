@@ -29,7 +29,7 @@ def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
 def not_one_json_object(doc: JsonDocument, hint: str, example: str) -> Iterator[Finding]:
     """The Finding for a JSON file that does not parse, or holds something other than one object (``example`` shows
     what it should hold)."""
-    if not doc.ok:
+    if doc.problem is not None:
         yield Finding(doc.path, doc.problem.message, doc.problem.position, hint=doc.problem.hint or hint)
     elif not isinstance(doc.data, dict):
         yield Finding(doc.path, f"{doc.path.name} holds a JSON {json_type(doc.data)}, not an object", hint=example)
@@ -59,7 +59,7 @@ def inverts_switch(key: str, other: str) -> bool:
     return other != key and _SWITCH.sub("", other) == _SWITCH.sub("", key)
 
 
-def did_you_mean(word: str, candidates: Iterable[Any], cutoff: float = 0.75) -> str | None:
+def did_you_mean(word: str, candidates: Iterable[object], cutoff: float = 0.75) -> str | None:
     import difflib
 
     names = [str(c) for c in candidates]

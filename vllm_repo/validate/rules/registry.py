@@ -9,14 +9,15 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vllm_repo.repository.documents import Position
 from vllm_repo.validate.diagnostics import Severity
 
-if TYPE_CHECKING:  # the GPU catalog is imported only when a GPU is named
+if TYPE_CHECKING:  # the GPU catalog is imported only when a GPU is named, the fixes only when a finding has one
     from vllm_repo.estimate.gpus import Gpu
     from vllm_repo.schema.loader import EngineArgsSchema
+    from vllm_repo.validate.fixes import Fix
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Finding:
     position: Position | None = None
     hint: str | None = None
     severity: Severity | None = None  # None: the rule's own severity
-    fix: Any = None  # validate.fixes.Fix, where the finding has one right answer
+    fix: Fix | None = None  # where the finding has one right answer
 
 
 @dataclass(frozen=True)

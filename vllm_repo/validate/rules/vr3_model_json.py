@@ -356,7 +356,8 @@ def model_missing(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
     for doc in engine_args_objects(model):
         value = doc.data.get("model")
         if value is None or (isinstance(value, str) and not value.strip()):
-            default = ctx.schema.get("model").default if ctx.schema.get("model") else None
+            field = ctx.schema.get("model")
+            default = field.default if field else None
             suffix = f" ({default})" if default else ""
             yield Finding(
                 doc.path,

@@ -6,23 +6,24 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from vllm_repo.backend import contract
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, placement
-from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.repository.documents import JsonDocument, PbtxtDocument, Position
 from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, path_exists, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 
-def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict] | None:
+def _engine_args(model: ModelDirectory) -> tuple[JsonDocument, dict[str, Any]] | None:
     doc = model.checked_engine_args()
     return None if doc is None else (doc, doc.data)
 
 
-def _engine_args_and_config(model: ModelDirectory):
+def _engine_args_and_config(model: ModelDirectory) -> tuple[JsonDocument, dict[str, Any], PbtxtDocument] | None:
     """(model.json document, its data, the parsed config.pbtxt document), or None when either is unusable."""
     found = _engine_args(model)
     cfg = model.config
@@ -61,7 +62,7 @@ def lora_file(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             )
         if lora is None:
             continue
-        if not lora.ok:
+        if lora.problem is not None:
             yield Finding(
                 lora.path,
                 lora.problem.message,
@@ -152,13 +153,13 @@ def kind_gpu_parallel(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
         )
 
 
-def _device_ids_position(cfg):
+def _device_ids_position(cfg: PbtxtDocument) -> Position | None:
     """Where config.pbtxt names GPU_DEVICE_IDS."""
     key = re.escape(placement.GPU_DEVICE_IDS)
     return cfg.find(rf"[\"']?\bkey\b[\"']?\s*:\s*[\"']{key}[\"']") or cfg.find(rf"[\"']{key}[\"']")
 
 
-def _instance_group_position(cfg, field: str = "count"):
+def _instance_group_position(cfg: PbtxtDocument, field: str = "count") -> Position | None:
     return cfg.field_position(field) or cfg.field_position("instance_group")
 
 
@@ -229,6 +230,8 @@ def _instances_oversubscribed(gpu: int, on_gpu: list[placement.Instance], total:
     """VR504 for one model whose own instances share a GPU: the cause is its instance_group (or GPU_DEVICE_IDS)."""
     first = on_gpu[0]
     cfg = first.model.config
+    # Two instances of one model: only an instance_group starts more than one, so config.pbtxt is there and parsed.
+    assert cfg is not None
     ids = placement.device_ids(first.model)
     if first.kind == "KIND_MODEL" and ids is not None:
         why = f'GPU_DEVICE_IDS "{ids.text}" puts them on the same GPUs'
@@ -298,7 +301,7 @@ def gpu_out_of_range(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
             _instance_group_position(cfg, "gpus"),
             hint=f"list GPUs from 0 to {ctx.num_gpus - 1} in gpus: [...], or set num-gpus to the GPUs the host has",
         )
-    if "ids" in beyond:
+    if "ids" in beyond and ids is not None:  # "ids" is where GPU_DEVICE_IDS placed them
         yield Finding(
             cfg.path,
             f'GPU_DEVICE_IDS "{ids.text}" names {_ids_text(beyond["ids"])}, but {configured}; the engine of '
@@ -404,7 +407,8 @@ def parallel_size_gpus(model: ModelDirectory, ctx: CheckContext) -> Iterator[Fin
     )
 
 
-def _group_kinds(cfg) -> list[tuple[object, str]]:
+def _group_kinds(cfg: PbtxtDocument) -> list[tuple[Any, str]]:
+    """Each instance_group (a ModelInstanceGroup message: protobuf's generated classes are untyped) with its kind."""
     from vllm_repo.repository.model_config import model_config_pb2
 
     names = model_config_pb2().ModelInstanceGroup.Kind
