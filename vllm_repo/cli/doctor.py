@@ -33,7 +33,11 @@ def doctor(
         raise UsageError("give the server's log or its address", hint="vllm-repo doctor LOG, or --url http://HOST:8000")
     if url and log is not None and log.is_dir() and repository is None:
         log, repository = None, log  # doctor --url URL REPO
-    diagnosis = diagnose_server(url, log) if url else diagnose_file(log)
+    if url:
+        diagnosis = diagnose_server(url, log)
+    else:
+        assert log is not None  # a log or a URL, checked above
+        diagnosis = diagnose_file(log)
     if repository is not None:
         diagnosis.recommendations = recommend(diagnosis, repository, gpu)
         name_repository(diagnosis, repository)

@@ -62,7 +62,9 @@ def validate(
         "ignore": ignore,
     }
     if not (fix or diff):
-        result = validate_paths(paths, **options)
+        result = validate_paths(
+            paths, vllm_version=vllm_version, strict=strict, gpu=gpu, num_gpus=num_gpus, select=select, ignore=ignore
+        )
         REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
         raise typer.Exit(1 if result.has_errors else 0)
 

@@ -167,8 +167,8 @@ def _model_load(model: ModelDirectory, read_mb_s: float) -> ModelLoad:
         if facts.weights is not None:
             size, how = facts.weights.total_bytes, facts.weights.source
         else:
-            size = weights_per_rank(facts, dtype=settings.dtype)
-            size, how = size.total_bytes, "parameter count from config.json"
+            counted = weights_per_rank(facts, dtype=settings.dtype)
+            size, how = counted.total_bytes, "parameter count from config.json"
     except VllmRepoError as exc:
         return ModelLoad(
             model.name,

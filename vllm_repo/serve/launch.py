@@ -191,16 +191,16 @@ def run_server(
     out = out or sys.stderr
     # The log lives outside the server's work directory (removed at stop) so that it can still be read after a
     # failure; after a clean stop it is removed unless the caller chose where it goes.
-    own_log = log_path is None
-    if own_log:
+    own_log: Path | None = None  # the log file launch made, and removes unless it tells something
+    if log_path is None:
         fd, name = tempfile.mkstemp(prefix="vllm-repo-tritonserver-", suffix=".log")
         os.close(fd)
-        log_path = Path(name)
+        log_path = own_log = Path(name)
     running = _Running(server_for(plan, log_path))
     previous = _install_stop_handlers()
     failed = True
     try:
-        _start(running, plan, out, ready_timeout, remove=[log_path] if own_log else [])
+        _start(running, plan, out, ready_timeout, remove=[own_log] if own_log else [])
         if on_ready:
             on_ready(running.server)
         _serve(running, plan, out, stop_event)
@@ -215,8 +215,8 @@ def run_server(
         try:
             _shut_down(running, out)
             # Kept only when it can tell something: after a failure, and if the server wrote anything.
-            if own_log and (not failed or not log_path.exists() or log_path.stat().st_size == 0):
-                log_path.unlink(missing_ok=True)
+            if own_log is not None and (not failed or not own_log.exists() or own_log.stat().st_size == 0):
+                own_log.unlink(missing_ok=True)
         finally:
             _restore_handlers(previous)
 
@@ -233,11 +233,12 @@ def _start(running: _Running, plan: LaunchPlan, out: TextIO, ready_timeout: floa
     leftovers = [p for p in (server.work_directory, *remove) if p is not None]
     running.gateway = start_openai_gateway(plan) if plan.openai_port is not None else None
     also = [running.gateway.pid] if running.gateway is not None else []
-    running.guardian = Guardian(server.pgid, server.shm_prefix, remove=leftovers, also=also)
-    running.watch = SharedMemoryWatch(server.pgid)
-    took = _wait_ready(server, plan, out, ready_timeout, running.watch)
+    pgid = server.started.pid  # the leader of the server's own process group
+    running.guardian = Guardian(pgid, server.shm_prefix, remove=leftovers, also=also)
+    running.watch = watch = SharedMemoryWatch(pgid)
+    took = _wait_ready(server, plan, out, ready_timeout, watch)
     openai_url = None
-    if running.gateway is not None:
+    if running.gateway is not None and plan.openai_port is not None:
         from vllm_repo.serve.openai.gateway import base_url
 
         openai_url = base_url(plan.host, plan.openai_port)
@@ -249,6 +250,7 @@ def _serve(running: _Running, plan: LaunchPlan, out: TextIO, stop_event: threadi
     """Until the server exits or ``stop_event`` is set: watch shared memory, the gateway, and the models that stop
     serving. Raises LaunchError when the server or the gateway stops by itself."""
     server, gateway, watch = running.server, running.gateway, running.watch
+    assert watch is not None  # _start made it before the server was ready
     polled = 0.0
     serving = set(plan.models)
     followed = _LogFollower(server.log_path, offset=server.log_start)
@@ -266,7 +268,7 @@ def _serve(running: _Running, plan: LaunchPlan, out: TextIO, stop_event: threadi
             _report_models_gone(server, serving, out, followed)
             polled = time.monotonic()
         time.sleep(0.25)
-    raise server_failure(server, f"tritonserver exited by itself (status {server.process.returncode})")
+    raise server_failure(server, f"tritonserver exited by itself (status {server.started.returncode})")
 
 
 def _shut_down(running: _Running, out: TextIO) -> None:
@@ -348,7 +350,7 @@ def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: fl
     while True:
         elapsed = time.monotonic() - start
         if not server.is_running():
-            status = server.process.returncode
+            status = server.started.returncode
             raise server_failure(server, f"tritonserver exited (status {status}) before it was ready")
         if server.is_ready():
             if tty:

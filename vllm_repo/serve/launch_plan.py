@@ -206,7 +206,7 @@ def prepare_launch(
     # The tree is checked against the vLLM that will run it: the backend Python's (probing it starts nothing).
     try:
         info: PythonInfo | None = probe_python(serving_python_path(python))
-        python_error = None
+        python_error: TritonServerError | None = None
     except TritonServerError as exc:
         info, python_error = None, exc
     if vllm_version or info is None or info.vllm_version is None:
@@ -224,6 +224,7 @@ def prepare_launch(
             diagnostics=missing_paths,
         )
     if info is None:
+        assert python_error is not None  # the probe either answered or raised
         raise python_error
     models = [model.name for model in open_repository(repo).models]
     ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}

@@ -238,6 +238,13 @@ class TritonServer:
             self.guardian = Guardian(self.process.pid, self.shm_prefix, remove=[self._own_workdir])
         return self
 
+    @property
+    def started(self) -> subprocess.Popen[bytes]:
+        """The tritonserver process, once start() has run (before it, asking is a bug)."""
+        if self.process is None:
+            raise RuntimeError("the Triton server has not been started")
+        return self.process
+
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
