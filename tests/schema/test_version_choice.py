@@ -58,7 +58,7 @@ def test_every_command_checks_against_the_serving_python_when_nothing_else_is_sa
 
 
 def test_the_newest_schema_as_a_fallback_says_when_the_bundled_backend_is_not_tested_with_it(tmp_path, monkeypatch):
-    from vllm_repo.backend.contract import NEWEST_TESTED_VLLM
+    from vllm_repo.backend.vllm_repo_backend.contract import NEWEST_TESTED_VLLM
     from vllm_repo.schema.loader import release_key
 
     if installed_vllm_version():

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.validate.helpers import OFFICIAL_CONFIG
-from vllm_repo.backend.contract import MIN_VLLM, NEWEST_TESTED_VLLM
+from vllm_repo.backend.vllm_repo_backend.contract import MIN_VLLM, NEWEST_TESTED_VLLM
 from vllm_repo.cli import build_app
 from vllm_repo.errors import UsageError
 from vllm_repo.repository.documents import JsonDocument

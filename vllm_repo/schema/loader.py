@@ -212,7 +212,7 @@ def choose_schema_version(
     origin = origin or why
     if wanted is None:
         reason = f"{why}: newest bundled schema"
-        from vllm_repo.backend.contract import NEWEST_TESTED_VLLM  # data only: no Triton, no vLLM
+        from vllm_repo.backend.vllm_repo_backend.contract import NEWEST_TESTED_VLLM  # data only: no Triton, no vLLM
 
         tested = ".".join(map(str, NEWEST_TESTED_VLLM))
         if (release_key(available[-1]) or ()) > NEWEST_TESTED_VLLM:

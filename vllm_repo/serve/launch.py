@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from vllm_repo.backend import contract
+from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.errors import LaunchError, TritonServerError
 from vllm_repo.serve.guardian import Guardian

@@ -71,7 +71,7 @@ def resolve_target(to: str | None, to_container: str | None) -> tuple[str, str]:
 
 def backend_support(version: str) -> tuple[bool, str]:
     """Whether the bundled backend (model.py) drives vLLM ``version``."""
-    from vllm_repo.backend.contract import MIN_VLLM, NEWEST_TESTED_VLLM
+    from vllm_repo.backend.vllm_repo_backend.contract import MIN_VLLM, NEWEST_TESTED_VLLM
     from vllm_repo.schema.loader import release_key
 
     have = release_key(version) or (0,)
