@@ -68,7 +68,10 @@ from typing import Any
 
 import numpy as np
 
-if __package__:  # vllm_repo.backend.model: imported by vllm-repo's own tests, the package as its subpackage
+# One copy of each module whichever way this file is imported. As vllm_repo.backend.model (vllm-repo's tests), the
+# package is its sibling subpackage; as "model" (Triton's stub, which puts this file's directory on sys.path), it is
+# found by its top-level name, the directory appended for a loader that imports this file by path alone.
+if __package__:
     from .vllm_repo_backend import (
         configuration,
         contract,
@@ -82,7 +85,7 @@ if __package__:  # vllm_repo.backend.model: imported by vllm-repo's own tests, t
         sends,
         stub,
     )
-else:  # "model", as Triton's stub imports it; the directory is appended for a loader that did not (a test's probe)
+else:
     if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
         sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     from vllm_repo_backend import (
