@@ -24,7 +24,7 @@ import pytest
 
 from tests.backend.conftest import METRICS_OFF_MODELS, engine_args
 from tests.serving_env import needs_serving
-from vllm_repo.backend import model as backend
+from vllm_repo.backend.vllm_repo_backend import metrics
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
@@ -542,16 +542,16 @@ def test_metrics_are_reported(triton):
 def test_metric_families_are_those_of_tritons_own_vllm_backend(triton):
     text = metrics_text(triton)
     # triton-inference-server/vllm_backend, src/utils/metrics.py: name, type, buckets.
-    tokens = backend.token_buckets(engine_args(Path("m"))["max_model_len"])
+    tokens = metrics.token_buckets(engine_args(Path("m"))["max_model_len"])
     original = {
         "vllm:prompt_tokens_total": ("counter", None),
         "vllm:generation_tokens_total": ("counter", None),
-        "vllm:time_to_first_token_seconds": ("histogram", backend.TTFT_BUCKETS),
-        "vllm:time_per_output_token_seconds": ("histogram", backend.TPOT_BUCKETS),
-        "vllm:e2e_request_latency_seconds": ("histogram", backend.E2E_BUCKETS),
+        "vllm:time_to_first_token_seconds": ("histogram", metrics.TTFT_BUCKETS),
+        "vllm:time_per_output_token_seconds": ("histogram", metrics.TPOT_BUCKETS),
+        "vllm:e2e_request_latency_seconds": ("histogram", metrics.E2E_BUCKETS),
         "vllm:request_prompt_tokens": ("histogram", tokens),
         "vllm:request_generation_tokens": ("histogram", tokens),
-        "vllm:request_params_n": ("histogram", backend.N_PARAM_BUCKETS),
+        "vllm:request_params_n": ("histogram", metrics.N_PARAM_BUCKETS),
     }
     types = metric_types(text)
     for family, (kind, buckets) in original.items():

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,9 +13,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vllm_repo.backend import contract
 from vllm_repo.backend import model as backend
-from vllm_repo.repository import OPENAI_FILE
+from vllm_repo.backend.vllm_repo_backend import (
+    configuration,
+    contract,
+    environment,
+    errors,
+    metrics,
+    native,
+    openai_app,
+    openai_wire,
+    sends,
+    stub,
+)
 
 # A stand-in for vLLM's SamplingParams field list (the real one is read from vLLM at initialize).
 SAMPLING_KEYS = [
@@ -47,7 +59,7 @@ SAMPLING_KEYS = [
 
 
 def parse(sampling=None, request_params=None, default_max_tokens=None):
-    return backend.parse_sampling_parameters(
+    return native.parse_sampling_parameters(
         json.dumps(sampling) if isinstance(sampling, dict) else sampling,
         json.dumps(request_params) if isinstance(request_params, dict) else request_params,
         SAMPLING_KEYS,
@@ -55,44 +67,45 @@ def parse(sampling=None, request_params=None, default_max_tokens=None):
     )
 
 
-# -- the contract ----------------------------------------------------------------------------------------------------
+# -- the package beside model.py ------------------------------------------------------------------------------------
 
 
-def test_model_py_carries_the_same_contract_as_contract_py():
-    as_tuples = lambda tensors: tuple((t.name, t.data_type, tuple(t.dims), t.optional) for t in tensors)  # noqa: E731
-    assert as_tuples(contract.INPUTS) == backend.INPUTS
-    assert as_tuples(contract.OUTPUTS) == backend.OUTPUTS
-    assert set(backend.BOOLEAN_PARAMETERS) == set(contract.BOOLEAN_PARAMETERS)
-    assert set(backend.INTEGER_PARAMETERS) == set(contract.INTEGER_PARAMETERS)
-    assert set(backend.BOOLEAN_PARAMETERS + backend.INTEGER_PARAMETERS + backend.STRING_PARAMETERS) == set(
-        contract.KNOWN_PARAMETERS
-    )
-    assert backend.TRUE_STRINGS == contract.TRUE_STRINGS
-    assert (backend.MIN_VLLM, backend.NEWEST_TESTED_VLLM) == (contract.MIN_VLLM, contract.NEWEST_TESTED_VLLM)
-    assert backend.STREAM_FRAME.format == contract.STREAM_FRAME_HEADER
-    assert backend._OPENAI_BACKEND_SET == contract.OPENAI_OPTIONS_SET_BY_BACKEND
-    assert backend.OPENAI_FILE == OPENAI_FILE
-    assert backend.STREAM_FRAME_DATA == contract.STREAM_FRAME_DATA
-    assert backend.STREAM_FRAME_END == contract.STREAM_FRAME_END
-    assert backend.STREAM_FRAME_START == contract.STREAM_FRAME_START
-    assert backend.STREAM_FRAME_CANCEL == contract.STREAM_FRAME_CANCEL
-    assert backend.STREAM_SOCKET_HELLO == contract.STREAM_SOCKET_HELLO
-    assert backend.FALSE_STRINGS == contract.FALSE_STRINGS
+def test_the_bundled_serve_options_were_read_where_the_backend_looks_for_vllm_serves_parser():
+    from vllm_repo.schema.serve_options import bundled_serve_options
 
-
-def test_the_backend_looks_for_vllm_serves_parser_where_every_bundled_release_has_it():
-    from vllm_repo.schema.serve_options import PARSER_MODULES, bundled_serve_options
-
-    assert backend._SERVE_PARSER_MODULES == PARSER_MODULES
-    # The bundled options were read through that list: 0.33 keeps the parser in entrypoints.common, 0.29-0.32 in
-    # entrypoints.launchers, older releases in entrypoints.openai.
+    # One list for both (contract.SERVE_PARSER_MODULES): 0.33 keeps the parser in entrypoints.common, 0.29-0.32 in
+    # entrypoints.launchers, older releases in entrypoints.openai, and a release of each era is bundled.
+    assert [m.split(".")[2] for m in contract.SERVE_PARSER_MODULES] == ["common", "launchers", "openai"]
     assert {"0.26.0", "0.29.0", "0.33.0"} <= set(bundled_serve_options())
 
 
-def test_model_py_imports_nothing_from_its_package_and_no_clashing_module_names():
-    source = Path(backend.__file__).read_text(encoding="utf-8")
-    imports = [line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))]
-    assert not [m for m in imports if m.startswith(("vllm_repo", "utils", "."))], imports
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(level, module) of every import in a file: level 0 absolute, 1 relative to its package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(0, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.level, node.module or ""))
+    return found
+
+
+def test_model_py_takes_its_package_by_the_packages_own_name_and_nothing_of_vllm_repo():
+    imports = _imports(Path(backend.__file__))
+    # By name where Triton's stub loads model.py; relatively where vllm-repo imports it as vllm_repo.backend.model.
+    assert (0, "vllm_repo_backend") in imports and (1, "vllm_repo_backend") in imports
+    assert not [m for _, m in imports if m.startswith(("vllm_repo.", "utils"))], imports
+    assert backend.native.__name__ == "vllm_repo.backend.vllm_repo_backend.native"  # one copy when vllm-repo imports it
+
+
+def test_the_packages_modules_import_each_other_relatively_and_the_contract_only_the_standard_library():
+    package = Path(contract.__file__).parent
+    for path in package.glob("*.py"):
+        absolute = {module.split(".")[0] for level, module in _imports(path) if level == 0}
+        # Copied out of vllm-repo, the package is vllm_repo_backend: an absolute name of its own would not resolve.
+        assert not absolute & {"vllm_repo", "vllm_repo_backend", "utils"}, (path.name, absolute)
+    stdlib = {module.split(".")[0] for level, module in _imports(package / "contract.py") if level == 0}
+    assert stdlib <= set(sys.stdlib_module_names) | {"__future__"}, stdlib
 
 
 # -- booleans and config parameters ----------------------------------------------------------------------------------
@@ -100,18 +113,18 @@ def test_model_py_imports_nothing_from_its_package_and_no_clashing_module_names(
 
 @pytest.mark.parametrize("value", [True, np.bool_(True), "true", "TRUE", " yes ", "1", "on", b"true", 1])
 def test_parse_bool_true(value):
-    assert backend.parse_bool(value, "f") is True
+    assert native.parse_bool(value, "f") is True
 
 
 @pytest.mark.parametrize("value", [False, np.bool_(False), "false", "False", "0", "no", "off", b"false", 0])
 def test_parse_bool_false(value):
-    assert backend.parse_bool(value, "f") is False
+    assert native.parse_bool(value, "f") is False
 
 
 @pytest.mark.parametrize("value", ["maybe", "", 2, 0.5, None, [True]])
 def test_parse_bool_rejects_other_values_naming_the_field(value):
-    with pytest.raises(backend.RequestError, match=r"^stream: .*not a boolean"):
-        backend.parse_bool(value, "stream")
+    with pytest.raises(errors.RequestError, match=r"^stream: .*not a boolean"):
+        native.parse_bool(value, "stream")
 
 
 def test_config_parameters_booleans_integers_and_errors():
@@ -121,16 +134,16 @@ def test_config_parameters_booleans_integers_and_errors():
             "DEFAULT_MAX_TOKENS": {"string_value": "256"},
         }
     }
-    params = backend.config_parameters(cfg)
-    assert backend.bool_parameter(params, "REPORT_CUSTOM_METRICS") is False
-    assert backend.bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK") is False
-    assert backend.int_parameter(params, "DEFAULT_MAX_TOKENS") == 256
-    assert backend.int_parameter({}, "DEFAULT_MAX_TOKENS") is None
-    with pytest.raises(backend.BackendConfigError, match='REPORT_CUSTOM_METRICS: "yes please" is not a boolean'):
-        backend.bool_parameter({"REPORT_CUSTOM_METRICS": "yes please"}, "REPORT_CUSTOM_METRICS")
+    params = configuration.config_parameters(cfg)
+    assert configuration.bool_parameter(params, "REPORT_CUSTOM_METRICS") is False
+    assert configuration.bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK") is False
+    assert configuration.int_parameter(params, "DEFAULT_MAX_TOKENS") == 256
+    assert configuration.int_parameter({}, "DEFAULT_MAX_TOKENS") is None
+    with pytest.raises(errors.BackendConfigError, match='REPORT_CUSTOM_METRICS: "yes please" is not a boolean'):
+        configuration.bool_parameter({"REPORT_CUSTOM_METRICS": "yes please"}, "REPORT_CUSTOM_METRICS")
     for bad in ("8k", "0", "-3", "1.5"):
-        with pytest.raises(backend.BackendConfigError, match="DEFAULT_MAX_TOKENS"):
-            backend.int_parameter({"DEFAULT_MAX_TOKENS": bad}, "DEFAULT_MAX_TOKENS")
+        with pytest.raises(errors.BackendConfigError, match="DEFAULT_MAX_TOKENS"):
+            configuration.int_parameter({"DEFAULT_MAX_TOKENS": bad}, "DEFAULT_MAX_TOKENS")
 
 
 # -- sampling parameters ---------------------------------------------------------------------------------------------
@@ -150,13 +163,13 @@ def test_default_max_tokens_replaces_vllms_16():
 
 def test_did_you_mean_never_names_the_same_switch_turned_the_other_way():
     fields = ["enable_log_requests", "max_model_len", "disable_log_stats"]
-    assert backend.did_you_mean("disable_log_requests", fields) == ""
-    assert backend.did_you_mean("enable_log_stats", fields) == ""
-    assert backend.did_you_mean("max_model_lenn", fields) == ' (did you mean "max_model_len"?)'
+    assert errors.did_you_mean("disable_log_requests", fields) == ""
+    assert errors.did_you_mean("enable_log_stats", fields) == ""
+    assert errors.did_you_mean("max_model_lenn", fields) == ' (did you mean "max_model_len"?)'
 
 
 def test_unknown_key_is_an_error_with_did_you_mean():
-    with pytest.raises(backend.RequestError) as err:
+    with pytest.raises(errors.RequestError) as err:
         parse({"temprature": 0.1})
     assert err.value.field == "sampling_parameters.temprature"
     assert 'did you mean "temperature"' in str(err.value)
@@ -178,7 +191,7 @@ def test_unknown_key_is_an_error_with_did_you_mean():
     ],
 )
 def test_bad_values_name_the_field(params, field, fragment):
-    with pytest.raises(backend.RequestError) as err:
+    with pytest.raises(errors.RequestError) as err:
         parse(params)
     assert err.value.field == field
     assert fragment in str(err.value)
@@ -194,7 +207,7 @@ def test_bad_values_name_the_field(params, field, fragment):
     ],
 )
 def test_malformed_sampling_json(raw, fragment):
-    with pytest.raises(backend.RequestError) as err:
+    with pytest.raises(errors.RequestError) as err:
         parse(raw)
     assert err.value.field == "sampling_parameters"
     assert fragment in str(err.value)
@@ -205,7 +218,7 @@ def test_request_parameters_merge_under_sampling_parameters_and_triton_keys_are_
     assert spec.kwargs["temperature"] == 0.2
     assert spec.kwargs["top_p"] == 0.5
     assert "triton_enable_empty_final_response" not in spec.kwargs
-    with pytest.raises(backend.RequestError, match=r"^parameter tempreature: .*did you mean"):
+    with pytest.raises(errors.RequestError, match=r"^parameter tempreature: .*did you mean"):
         parse(None, {"tempreature": 1})
 
 
@@ -216,7 +229,7 @@ def test_lora_name_and_structured_outputs_are_split_out():
     assert "structured_outputs" not in spec.kwargs and "lora_name" not in spec.kwargs
     # The older key, and the seed backend's JSON-string form.
     assert parse({"guided_decoding": json.dumps({"regex": "[0-9]+"})}).structured == {"regex": "[0-9]+"}
-    with pytest.raises(backend.RequestError, match="not both"):
+    with pytest.raises(errors.RequestError, match="not both"):
         parse({"guided_decoding": {"regex": "a"}, "structured_outputs": {"regex": "b"}})
 
 
@@ -235,29 +248,29 @@ STRUCTURED_FIELDS = [
 
 
 def test_structured_output_checks():
-    backend.check_structured_keys({"json": {"type": "object"}}, STRUCTURED_FIELDS)
-    with pytest.raises(backend.RequestError, match=r'structured_outputs\.choices: .*did you mean "choice"'):
-        backend.check_structured_keys({"choices": ["a"]}, STRUCTURED_FIELDS)
-    with pytest.raises(backend.RequestError, match="give one constraint"):
-        backend.check_structured_keys({"json": {}, "regex": "a"} | {"json": {"type": "string"}}, STRUCTURED_FIELDS)
-    with pytest.raises(backend.RequestError, match="not a valid regex"):
-        backend.check_structured_keys({"regex": "(unclosed"}, STRUCTURED_FIELDS)
-    with pytest.raises(backend.RequestError, match="list of strings"):
-        backend.check_structured_keys({"choice": "yes"}, STRUCTURED_FIELDS)
-    with pytest.raises(backend.RequestError, match="_backend: is not a structured-output option"):
-        backend.check_structured_keys({"_backend": "xgrammar"}, STRUCTURED_FIELDS)
+    native.check_structured_keys({"json": {"type": "object"}}, STRUCTURED_FIELDS)
+    with pytest.raises(errors.RequestError, match=r'structured_outputs\.choices: .*did you mean "choice"'):
+        native.check_structured_keys({"choices": ["a"]}, STRUCTURED_FIELDS)
+    with pytest.raises(errors.RequestError, match="give one constraint"):
+        native.check_structured_keys({"json": {}, "regex": "a"} | {"json": {"type": "string"}}, STRUCTURED_FIELDS)
+    with pytest.raises(errors.RequestError, match="not a valid regex"):
+        native.check_structured_keys({"regex": "(unclosed"}, STRUCTURED_FIELDS)
+    with pytest.raises(errors.RequestError, match="list of strings"):
+        native.check_structured_keys({"choice": "yes"}, STRUCTURED_FIELDS)
+    with pytest.raises(errors.RequestError, match="_backend: is not a structured-output option"):
+        native.check_structured_keys({"_backend": "xgrammar"}, STRUCTURED_FIELDS)
 
 
 def test_resolve_lora():
     adapters = {"alpaca": "/a", "doll": "/d"}
-    assert backend.resolve_lora(None, adapters) is None
-    assert backend.resolve_lora("doll", adapters) == ("doll", 2, "/d")
-    with pytest.raises(backend.RequestError) as err:
-        backend.resolve_lora("alpacca", adapters)
+    assert native.resolve_lora(None, adapters) is None
+    assert native.resolve_lora("doll", adapters) == ("doll", 2, "/d")
+    with pytest.raises(errors.RequestError) as err:
+        native.resolve_lora("alpacca", adapters)
     assert err.value.field == "sampling_parameters.lora_name"
     assert 'did you mean "alpaca"' in str(err.value) and "alpaca, doll" in str(err.value)
-    with pytest.raises(backend.RequestError, match="LoRA is not enabled"):
-        backend.resolve_lora("alpaca", None)
+    with pytest.raises(errors.RequestError, match="LoRA is not enabled"):
+        native.resolve_lora("alpaca", None)
 
 
 # -- model files, devices, versions ----------------------------------------------------------------------------------
@@ -266,16 +279,16 @@ def test_resolve_lora():
 def test_load_lora_adapters(tmp_path):
     (tmp_path / "adapters" / "a").mkdir(parents=True)
     (tmp_path / "multi_lora.json").write_text(json.dumps({"a": "adapters/a", "b": "/abs/b"}))
-    assert backend.load_lora_adapters(str(tmp_path)) == {"a": str(tmp_path / "adapters" / "a"), "b": "/abs/b"}
+    assert configuration.load_lora_adapters(str(tmp_path)) == {"a": str(tmp_path / "adapters" / "a"), "b": "/abs/b"}
     (tmp_path / "multi_lora.json").write_text('{"a": ')
-    with pytest.raises(backend.BackendConfigError, match=r"multi_lora.json:1:\d+: invalid JSON"):
-        backend.load_lora_adapters(str(tmp_path))
+    with pytest.raises(errors.BackendConfigError, match=r"multi_lora.json:1:\d+: invalid JSON"):
+        configuration.load_lora_adapters(str(tmp_path))
     (tmp_path / "multi_lora.json").write_text('["a"]')
-    with pytest.raises(backend.BackendConfigError, match="must be a JSON object"):
-        backend.load_lora_adapters(str(tmp_path))
+    with pytest.raises(errors.BackendConfigError, match="must be a JSON object"):
+        configuration.load_lora_adapters(str(tmp_path))
     (tmp_path / "multi_lora.json").unlink()
-    with pytest.raises(backend.BackendConfigError, match="not found"):
-        backend.load_lora_adapters(str(tmp_path))
+    with pytest.raises(errors.BackendConfigError, match="not found"):
+        configuration.load_lora_adapters(str(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -290,7 +303,7 @@ def test_load_lora_adapters(tmp_path):
     ],
 )
 def test_plan_visible_devices(kind, device, name, world, ids, expected):
-    assert backend.plan_visible_devices(kind, device, name, world, ids) == expected
+    assert configuration.plan_visible_devices(kind, device, name, world, ids) == expected
 
 
 @pytest.mark.parametrize(
@@ -303,18 +316,18 @@ def test_plan_visible_devices(kind, device, name, world, ids, expected):
     ],
 )
 def test_plan_visible_devices_errors(kind, world, ids, fragment):
-    with pytest.raises(backend.BackendConfigError, match=fragment):
-        backend.plan_visible_devices(kind, 0, "m_0", world, ids)
+    with pytest.raises(errors.BackendConfigError, match=fragment):
+        configuration.plan_visible_devices(kind, 0, "m_0", world, ids)
 
 
 def test_version_check():
-    assert backend.check_vllm_version("0.32.0") is None
-    assert backend.check_vllm_version("0.26.0+cu130") is None
-    assert "newer than" in backend.check_vllm_version("0.40.1")
-    with pytest.raises(backend.BackendConfigError, match=r"vLLM 0\.6\.3\.post1 is too old.*>= 0\.20\.0"):
-        backend.check_vllm_version("0.6.3.post1")
-    with pytest.raises(backend.BackendConfigError, match="not installed"):
-        backend.check_vllm_version(None)
+    assert environment.check_vllm_version("0.32.0") is None
+    assert environment.check_vllm_version("0.26.0+cu130") is None
+    assert "newer than" in environment.check_vllm_version("0.40.1")
+    with pytest.raises(errors.BackendConfigError, match=r"vLLM 0\.6\.3\.post1 is too old.*>= 0\.20\.0"):
+        environment.check_vllm_version("0.6.3.post1")
+    with pytest.raises(errors.BackendConfigError, match="not installed"):
+        environment.check_vllm_version(None)
 
 
 # -- output assembly -------------------------------------------------------------------------------------------------
@@ -340,18 +353,18 @@ def as_dict(tensors):
 
 
 def test_text_only_by_default_with_prompt_prepended_once():
-    options = backend.OutputOptions(stream=False, prepend_prompt=True)
-    out = as_dict(backend.assemble_outputs(request_output(completion(text=" there")), options, first=True))
+    options = native.OutputOptions(stream=False, prepend_prompt=True)
+    out = as_dict(native.assemble_outputs(request_output(completion(text=" there")), options, first=True))
     assert list(out) == ["text_output"]
     assert out["text_output"].tolist() == [b"Hi there"]
     assert out["text_output"].dtype == np.object_
-    later = as_dict(backend.assemble_outputs(request_output(completion(text="!")), options, first=False))
+    later = as_dict(native.assemble_outputs(request_output(completion(text="!")), options, first=False))
     assert later["text_output"].tolist() == [b"!"]
 
 
 def test_every_additional_output():
     Lp = lambda v: SimpleNamespace(logprob=v, rank=1, decoded_token="x")  # noqa: E731
-    options = backend.OutputOptions(
+    options = native.OutputOptions(
         stream=True,
         prepend_prompt=False,
         return_finish_reason=True,
@@ -369,7 +382,7 @@ def test_every_additional_output():
             finish_reason="length",
         )
     )
-    out = as_dict(backend.assemble_outputs(ro, options, first=True))
+    out = as_dict(native.assemble_outputs(ro, options, first=True))
     assert out["text_output"].tolist() == [b"ab"]
     assert out["finish_reason"].tolist() == [b"length"]
     assert out["cumulative_logprob"].dtype == np.float32 and out["cumulative_logprob"].tolist() == [-1.5]
@@ -382,30 +395,30 @@ def test_every_additional_output():
 
 
 def test_unfinished_and_missing_values():
-    options = backend.OutputOptions(
+    options = native.OutputOptions(
         stream=True,
         prepend_prompt=False,
         return_finish_reason=True,
         return_cumulative_logprob=True,
         return_logprobs=True,
     )
-    out = as_dict(backend.assemble_outputs(request_output(completion(text="a")), options, first=True))
+    out = as_dict(native.assemble_outputs(request_output(completion(text="a")), options, first=True))
     assert out["finish_reason"].tolist() == [b"None"]  # as the upstream backend reports an unfinished stream
     assert math.isnan(out["cumulative_logprob"][0])
     assert out["logprobs"].tolist() == [b"null"]
 
 
 def test_n_completions_are_placed_by_index_in_streams():
-    options = backend.OutputOptions(stream=True, prepend_prompt=False, n=3, return_num_output_tokens=True)
+    options = native.OutputOptions(stream=True, prepend_prompt=False, n=3, return_num_output_tokens=True)
     ro = request_output(completion(index=2, text="c", token_ids=(5,)), completion(index=0, text="a", token_ids=(4, 4)))
-    out = as_dict(backend.assemble_outputs(ro, options, first=False))
+    out = as_dict(native.assemble_outputs(ro, options, first=False))
     assert out["text_output"].tolist() == [b"a", b"", b"c"]
     assert out["num_output_tokens"].tolist() == [2, 0, 1]
 
 
 def test_unicode_text_is_utf8():
-    options = backend.OutputOptions(stream=False, prepend_prompt=True)
-    out = as_dict(backend.assemble_outputs(request_output(completion(text="é✓"), prompt="ß"), options, first=True))
+    options = native.OutputOptions(stream=False, prepend_prompt=True)
+    out = as_dict(native.assemble_outputs(request_output(completion(text="é✓"), prompt="ß"), options, first=True))
     assert out["text_output"][0].decode("utf-8") == "ßé✓"
 
 
@@ -437,7 +450,7 @@ def _iteration(generation_tokens=0, ttft=(), itl=(), n_params=(), finished=()):
 
 
 def test_metrics_accumulator_sums_until_taken_and_keeps_gauges():
-    acc = backend.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator()
     acc.record(SimpleNamespace(num_running_reqs=2, num_waiting_reqs=1, kv_cache_usage=0.25), _iteration(1, ttft=[0.1]))
     acc.record(None, _iteration(2, itl=[0.02, 0.03]))
     acc.record(None, _iteration(1, itl=[0.04], n_params=[1], finished=[_finished(generation_tokens=4)]))
@@ -453,7 +466,7 @@ def test_metrics_accumulator_sums_until_taken_and_keeps_gauges():
 
 def test_time_per_output_token_is_one_sample_per_token_after_the_first():
     # As Triton's own vLLM backend reports it: vLLM's inter-token latencies, not one mean per request.
-    acc = backend.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator()
     tokens_by_request = {"a": 16, "b": 16, "c": 5}
     itl = {rid: [0.01 * (i + 1) for i in range(tokens - 1)] for rid, tokens in tokens_by_request.items()}
     acc.record(None, _iteration(len(tokens_by_request), ttft=[0.1] * len(tokens_by_request)))
@@ -468,7 +481,7 @@ def test_time_per_output_token_is_one_sample_per_token_after_the_first():
 
 
 def test_a_final_response_waits_until_its_request_is_recorded():
-    acc = backend.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator()
     sent = []
     acc.expect("r1", 1)
     acc.send_final_after_stats("r1", lambda: sent.append("r1"))
@@ -484,7 +497,7 @@ def test_a_final_response_waits_until_its_request_is_recorded():
 
 
 def test_a_final_response_whose_stats_came_first_is_due_at_once():
-    acc = backend.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator()
     acc.expect("r1", 1)
     acc.record(None, _iteration(1, finished=[_finished("r1")]))
     acc.send_final_after_stats("r1", "send r1")
@@ -494,7 +507,7 @@ def test_a_final_response_whose_stats_came_first_is_due_at_once():
 
 
 def test_n_completions_wait_for_every_completion_and_other_requests_do_not_count():
-    acc = backend.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator()
     acc.expect("parent", 3)
     acc.expect("other", 1)
     acc.record(None, _iteration(0, finished=[_finished("parent"), _finished("other")]))
@@ -506,7 +519,7 @@ def test_n_completions_wait_for_every_completion_and_other_requests_do_not_count
 
 
 def test_held_final_responses_are_released_when_no_stats_will_come():
-    acc = backend.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator()
     acc.expect("r1", 1)
     acc.send_final_after_stats("r1", "send r1")
     assert acc.release_held(older_than_s=60) == 0
@@ -517,10 +530,10 @@ def test_held_final_responses_are_released_when_no_stats_will_come():
 def test_bucket_boundaries_are_those_of_tritons_own_vllm_backend():
     # triton-inference-server/vllm_backend, src/utils/metrics.py
     ttft = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-    assert ttft == backend.TTFT_BUCKETS
-    assert backend.TPOT_BUCKETS == (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-    assert backend.E2E_BUCKETS == (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
-    assert backend.N_PARAM_BUCKETS == (1, 2, 5, 10, 20)
+    assert ttft == metrics.TTFT_BUCKETS
+    assert metrics.TPOT_BUCKETS == (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+    assert metrics.E2E_BUCKETS == (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+    assert metrics.N_PARAM_BUCKETS == (1, 2, 5, 10, 20)
 
 
 @pytest.mark.parametrize(
@@ -538,22 +551,22 @@ def test_bucket_boundaries_are_those_of_tritons_own_vllm_backend():
 def test_metrics_are_on_only_with_report_custom_metrics_and_vllm_stats(report, disable_log_stats, enabled):
     params = {} if report is None else {"REPORT_CUSTOM_METRICS": report}
     engine_config = {} if disable_log_stats is None else {"disable_log_stats": disable_log_stats}
-    assert backend.metrics_enabled(params, engine_config) is enabled
+    assert metrics.metrics_enabled(params, engine_config) is enabled
 
 
 def test_a_bad_disable_log_stats_is_a_config_error():
-    with pytest.raises(backend.BackendConfigError, match="disable_log_stats"):
-        backend.metrics_enabled({"REPORT_CUSTOM_METRICS": "true"}, {"disable_log_stats": "sometimes"})
+    with pytest.raises(errors.BackendConfigError, match="disable_log_stats"):
+        metrics.metrics_enabled({"REPORT_CUSTOM_METRICS": "true"}, {"disable_log_stats": "sometimes"})
 
 
 def test_older_vllm_cache_usage_name():
-    acc = backend.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator()
     acc.record(SimpleNamespace(num_running_reqs=0, num_waiting_reqs=0, gpu_cache_usage=0.5), None)
     assert acc.take()["kv_cache_usage"] == 0.5
 
 
 def test_token_buckets():
-    assert backend.token_buckets(512) == [1, 2, 5, 10, 20, 50, 100, 200, 500]
+    assert metrics.token_buckets(512) == [1, 2, 5, 10, 20, 50, 100, 200, 500]
 
 
 def test_validation_field_names_the_parameter():
@@ -563,10 +576,10 @@ def test_validation_field_names_the_parameter():
             self.parameter = parameter
 
     assert (
-        backend.validation_field(VLLMValidationError("x", parameter="temperature")) == "sampling_parameters.temperature"
+        native.validation_field(VLLMValidationError("x", parameter="temperature")) == "sampling_parameters.temperature"
     )
-    assert backend.validation_field(ValueError("top_p must be in (0, 1], got 7.0.")) == "sampling_parameters.top_p"
-    assert backend.validation_field(ValueError("Something odd")) == "sampling_parameters"
+    assert native.validation_field(ValueError("top_p must be in (0, 1], got 7.0.")) == "sampling_parameters.top_p"
+    assert native.validation_field(ValueError("Something odd")) == "sampling_parameters"
 
 
 # -- auto-complete ---------------------------------------------------------------------------------------------------
@@ -604,10 +617,10 @@ class FakeAutoCompleteConfig:
 def test_auto_complete_fills_the_contract_into_a_minimal_config():
     cfg = backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig({"name": "m"})).as_dict()
     assert [(t["name"], t["data_type"], t["dims"], t["optional"]) for t in cfg["input"]] == [
-        (name, dtype, list(dims), optional) for name, dtype, dims, optional in backend.INPUTS
+        (name, dtype, list(dims), optional) for name, dtype, dims, optional in contract.INPUTS
     ]
     assert [(t["name"], t["data_type"], t["dims"]) for t in cfg["output"]] == [
-        (name, dtype, list(dims)) for name, dtype, dims, _ in backend.OUTPUTS
+        (name, dtype, list(dims)) for name, dtype, dims, _ in contract.OUTPUTS
     ]
     assert cfg["model_transaction_policy"] == {"decoupled": True} and cfg["max_batch_size"] == 0
 
@@ -615,7 +628,7 @@ def test_auto_complete_fills_the_contract_into_a_minimal_config():
 def test_auto_complete_keeps_listed_tensors_and_rejects_contradictions():
     listed = {"input": [{"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}]}
     cfg = backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig(listed)).as_dict()
-    assert [t["name"] for t in cfg["input"]].count("text_input") == 1 and len(cfg["input"]) == len(backend.INPUTS)
+    assert [t["name"] for t in cfg["input"]].count("text_input") == 1 and len(cfg["input"]) == len(contract.INPUTS)
     wrong = {"input": [{"name": "stream", "data_type": "TYPE_STRING", "dims": [1]}]}
     with pytest.raises(ValueError, match="input 'stream' has data_type TYPE_STRING; the vLLM backend needs TYPE_BOOL"):
         backend.TritonPythonModel.auto_complete_config(FakeAutoCompleteConfig(wrong))
@@ -657,7 +670,7 @@ def test_backend_middleware_drops_only_what_has_nothing_to_act_on_behind_the_gat
 
     names = ["ScalingMiddleware", "CORSMiddleware", "AuthenticationMiddleware", "PrometheusInstrumentatorMiddleware"]
     stack = [entry(n) for n in [*names, "GZipMiddleware"]]
-    kept = backend.backend_middleware(stack)
+    kept = openai_app.backend_middleware(stack)
     assert [m.cls.__name__ for m in kept] == ["ScalingMiddleware", "GZipMiddleware"]
     assert kept[0] is stack[0] and kept[1] is stack[-1]
 
@@ -757,8 +770,8 @@ _DEATH_LINES = [
 @pytest.mark.parametrize("line, cause", _DEATH_LINES)
 def test_the_engine_death_cause_is_the_last_process_death_in_the_log(line, cause):
     earlier = "Worker proc VllmWorker-9 died unexpectedly (exit code: -9)\n"
-    assert backend.engine_death_cause(f"{earlier}I1201 started\n{line}\nE1201 [vllm] engine dead\n") == cause
-    assert backend.engine_death_cause("I1201 all is well\n") is None
+    assert environment.engine_death_cause(f"{earlier}I1201 started\n{line}\nE1201 [vllm] engine dead\n") == cause
+    assert environment.engine_death_cause("I1201 all is well\n") is None
 
 
 def test_launch_reads_a_death_from_the_log_as_the_backend_does():
@@ -766,7 +779,7 @@ def test_launch_reads_a_death_from_the_log_as_the_backend_does():
     from vllm_repo.serve import launch
 
     for line, _ in _DEATH_LINES:
-        assert launch.engine_death_reason(line) == backend.engine_death_cause(line)
+        assert launch.engine_death_reason(line) == environment.engine_death_cause(line)
 
 
 def test_the_server_log_is_found_only_when_output_goes_to_a_file(tmp_path):
@@ -774,19 +787,19 @@ def test_the_server_log_is_found_only_when_output_goes_to_a_file(tmp_path):
 
     log = tmp_path / "server.log"
     with open(log, "w") as out:
-        assert backend.server_log_file(out.fileno()) == str(log)
+        assert environment.server_log_file(out.fileno()) == str(log)
     read, write = os.pipe()
     try:
-        assert backend.server_log_file(write) is None
+        assert environment.server_log_file(write) is None
     finally:
         os.close(read)
         os.close(write)
     log.write_text("x" * 10 + "tail")
-    assert backend.read_log_tail(str(log), size=4) == "tail"
+    assert environment.read_log_tail(str(log), size=4) == "tail"
     # Not before where this run began, however much is asked for.
-    assert backend.read_log_tail(str(log), start=backend.log_size(str(log)) - 6) == "xxtail"
-    assert backend.log_size(str(log)) == 14 and backend.log_size(str(tmp_path / "missing")) == 0
-    assert backend.read_log_tail(str(tmp_path / "missing")) == ""
+    assert environment.read_log_tail(str(log), start=environment.log_size(str(log)) - 6) == "xxtail"
+    assert environment.log_size(str(log)) == 14 and environment.log_size(str(tmp_path / "missing")) == 0
+    assert environment.read_log_tail(str(tmp_path / "missing")) == ""
 
 
 # -- OpenAI requests -------------------------------------------------------------------------------------------------
@@ -804,54 +817,54 @@ def envelope(value) -> bytes:
 
 def test_openai_envelope_gives_endpoint_method_and_body():
     body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}
-    endpoint, method, data, stream_to, headers, query = backend.parse_openai_request(
+    endpoint, method, data, stream_to, headers, query = openai_wire.parse_openai_request(
         envelope({"endpoint": "/v1/chat/completions", "body": body})
     )
     assert (endpoint, method, stream_to, headers, query) == ("/v1/chat/completions", "POST", None, None, b"")
     assert json.loads(data) == body
     assert "héllo".encode() in data  # UTF-8, not \\u escapes
-    models = backend.parse_openai_request(np.bytes_(envelope({"endpoint": "/v1/models"})))
+    models = openai_wire.parse_openai_request(np.bytes_(envelope({"endpoint": "/v1/models"})))
     assert models == ("/v1/models", "GET", b"", None, None, b"")
     # A body the gateway could not parse goes to vLLM as it came, for vLLM's own answer to bad JSON.
-    assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "body": "{oops"}))[2] == b"{oops"
+    assert openai_wire.parse_openai_request(envelope({"endpoint": "/v1/completions", "body": "{oops"}))[2] == b"{oops"
 
 
 def test_every_route_the_gateway_forwards_by_model_is_one_the_backend_takes_by_post():
-    from vllm_repo.serve.openai.app import MODEL_ENDPOINTS
-
-    for endpoint in MODEL_ENDPOINTS:
-        assert backend.parse_openai_request(envelope({"endpoint": endpoint, "body": {}}))[:2] == (endpoint, "POST")
-    with pytest.raises(backend.OpenAIError, match="/v1/embeddings"):
-        backend.parse_openai_request(envelope({"endpoint": "/v1/embeddings", "body": {}}))
+    for endpoint in contract.OPENAI_MODEL_ENDPOINTS:
+        assert openai_wire.parse_openai_request(envelope({"endpoint": endpoint, "body": {}}))[:2] == (endpoint, "POST")
+    with pytest.raises(openai_wire.OpenAIError, match="/v1/embeddings"):
+        openai_wire.parse_openai_request(envelope({"endpoint": "/v1/embeddings", "body": {}}))
 
 
 def test_a_stored_responses_routes_carry_its_id_and_the_query_string():
-    stored = backend.parse_openai_request(envelope({"endpoint": "/v1/responses/resp_1?stream=true&starting_after=2"}))
+    stored = openai_wire.parse_openai_request(
+        envelope({"endpoint": "/v1/responses/resp_1?stream=true&starting_after=2"})
+    )
     assert stored[:3] == ("/v1/responses/resp_1", "GET", b"") and stored.query == b"stream=true&starting_after=2"
-    cancel = backend.parse_openai_request(envelope({"endpoint": "/v1/responses/resp_1/cancel"}))
+    cancel = openai_wire.parse_openai_request(envelope({"endpoint": "/v1/responses/resp_1/cancel"}))
     assert (cancel.endpoint, cancel.method, cancel.query) == ("/v1/responses/resp_1/cancel", "POST", b"")
     for unserved in ("/v1/responses/", "/v1/responses/a/b", "/v1/responses/a/cancel/x"):
-        with pytest.raises(backend.OpenAIError) as refused:
-            backend.parse_openai_request(envelope({"endpoint": unserved}))
+        with pytest.raises(openai_wire.OpenAIError) as refused:
+            openai_wire.parse_openai_request(envelope({"endpoint": unserved}))
         assert refused.value.status == 404
 
 
 def test_openai_envelope_names_the_gateways_stream_socket():
     raw = envelope({"endpoint": "/v1/completions", "body": {}, "stream_to": {"socket": "/run/g/s.sock", "id": 7}})
-    assert backend.parse_openai_request(raw).stream_to == backend.StreamTo("/run/g/s.sock", 7)
+    assert openai_wire.parse_openai_request(raw).stream_to == openai_wire.StreamTo("/run/g/s.sock", 7)
 
 
 def test_openai_envelope_gives_the_client_headers_as_asgi_has_them():
     headers = [["Content-Type", "text/plain"], ["x-request-id", "r\udcff"], ["x-a", "1"], ["x-a", "2"]]
     raw = envelope({"endpoint": "/v1/completions", "body": {}, "headers": headers})
     # Names lower-cased, order and repeats kept, a value the gateway decoded with surrogateescape as its bytes.
-    assert backend.parse_openai_request(raw).headers == [
+    assert openai_wire.parse_openai_request(raw).headers == [
         (b"content-type", b"text/plain"),
         (b"x-request-id", b"r\xff"),
         (b"x-a", b"1"),
         (b"x-a", b"2"),
     ]
-    assert backend.parse_openai_request(envelope({"endpoint": "/v1/completions", "headers": []})).headers == []
+    assert openai_wire.parse_openai_request(envelope({"endpoint": "/v1/completions", "headers": []})).headers == []
 
 
 @pytest.mark.parametrize(
@@ -861,7 +874,7 @@ def test_openai_envelope_gives_the_client_headers_as_asgi_has_them():
         (b"{nope", 400, "not valid JSON"),
         (envelope(["/v1/models"]), 400, "must be a JSON object"),
         (envelope({"endpoint": "/v1/models", "bdy": {}}), 400, 'did you mean "body"'),
-        (envelope({"endpoint": "/v1/embeddings"}), 404, "/v1/chat/completions, /v1/completions, /v1/models"),
+        (envelope({"endpoint": "/v1/embeddings"}), 404, "/v1/chat/completions, /v1/completions, /v1/responses"),
         (envelope({"body": {}}), 404, "endpoint null is not served"),
         (envelope({"endpoint": "/v1/models", "stream_to": "/tmp/s"}), 400, "stream_to must be"),
         (envelope({"endpoint": "/v1/models", "stream_to": {"socket": "/tmp/s", "id": -1}}), 400, "stream_to must be"),
@@ -874,8 +887,8 @@ def test_openai_envelope_gives_the_client_headers_as_asgi_has_them():
     ],
 )
 def test_a_malformed_openai_envelope_is_an_error_in_vllms_shape(raw, status, fragment):
-    with pytest.raises(backend.OpenAIError) as caught:
-        backend.parse_openai_request(raw)
+    with pytest.raises(openai_wire.OpenAIError) as caught:
+        openai_wire.parse_openai_request(raw)
     assert caught.value.status == status and fragment in str(caught.value)
     error = json.loads(caught.value.body())["error"]
     assert list(error) == ["message", "type", "param", "code"]  # vLLM's ErrorInfo, in its order
@@ -883,13 +896,13 @@ def test_a_malformed_openai_envelope_is_an_error_in_vllms_shape(raw, status, fra
 
 
 def test_openai_json_is_written_as_vllms_server_writes_it():
-    assert backend.openai_json({"a": "é", "b": [1, None]}) == '{"a":"é","b":[1,null]}'.encode()
+    assert openai_wire.openai_json({"a": "é", "b": [1, None]}) == '{"a":"é","b":[1,null]}'.encode()
     with pytest.raises(ValueError):
-        backend.openai_json({"x": float("nan")})
+        openai_wire.openai_json({"x": float("nan")})
 
 
 def test_sse_chunks_join_while_a_send_is_in_flight_and_the_final_flag_goes_with_the_last():
-    joiner = backend.SseJoiner()
+    joiner = openai_wire.SseJoiner()
     assert joiner.take() is None  # nothing yet
     joiner.push(b"data: 1\n\n")
     assert joiner.take() == (b"data: 1\n\n", False)
@@ -908,7 +921,7 @@ def test_sse_chunks_join_while_a_send_is_in_flight_and_the_final_flag_goes_with_
 
 
 def test_the_final_flag_goes_alone_when_the_last_chunk_was_in_flight():
-    joiner = backend.SseJoiner()
+    joiner = openai_wire.SseJoiner()
     joiner.push(b"data: [DONE]\n\n")
     assert joiner.take() == (b"data: [DONE]\n\n", False)
     joiner.finish()
@@ -918,7 +931,7 @@ def test_the_final_flag_goes_alone_when_the_last_chunk_was_in_flight():
 
 
 def test_a_complete_answer_is_one_final_send():
-    joiner = backend.SseJoiner()
+    joiner = openai_wire.SseJoiner()
     joiner.push(b'{"id":')
     joiner.push(b'"x"}')
     joiner.finish()
@@ -945,7 +958,7 @@ def frontend_parser():
 
 def argv_for(options):
     parser = frontend_parser()
-    argv = backend.frontend_argv(options, parser._actions, ["max_model_len", "model"], "/m/1/openai.json")
+    argv = openai_app.frontend_argv(options, parser._actions, ["max_model_len", "model"], "/m/1/openai.json")
     return argv, parser.parse_args(argv)
 
 
@@ -986,8 +999,8 @@ def test_openai_json_becomes_vllm_serves_command_line():
 )
 def test_openai_json_errors_name_the_file_and_the_key(options, fragment):
     parser = frontend_parser()
-    with pytest.raises(backend.BackendConfigError) as caught:
-        backend.frontend_argv(options, parser._actions, ["max_model_len"], "/m/1/openai.json")
+    with pytest.raises(errors.BackendConfigError) as caught:
+        openai_app.frontend_argv(options, parser._actions, ["max_model_len"], "/m/1/openai.json")
     assert str(caught.value).startswith("/m/1/openai.json: ")
     assert fragment in str(caught.value)
 
@@ -996,23 +1009,23 @@ def test_a_bad_choice_is_left_to_vllms_parser():
     # The value reaches the parser as given, so vLLM's own choices and types decide.
     argv, _ = argv_for({"max_log_len": 3})
     parser = frontend_parser()
-    bad = backend.frontend_argv({"tool_call_parser": "nope"}, parser._actions, [], "p")
+    bad = openai_app.frontend_argv({"tool_call_parser": "nope"}, parser._actions, [], "p")
     assert bad == ["--tool-call-parser", "nope"] and argv == ["--max-log-len", "3"]
     with pytest.raises(SystemExit):
         parser.parse_args(bad)
 
 
 def test_load_openai_options_resolves_a_relative_chat_template(tmp_path):
-    assert backend.load_openai_options(str(tmp_path)) is None  # no file: nothing to check
+    assert openai_app.load_openai_options(str(tmp_path)) is None  # no file: nothing to check
     (tmp_path / "t.jinja").write_text("{{ messages }}")
     (tmp_path / "openai.json").write_text(json.dumps({"chat_template": "t.jinja", "response_role": "bot"}))
-    options = backend.load_openai_options(str(tmp_path))
+    options = openai_app.load_openai_options(str(tmp_path))
     assert options == {"chat_template": str(tmp_path / "t.jinja"), "response_role": "bot"}
     # An inline template or a missing file stays as written (vLLM says what is wrong with it).
-    assert backend.resolve_chat_template("{{ messages }}", str(tmp_path)) == "{{ messages }}"
+    assert openai_app.resolve_chat_template("{{ messages }}", str(tmp_path)) == "{{ messages }}"
     (tmp_path / "openai.json").write_text("[1]")
-    with pytest.raises(backend.BackendConfigError, match=r"openai\.json: must be a JSON object"):
-        backend.load_openai_options(str(tmp_path))
+    with pytest.raises(errors.BackendConfigError, match=r"openai\.json: must be a JSON object"):
+        openai_app.load_openai_options(str(tmp_path))
 
 
 # -- the startup heap ------------------------------------------------------------------------------------------------
@@ -1031,7 +1044,7 @@ def test_freezing_the_startup_heap_collects_its_garbage_first_and_freezes_what_l
     del garbage
     before = gc.get_freeze_count()
     try:
-        frozen = backend.freeze_startup_heap()
+        frozen = environment.freeze_startup_heap()
         assert gone() is None  # collected, not frozen for the life of the process
         assert frozen == gc.get_freeze_count() > before
         assert not any(obj is alive for obj in gc.get_objects())  # beyond the collector's reach now
@@ -1044,21 +1057,21 @@ def test_the_send_thread_sends_in_order_off_the_calling_thread_and_survives_a_fa
     import threading
 
     sent: list[tuple[int, str]] = []
-    sends = backend.SendThread()
+    thread = sends.SendThread()
 
     def failing() -> None:
         raise RuntimeError("the client is gone")
 
     try:
         for i in range(50):
-            sends.submit(lambda i=i: sent.append((i, threading.current_thread().name)))
+            thread.submit(lambda i=i: sent.append((i, threading.current_thread().name)))
             if i == 10:
-                sends.submit(failing)
+                thread.submit(failing)
     finally:
-        sends.stop()  # sends what was submitted first
+        thread.stop()  # sends what was submitted first
     assert [i for i, _ in sent] == list(range(50))
     assert {name for _, name in sent} == {"vllm-sends"}
-    assert sends.sends == 51
+    assert thread.sends == 51
     assert "could not send a response: the client is gone" in caplog.text
 
 
@@ -1067,7 +1080,7 @@ def test_a_send_resolves_its_future_on_the_loop_with_the_sends_error_and_a_cance
 
     async def scenario():
         loop = asyncio.get_running_loop()
-        sends = backend.SendThread()
+        thread = sends.SendThread()
         try:
             ok, failed, cancelled = loop.create_future(), loop.create_future(), loop.create_future()
             cancelled.cancel()  # its request was cancelled while the send was queued
@@ -1075,14 +1088,14 @@ def test_a_send_resolves_its_future_on_the_loop_with_the_sends_error_and_a_cance
             def failing() -> None:
                 raise ConnectionError("the client is gone")
 
-            sends.submit(lambda: None, ok)
-            sends.submit(failing, failed)
-            sends.submit(lambda: None, cancelled)
+            thread.submit(lambda: None, ok)
+            thread.submit(failing, failed)
+            thread.submit(lambda: None, cancelled)
             assert await asyncio.wait_for(ok, 5) is None
             with pytest.raises(ConnectionError, match="the client is gone"):
                 await asyncio.wait_for(failed, 5)
         finally:
-            sends.stop()
+            thread.stop()
         await asyncio.sleep(0.01)  # the settle callbacks have run
         return cancelled
 
@@ -1153,7 +1166,7 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
     import time
 
     monkeypatch.setattr(
-        backend,
+        stub,
         "pb_utils",
         SimpleNamespace(
             TRITONSERVER_RESPONSE_COMPLETE_FINAL=1,
@@ -1175,11 +1188,11 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
         model = backend.TritonPythonModel.__new__(backend.TritonPythonModel)
         model._loop = asyncio.get_running_loop()
         model._live, model._metrics, model._render = {}, None, None
-        model._sends = backend.SendThread()
-        model._stream_sends = [backend.SendThread(f"vllm-sends-{i}") for i in range(2)]
+        model._sends = sends.SendThread()
+        model._stream_sends = [sends.SendThread(f"vllm-sends-{i}") for i in range(2)]
         model._inline_sends_up_to = chunk
         model.engine = _MergingEngine(tokens, step_s=0.002, chunk=chunk)  # chunk 2: 4 chunks a step, 3 yields
-        options = backend.OutputOptions(stream=True, prepend_prompt=False, return_num_output_tokens=True)
+        options = native.OutputOptions(stream=True, prepend_prompt=False, return_num_output_tokens=True)
         jobs = [backend._Job(None, Sender(), f"r{i}", {"prompt": "x"}, None, None, options) for i in range(streams)]
         model._live = {job.request_id: job for job in jobs}  # as _spawn() keeps them
         for i, job in enumerate(jobs):

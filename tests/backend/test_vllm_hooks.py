@@ -18,23 +18,22 @@ pytestmark = [pytest.mark.e2e, needs_serving]
 DROPPED = {"CORSMiddleware", "PrometheusInstrumentatorMiddleware"}
 MODEL_PY = Path(__file__).resolve().parents[2] / "vllm_repo" / "backend" / "model.py"
 
-# Runs in the serving Python: model.py imported by path, as Triton's stub imports it.
+# Runs in the serving Python: model.py imported by path, its package found beside it.
 PROBE = """\
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("backend_model", sys.argv[1])
 model = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(model)
+from vllm_repo_backend import contract, environment, metrics, openai_app  # beside model.py, which put them on sys.path
 out = {}
 
-build_app = model._import_first(("vllm.entrypoints.launchers.app", "vllm.entrypoints.openai.api_server"), "build_app")
-make_arg_parser = model._import_first(
-    ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"), "make_arg_parser"
-)
-parser_cls = model._import_first(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
+build_app, _ = openai_app.import_app_builders()
+make_arg_parser = environment.import_first(contract.SERVE_PARSER_MODULES, "make_arg_parser")
+parser_cls = environment.import_first(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
 args = make_arg_parser(parser_cls()).parse_args(["--middleware", "starlette.middleware.gzip.GZipMiddleware"])
 app = build_app(args, supported_tasks=("generate",))
 out["vllm_middleware"] = [m.cls.__name__ for m in app.user_middleware]
-out["backend_middleware"] = [m.cls.__name__ for m in model.backend_middleware(app.user_middleware)]
+out["backend_middleware"] = [m.cls.__name__ for m in openai_app.backend_middleware(app.user_middleware)]
 
 from prometheus_client import REGISTRY
 from vllm.engine.arg_utils import EngineArgs
@@ -45,9 +44,9 @@ def vllm_metrics():
     return sorted(name for name in REGISTRY._names_to_collectors if name.startswith("vllm:"))
 
 config = EngineArgs(model=sys.argv[2], dtype="float32", max_model_len=256, enforce_eager=True).create_engine_config()
-accumulator = model.MetricsAccumulator()
-triton_logger = model.make_stat_logger_class(accumulator)
-manager = StatLoggerManager(config, custom_stat_loggers=[triton_logger, model.make_unexported_prometheus_class()])
+accumulator = metrics.MetricsAccumulator()
+triton_logger = metrics.make_stat_logger_class(accumulator)
+manager = StatLoggerManager(config, custom_stat_loggers=[triton_logger, metrics.make_unexported_prometheus_class()])
 manager.record(SchedulerStats(num_running_reqs=3, num_waiting_reqs=2), None)
 manager.log()
 out["loggers"] = [type(logger).__name__ for logger in manager.stat_loggers]

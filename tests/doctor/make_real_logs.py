@@ -139,6 +139,18 @@ def ray_on_cpu(tiny: Path, work: Path, log: Path) -> None:
         cluster.stop()
 
 
+def backend_alone(tiny: Path, work: Path, log: Path) -> None:
+    """The bundled model.py copied into the backend directory without its package, as the README once said."""
+    from vllm_repo.backend import bundled_backend_path
+
+    triton = server(repository(work / "repo", str(tiny)), log, backend_source=bundled_backend_path())
+    triton.start()
+    try:
+        wait_exit(triton)
+    finally:
+        triton.stop()
+
+
 SCENARIOS = {
     "bad-key-1": lambda tiny, work, log: load_failure(tiny, work, log, disable_log_requests=True),
     "missing-model-1": lambda tiny, work, log: load_failure(tiny, work, log, model="/nonexistent/tiny-llama"),
@@ -149,6 +161,7 @@ SCENARIOS = {
     "engine-core-killed-1": lambda tiny, work, log: killed(tiny, work, log, b"VLLM::EngineCore", signal.SIGKILL),
     "ray-on-cpu-1": ray_on_cpu,
     "hf-unreachable-1": hf_unreachable,
+    "backend-package-missing-1": backend_alone,
 }
 
 

@@ -39,6 +39,7 @@ EXPECTED = {
     "engine-core-killed": "VD201",
     "ray-on-cpu": "VD113",
     "hf-unreachable": "VD114",
+    "backend-package-missing": "VD115",
     # A warning, however often a healthy server logs it, is no cause: doctor finds nothing to report.
     "deprecation-warning": None,
 }

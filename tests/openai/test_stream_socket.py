@@ -18,8 +18,8 @@ import types
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from vllm_repo.backend import contract
 from vllm_repo.backend import model as backend
+from vllm_repo.backend.vllm_repo_backend import contract, openai_wire, stub
 from vllm_repo.serve.openai import app as gateway_app
 from vllm_repo.serve.openai.app import OpenAIGateway
 from vllm_repo.serve.openai.gateway import StreamSocketMode, offers_stream_socket, open_stream_socket
@@ -71,7 +71,7 @@ class LocalBackend:
             writer.close()
 
     async def _listen(self, reader, writer):
-        header = backend.STREAM_FRAME
+        header = openai_wire.STREAM_FRAME
         try:
             while True:
                 self.from_gateway.append(header.unpack(await reader.readexactly(header.size)))
@@ -280,7 +280,7 @@ def test_a_backend_that_connects_after_a_cancel_is_told_of_it():
             cancelled.cancel()  # no backend connected yet: the request may still be on its way to one
             reader, writer = await asyncio.open_unix_connection(streams.path)
             assert await reader.readexactly(len(contract.STREAM_SOCKET_HELLO)) == contract.STREAM_SOCKET_HELLO
-            header = backend.STREAM_FRAME
+            header = openai_wire.STREAM_FRAME
             frame = await asyncio.wait_for(reader.readexactly(header.size), 5)
             assert header.unpack(frame) == (cancelled.id, contract.STREAM_FRAME_CANCEL, 0)
             writer.close()
@@ -335,11 +335,11 @@ def test_the_backend_connects_to_a_gateways_socket():
     async def scenario():
         streams = await StreamSocket().start()
         try:
-            link = await _model()._connect_stream(streams.path)
+            link = await openai_wire.connect_stream_link(streams.path, lambda job, reason: None)
             assert link is not None
             first, second = streams.open(), streams.open()
             for inbox, payload in ((first, b"abc"), (second, b"de"), (first, b"f")):
-                link.send(backend.STREAM_FRAME.pack(inbox.id, backend.STREAM_FRAME_DATA, len(payload)) + payload)
+                link.send(openai_wire.STREAM_FRAME.pack(inbox.id, contract.STREAM_FRAME_DATA, len(payload)) + payload)
             assert link.buffered() > 0  # held until the loop's pass ends, then written at once
             assert await asyncio.wait_for(first.queue.get(), 5) == (DATA, b"abc")
             assert await asyncio.wait_for(second.queue.get(), 5) == (DATA, b"de")
@@ -357,9 +357,9 @@ def test_the_backend_cancels_a_stream_the_gateway_cancels_whenever_its_cancel_co
     async def scenario():
         streams = await StreamSocket().start()
         try:
-            model = _model()
-            model._cancel = lambda job, reason: cancelled.append((job, reason))
-            link = await model._connect_stream(streams.path)
+            link = await openai_wire.connect_stream_link(
+                streams.path, lambda job, reason: cancelled.append((job, reason))
+            )
             first, second, early, detached = (streams.open() for _ in range(4))
             link.attach(first.id, "first")
             link.attach(second.id, "second")
@@ -413,7 +413,7 @@ def test_the_watcher_asks_triton_only_about_requests_no_gateway_link_watches():
 
 
 def test_the_backend_writes_nothing_to_a_socket_that_is_not_a_gateways(tmp_path, monkeypatch):
-    monkeypatch.setattr(backend, "STREAM_SOCKET_HELLO_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(openai_wire, "STREAM_SOCKET_HELLO_TIMEOUT_S", 0.2)
     received: list[bytes] = []
 
     async def scenario():
@@ -424,9 +424,9 @@ def test_the_backend_writes_nothing_to_a_socket_that_is_not_a_gateways(tmp_path,
         path = str(tmp_path / "other.sock")
         server = await asyncio.start_unix_server(other_program, path=path)
         try:
-            model = _model()
-            assert await model._connect_stream(str(tmp_path / "missing.sock")) is None
-            assert await model._connect_stream(path) is None
+            ignore = lambda job, reason: None  # noqa: E731
+            assert await openai_wire.connect_stream_link(str(tmp_path / "missing.sock"), ignore) is None
+            assert await openai_wire.connect_stream_link(path, ignore) is None
             await asyncio.sleep(0.05)
         finally:
             server.close()
@@ -488,9 +488,7 @@ async def _serve_with_app(
         log_warn=unexpected,
         log_error=unexpected if errors is None else errors.append,
     )
-    monkeypatch.setattr(
-        backend, "pb_utils", types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Logger=logger)
-    )
+    monkeypatch.setattr(stub, "pb_utils", types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Logger=logger))
     model = _model()
     model._loop = asyncio.get_running_loop()
     model._stream_links, model._live = {}, {}
@@ -509,7 +507,7 @@ async def _serve_with_app(
         endpoint,
         "POST",
         b"{}",
-        stream_to=backend.StreamTo(streams.path, inbox.id) if use_socket else None,
+        stream_to=openai_wire.StreamTo(streams.path, inbox.id) if use_socket else None,
         headers=headers,
     )
     return inbox, asyncio.ensure_future(model._serve_openai(job)), finals

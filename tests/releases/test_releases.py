@@ -40,16 +40,6 @@ def test_every_ngc_container_maps_to_a_bundled_schema_of_its_own_minor_release()
         assert (chosen.major, chosen.minor) == (vllm.major, vllm.minor), (release, chosen)
 
 
-def test_the_backends_own_copy_agrees():
-    """backend/contract.py keeps the range too, as backend/model.py does (tests/backend ties those two together)."""
-    from vllm_repo.backend import contract
-
-    assert (contract.MIN_VLLM, contract.NEWEST_TESTED_VLLM) == (
-        backend_support.MIN_VLLM,
-        backend_support.NEWEST_TESTED_VLLM,
-    )
-
-
 def test_backend_support_follows_the_range():
     min_vllm, newest_tested = backend_support.MIN_VLLM, backend_support.NEWEST_TESTED_VLLM
     oldest = ".".join(map(str, min_vllm))

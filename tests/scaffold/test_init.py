@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from vllm_repo.backend import contract
+from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.errors import UsageError
 from vllm_repo.scaffold import InitError, default_model_name, init_model, parse_settings
 from vllm_repo.scaffold import init as scaffold

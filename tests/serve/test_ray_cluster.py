@@ -421,3 +421,83 @@ def test_launch_refuses_before_triton_starts_naming_the_gpus_and_the_cpu_build(c
     # The cluster holds it: what is left is the CPU build's refusal alone.
     assert fits.returncode == 1 and "does not support ray" in fits.stderr, fits.stderr
     assert "missing" not in fits.stderr and "starting embedded" not in fits.stderr
+
+
+# Run in the serving Python, as the driver of the cluster: the installed backend loaded as Triton's stub loads it
+# (its directory appended to sys.path, model.py imported as "model"), a real request read with the real vLLM, and
+# what generate() gets of it (prompt, SamplingParams, LoRARequest) sent to a Ray task on each node. One task's worker
+# has no backend directory anywhere on its path (a node without it); the other's has it first on PYTHONPATH, as
+# `export kubernetes` gives Ray's workers the container's backend directory, and imports vLLM there.
+BACKEND_ON_RAY = """\
+import importlib.util, json, os, sys
+import numpy as np
+import ray
+
+backend_dir, address = sys.argv[1], sys.argv[2]
+sys.path.append(backend_dir)
+import model
+from vllm_repo_backend import environment, native
+
+vllm = environment.import_vllm()
+reader = native.NativeRequestReader(vllm, {"doll": "/adapters/doll"}, 24)
+sampling = {"temperature": "0.5", "lora_name": "doll", "structured_outputs": {"choice": ["yes", "no"]}}
+inputs = {
+    "text_input": np.array([b"Hello"], dtype=np.object_),
+    "stream": np.array([True]),
+    "sampling_parameters": np.array([json.dumps(sampling).encode()], dtype=np.object_),
+}
+read = reader.read(inputs.get, None)
+handed_to_vllm = (read.prompt, read.sampling_params, read.lora_request)
+
+
+def report(handed, import_vllm):
+    if import_vllm:
+        import vllm.v1.engine.core  # what an engine's process imports, with the backend directory on its path
+    from_backend = sorted(
+        name for name, module in list(sys.modules.items())
+        if (getattr(module, "__file__", None) or "").startswith(backend_dir)
+    )
+    return {
+        "types": [f"{type(x).__module__}.{type(x).__name__}" for x in handed],
+        "temperature": handed[1].temperature,
+        "package_visible": importlib.util.find_spec("vllm_repo_backend") is not None,
+        "from_backend_dir": from_backend,
+    }
+
+
+ray.init(address=address, logging_level="ERROR")
+task = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(report)
+plain = task.remote(handed_to_vllm, False)
+on_path = task.options(runtime_env={"env_vars": {"PYTHONPATH": backend_dir}}).remote(handed_to_vllm, True)
+print("RAY " + json.dumps({"plain": ray.get(plain, timeout=240), "on_path": ray.get(on_path, timeout=240)}))
+"""
+
+
+@pytest.mark.e2e
+@NEEDS_SERVING
+def test_what_the_installed_backend_hands_vllm_unpickles_on_ray_workers_and_its_names_shadow_nothing(cluster, tmp_path):
+    from vllm_repo.backend import install_backend
+
+    target, _ = install_backend(tmp_path / "backends")
+    done = subprocess.run(
+        [SERVING_PYTHON, "-c", BACKEND_ON_RAY, str(target.parent), cluster.address],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "RAY_ADDRESS": ""},
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RAY ")]
+    assert done.returncode == 0 and lines, (done.stdout + done.stderr)[-4000:]
+    found = json.loads(lines[-1][len("RAY ") :])
+    for worker in found.values():
+        # vLLM's own types only: a worker unpickles them without the backend's package.
+        assert worker["types"] == [
+            "builtins.dict",
+            "vllm.sampling_params.SamplingParams",
+            "vllm.lora.request.LoRARequest",
+        ]
+        assert worker["temperature"] == 0.5
+    assert not found["plain"]["package_visible"] and found["plain"]["from_backend_dir"] == []
+    # With the backend's directory first on the path, vLLM's engine imports nothing from it: its names are its own.
+    assert found["on_path"]["package_visible"] and found["on_path"]["from_backend_dir"] == []

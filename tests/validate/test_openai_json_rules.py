@@ -98,7 +98,7 @@ def test_vr706_names_the_runs_of_releases_that_have_an_option():
 
 
 def test_the_bundled_serve_options_hold_what_the_rules_name():
-    from vllm_repo.backend.contract import OPENAI_OPTIONS_SET_BY_BACKEND
+    from vllm_repo.backend.vllm_repo_backend.contract import OPENAI_OPTIONS_SET_BY_BACKEND
     from vllm_repo.schema.loader import bundled_versions
     from vllm_repo.schema.serve_options import bundled_serve_options
     from vllm_repo.validate.rules.vr7_openai_json import SERVER_OPTIONS

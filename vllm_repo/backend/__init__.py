@@ -1,7 +1,9 @@
-"""The bundled Triton backend: ``model.py`` drives vLLM's AsyncLLM behind Triton's Python backend.
+"""The bundled Triton backend: ``model.py`` drives vLLM's AsyncLLM behind Triton's Python backend, with its package
+``vllm_repo_backend/`` beside it (the contract, request parsing, the OpenAI wire, metrics, ...).
 
-``model.py`` is self-contained (it is copied alone into a Triton backend directory, e.g.
-``/opt/tritonserver/backends/vllm/``), so nothing here is imported by it. This package only locates and installs it.
+Both are copied into a Triton backend directory together (e.g. ``/opt/tritonserver/backends/vllm/``). Of them,
+vllm-repo itself imports only the package's contract.py (tensors, parameters, files, OpenAI routes), which needs no
+Triton and no vLLM. This module locates the backend and installs it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.files import write_atomic
 
 BACKEND_FILE = "model.py"
+# The package model.py imports from beside it; model.py's docstring says why it has this name.
+BACKEND_PACKAGE = "vllm_repo_backend"
 
 
 class BackendInstallError(VllmRepoError):
@@ -24,6 +28,16 @@ def bundled_backend_path() -> Path:
     return Path(__file__).with_name(BACKEND_FILE)
 
 
+def bundled_backend_files() -> dict[str, Path]:
+    """The files of the bundled backend, {path relative to the backend's directory: source}: model.py and its
+    package's modules (no caches)."""
+    package = Path(__file__).with_name(BACKEND_PACKAGE)
+    files = {BACKEND_FILE: bundled_backend_path()}
+    for module in sorted(package.glob("*.py")):
+        files[f"{BACKEND_PACKAGE}/{module.name}"] = module
+    return files
+
+
 def backend_target(directory: str | os.PathLike, name: str = "vllm") -> Path:
     """Where ``install_backend`` writes: ``DIRECTORY/<name>/model.py`` for a Triton backends directory (the one holding
     ``python/``), or ``DIRECTORY/model.py`` when DIRECTORY already is the backend's own directory (named ``<name>``)."""
@@ -33,12 +47,25 @@ def backend_target(directory: str | os.PathLike, name: str = "vllm") -> Path:
     return directory / name / BACKEND_FILE
 
 
-def install_backend(directory: str | os.PathLike, *, name: str = "vllm", force: bool = False) -> tuple[Path, bool]:
-    """Write the bundled backend into a Triton backend directory.
+def copy_backend(backend_dir: Path) -> None:
+    """Write the bundled backend's files into ``backend_dir`` (the directory of its model.py), each atomically, the
+    package before model.py: a server that starts meanwhile finds each file old or new, never half written, and the
+    new model.py only beside its package. Modules of the package that the bundled one no longer has are removed."""
+    files = bundled_backend_files()
+    for relative, source in files.items():
+        if relative != BACKEND_FILE:
+            write_atomic(backend_dir / relative, source.read_bytes(), mode=0o644)
+    for stale in sorted((backend_dir / BACKEND_PACKAGE).glob("*.py")):
+        if f"{BACKEND_PACKAGE}/{stale.name}" not in files:
+            stale.unlink()
+    write_atomic(backend_dir / BACKEND_FILE, files[BACKEND_FILE].read_bytes(), mode=0o644)
 
-    Returns (path written, changed). An identical file already there is left alone (changed=False); a different one
-    is replaced only with ``force``. The write is atomic: a temporary file in the same directory, then a rename, so
-    a server starting meanwhile sees the old file or the new one, never half of one.
+
+def install_backend(directory: str | os.PathLike, *, name: str = "vllm", force: bool = False) -> tuple[Path, bool]:
+    """Write the bundled backend (model.py and its package) into a Triton backend directory.
+
+    Returns (path of model.py, changed). A backend already there with the same files is left alone (changed=False);
+    one whose files differ is replaced only with ``force``. Each file is written atomically (copy_backend).
     """
     if not name or "/" in name or name in (".", ".."):
         raise UsageError(f"backend name {name!r} is not a plain directory name", hint="e.g. --name vllm")
@@ -46,16 +73,23 @@ def install_backend(directory: str | os.PathLike, *, name: str = "vllm", force: 
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} is not a directory", hint="give a Triton backend directory")
     target = backend_target(directory, name)
-    source = bundled_backend_path().read_bytes()
-    if target.exists():
-        if target.read_bytes() == source:
-            return target, False
-        if not force:
-            raise BackendInstallError(
-                f"{target} already exists and differs from the bundled backend", hint="pass --force to replace it"
-            )
+    backend_dir = target.parent
+    files = bundled_backend_files()
+    differing = [
+        relative
+        for relative, source in files.items()
+        if not (backend_dir / relative).is_file() or (backend_dir / relative).read_bytes() != source.read_bytes()
+    ]
+    if not differing:
+        return target, False
+    present = [relative for relative in differing if (backend_dir / relative).exists()]
+    if present and not force:
+        raise BackendInstallError(
+            f"{backend_dir / present[0]} already exists and differs from the bundled backend",
+            hint="pass --force to replace it",
+        )
     try:
-        write_atomic(target, source, mode=0o644)  # a server starting meanwhile sees the old file or the new one
+        copy_backend(backend_dir)
     except OSError as exc:
-        raise BackendInstallError(f"could not write {target}: {exc.strerror or exc}") from exc
+        raise BackendInstallError(f"could not write to {backend_dir}: {exc.strerror or exc}") from exc
     return target, True

@@ -173,8 +173,8 @@ def backend_not_found(log: ServerLog) -> Iterator[Found]:
             line,
             f"Triton found no backend '{backend}' in its backend directory",
             f"install the bundled one: `vllm-repo backend install /opt/tritonserver/backends` (writes "
-            f"{backend}/model.py), or use a container that has it (*-vllm-python-py3); `vllm-repo launch` sets "
-            "one up itself",
+            f"{backend}/model.py and its package), or use a container that has it (*-vllm-python-py3); "
+            "`vllm-repo launch` sets one up itself",
         )
 
 
@@ -297,7 +297,7 @@ fixed_cause(
 )
 
 
-_NO_VLLM = re.compile(r"vLLM cannot be imported in Triton's Python stub|No module named '?vllm'?(?!\.)")
+_NO_VLLM = re.compile(r"vLLM cannot be imported in Triton's Python stub|No module named '?vllm'?(?![\w.])")
 
 
 fixed_cause(
@@ -417,6 +417,17 @@ def huggingface_unreachable(log: ServerLog) -> Iterator[Found]:
         "(`huggingface-cli download MODEL`, into the cache the server reads: HF_HOME); behind a proxy, give the "
         "server HTTPS_PROXY",
     )
+
+
+fixed_cause(
+    "VD115",
+    "backend-package-missing",
+    re.compile(r"No module named '?vllm_repo_backend'?"),
+    "the bundled backend's model.py is installed without its package vllm_repo_backend/ beside it",
+    "install the whole backend: `vllm-repo backend install /opt/tritonserver/backends --force` writes model.py and "
+    "vllm_repo_backend/ (or copy vllm_repo_backend/ from beside the model.py `vllm-repo backend path` prints)",
+    "The bundled backend's model.py was copied into the backend directory alone, without its package.",
+)
 
 
 # ---------------------------------------------------------------------------------------------- VD2xx: serving

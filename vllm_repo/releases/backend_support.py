@@ -1,11 +1,12 @@
 """The vLLM releases the bundled Triton backend drives: the oldest with the AsyncLLM API it uses, and the newest it
-was tested with. backend/model.py keeps its own copy (it is copied alone into containers), and so does
-backend/contract.py; tests/releases checks that they agree with these."""
+was tested with. The range itself is the backend's contract (it ships with the backend into containers, and the
+backend checks the vLLM it loads against it); what the rest of vllm-repo says about it is here."""
 
 from __future__ import annotations
 
-MIN_VLLM: tuple[int, ...] = (0, 20, 0)
-NEWEST_TESTED_VLLM: tuple[int, ...] = (0, 32, 0)
+from vllm_repo.backend.vllm_repo_backend.contract import MIN_VLLM, NEWEST_TESTED_VLLM
+
+__all__ = ["MIN_VLLM", "NEWEST_TESTED_VLLM", "backend_support", "older_than_supported"]
 
 
 def _release(version: str | None) -> tuple[int, ...] | None:

@@ -13,15 +13,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from vllm_repo.backend.vllm_repo_backend.contract import ENGINE_ARGS_FILE, LORA_FILE, OPENAI_FILE
 from vllm_repo.errors import UsageError
 from vllm_repo.repository.documents import JsonDocument, PbtxtDocument
 from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 
 CONFIG_FILE = "config.pbtxt"
-ENGINE_ARGS_FILE = "model.json"
-LORA_FILE = "multi_lora.json"
-# vllm serve's options for the model's OpenAI API (vllm-repo openai, launch --openai-port).
-OPENAI_FILE = "openai.json"
+# The version directory's files the backend reads (its contract): model.json, multi_lora.json, and openai.json, vllm
+# serve's options for the model's OpenAI API (vllm-repo openai, launch --openai-port).
 MODEL_FILES = (CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, OPENAI_FILE)
 VLLM_BACKEND = "vllm"
 # The model files by which Triton picks a backend when config.pbtxt names neither backend nor platform (ONNX Runtime,

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from vllm_repo.backend import contract
+from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository.engine_settings import read_engine_settings

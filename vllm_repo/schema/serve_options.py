@@ -18,18 +18,11 @@ import os
 import sys
 from pathlib import Path
 
+from vllm_repo.backend.vllm_repo_backend.contract import SERVE_PARSER_MODULES, SERVE_PARSER_NOT_OPTIONS
 from vllm_repo.errors import VllmRepoError
 
 FORMAT = 1
 FILE_NAME = "serve_options.json"
-# Where make_arg_parser (vllm serve's parser) lives, newest first: the backend's _SERVE_PARSER_MODULES.
-PARSER_MODULES = (
-    "vllm.entrypoints.common.cli_args",
-    "vllm.entrypoints.launchers.cli_args",
-    "vllm.entrypoints.openai.cli_args",
-)
-# Parser entries that are not options (argparse's --help, vllm serve's --config YAML file).
-NOT_OPTIONS = frozenset({"help", "config"})
 
 
 def introspect() -> dict[str, object]:
@@ -44,7 +37,7 @@ def introspect() -> dict[str, object]:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
         errors = []
-        for name in PARSER_MODULES:
+        for name in SERVE_PARSER_MODULES:
             try:
                 make_arg_parser = importlib.import_module(name).make_arg_parser
                 break
@@ -57,7 +50,7 @@ def introspect() -> dict[str, object]:
     options = {
         action.dest
         for action in parser._actions
-        if action.option_strings and action.dest not in engine and action.dest not in NOT_OPTIONS
+        if action.option_strings and action.dest not in engine and action.dest not in SERVE_PARSER_NOT_OPTIONS
     }
     return {"vllm_version": base_version(installed_version()), "options": sorted(options)}
 

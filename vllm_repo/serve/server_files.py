@@ -81,11 +81,12 @@ def layout_backend_directory(
 
     - ``dest/python/``: libtriton_python.so, triton_python_backend_utils.py and the stub built for ``python_version``
       (named ``triton_python_backend_stub``, which is where the Python backend looks for it);
-    - ``dest/<backend_name>/model.py``: the bundled backend (or ``backend_source``).
+    - ``dest/<backend_name>/``: the bundled backend, model.py and its package ``vllm_repo_backend/`` (or
+      ``backend_source`` alone, as model.py).
 
     Returns ``dest``. Files are copied, not linked, so the directory outlives a cache cleanup.
     """
-    from vllm_repo.backend import bundled_backend_path
+    from vllm_repo.backend import copy_backend
 
     triton_home.check()
     stub = triton_home.stub(python_version)
@@ -103,7 +104,10 @@ def layout_backend_directory(
     os.chmod(python_dir / "triton_python_backend_stub", 0o755)
     model_dir = dest / backend_name
     model_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(Path(backend_source) if backend_source else bundled_backend_path(), model_dir / "model.py")
+    if backend_source:
+        shutil.copy2(Path(backend_source), model_dir / "model.py")
+    else:
+        copy_backend(model_dir)
     return dest
 
 

@@ -20,7 +20,12 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from vllm_repo.backend.contract import STREAM_FRAME_DATA, STREAM_FRAME_END, STREAM_FRAME_START
+from vllm_repo.backend.vllm_repo_backend.contract import (
+    OPENAI_MODEL_ENDPOINTS,
+    STREAM_FRAME_DATA,
+    STREAM_FRAME_END,
+    STREAM_FRAME_START,
+)
 from vllm_repo.serve.openai.catalog import ModelCatalog
 from vllm_repo.serve.openai.cors import NO_CORS, CorsPolicy
 from vllm_repo.serve.openai.stream_socket import StreamInbox, StreamSocket
@@ -28,17 +33,6 @@ from vllm_repo.serve.openai.triton import Chunk, TritonOpenAIClient, TritonUnava
 
 # The paths vllm serve's --api-key guards (its AuthenticationMiddleware): everything under /v1, never /health.
 GUARDED_PREFIX = "/v1"
-# The POST routes of vllm serve whose JSON body names the model: each goes to that model's backend. /v1/messages is
-# the Anthropic Messages API, which vllm serve serves beside OpenAI's.
-MODEL_ENDPOINTS = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/tokenize",
-    "/detokenize",
-)
 NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
 # How long a stream whose Triton side has ended may wait for the rest of its bytes on the stream socket: the backend
 # writes them before its final response, so they are at most a moment behind.
@@ -236,7 +230,7 @@ class OpenAIGateway:
         app.router.add_get("/version", self.version, allow_head=False)
         if self.metrics_url is not None:
             app.router.add_get("/metrics", self.metrics, allow_head=False)
-        for endpoint in MODEL_ENDPOINTS:
+        for endpoint in OPENAI_MODEL_ENDPOINTS:
             app.router.add_post(endpoint, self.generate)
         app.router.add_get("/v1/responses/{response_id}", self.stored_response, allow_head=False)
         app.router.add_post("/v1/responses/{response_id}/cancel", self.stored_response)

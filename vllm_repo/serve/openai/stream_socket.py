@@ -15,8 +15,8 @@ bytes to write to the client as they are, END says the stream's bytes are comple
 writes CANCEL to its backends when a stream's client goes away, as well as cancelling its Triton request: the
 backend aborts it at once, without asking Triton about each request in flight. The socket first says
 STREAM_SOCKET_HELLO on every connection, and a backend writes nothing to a socket that does not: a request cannot
-point it at another program's socket. The backend's model.py writes and reads the same frames
-(vllm_repo.backend.contract keeps the format; a test asserts the two agree).
+point it at another program's socket. The backend writes and reads the same frames, in the format
+of its contract.py, which this module imports.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import shutil
 import struct
 import tempfile
 
-from vllm_repo.backend.contract import (
+from vllm_repo.backend.vllm_repo_backend.contract import (
     STREAM_FRAME_CANCEL,
     STREAM_FRAME_DATA,
     STREAM_FRAME_END,

@@ -1,7 +1,7 @@
 """The gateway's side of Triton: one gRPC channel, and a decoupled stream per OpenAI request or one shared stream.
 
 Each OpenAI request becomes one Triton request to the model's bundled backend, carrying the client's body in the
-``openai_request`` input (vllm_repo.backend.contract); the backend answers with vLLM's own OpenAI serving layer and
+``openai_request`` input (the backend's contract.py); the backend answers with vLLM's own OpenAI serving layer and
 every response holds an HTTP status and bytes to write as they are. Triton cancels requests only with their stream,
 so a request goes on a stream of its own: a client that goes away takes exactly its own request down, and the backend
 aborts it in the engine. Requests whose cancellation goes another way (the stream socket's CANCEL frame, to a backend
@@ -26,10 +26,11 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-# The backend's OpenAI tensors (vllm_repo.backend.contract lists them with the rest).
-OPENAI_REQUEST_INPUT = "openai_request"
-OPENAI_STATUS_OUTPUT = "openai_status"
-OPENAI_RESPONSE_OUTPUT = "openai_response"
+from vllm_repo.backend.vllm_repo_backend.contract import (
+    OPENAI_REQUEST_INPUT,
+    OPENAI_RESPONSE_OUTPUT,
+    OPENAI_STATUS_OUTPUT,
+)
 
 # Seconds a readiness or index query may take before Triton counts as unreachable.
 QUERY_TIMEOUT_S = 5.0

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Iterator
 
-from vllm_repo.backend import contract
+from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import PbtxtDocument
 from vllm_repo.validate.diagnostics import Severity

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from vllm_repo.backend import contract
+from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.documents import JsonDocument, PbtxtDocument, Position

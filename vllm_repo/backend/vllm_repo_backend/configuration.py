@@ -1,0 +1,160 @@
+"""The model's configuration as the backend reads it at load: config.pbtxt's parameters, ``<version>/model.json``
+(vLLM's engine arguments), ``<version>/multi_lora.json`` (the LoRA adapters), and the GPUs the instance gets.
+
+Every problem is a BackendConfigError naming the file, the key and what to do, before any engine starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .contract import ENGINE_ARGS_FILE, LORA_FILE
+from .errors import BackendConfigError, RequestError, did_you_mean
+from .native import parse_bool
+
+
+def config_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
+    """config.pbtxt ``parameters`` as a plain {key: string_value} dict."""
+    params = model_config.get("parameters") or {}
+    return {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in params.items()}
+
+
+def bool_parameter(params: Mapping[str, str], key: str, default: bool = False) -> bool:
+    if key not in params or params[key].strip() == "":
+        return default
+    try:
+        return parse_bool(params[key], key)
+    except RequestError:
+        raise BackendConfigError(
+            f'config.pbtxt parameter {key}: "{params[key]}" is not a boolean; use "true" or "false"'
+        ) from None
+
+
+def int_parameter(params: Mapping[str, str], key: str, minimum: int = 1) -> int | None:
+    if key not in params or params[key].strip() == "":
+        return None
+    raw = params[key].strip()
+    if not re.fullmatch(r"[+-]?\d+", raw) or int(raw) < minimum:
+        raise BackendConfigError(f'config.pbtxt parameter {key}: "{raw}" is not an integer >= {minimum}')
+    return int(raw)
+
+
+def load_json_file(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise BackendConfigError(f"{path}: not found; {what}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BackendConfigError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+def load_lora_adapters(version_dir: str) -> dict[str, str]:
+    """multi_lora.json ({name: path}); relative paths are taken relative to the version directory."""
+    path = os.path.join(version_dir, LORA_FILE)
+    data = load_json_file(path, 'with "enable_lora": true the backend needs adapters listed as {"name": "path"}')
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise BackendConfigError(f'{path}: must be a JSON object {{"adapter name": "path", ...}}')
+    adapters = {}
+    for name, adapter_path in data.items():
+        if not os.path.isabs(adapter_path) and os.path.exists(os.path.join(version_dir, adapter_path)):
+            adapter_path = os.path.join(version_dir, adapter_path)
+        adapters[name] = adapter_path
+    return adapters
+
+
+def load_engine_config(version_dir: str) -> dict[str, Any]:
+    """``<version>/model.json``: vLLM's engine arguments, as a dict."""
+    path = os.path.join(version_dir, ENGINE_ARGS_FILE)
+    engine_config = load_json_file(path, "each model version needs <version>/model.json with vLLM's engine arguments")
+    if not isinstance(engine_config, dict):
+        raise BackendConfigError(f"{path}: must be a JSON object")
+    return engine_config
+
+
+def build_engine_args(engine_config: Mapping[str, Any], engine_args_class: type, vllm_version: str, path: str) -> Any:
+    """vLLM's AsyncEngineArgs from model.json (at ``path``). An unknown key is named with a did-you-mean, not left to
+    a TypeError from inside vLLM."""
+    config = dict(engine_config)
+    fields = {f.name for f in dataclasses.fields(engine_args_class)}
+    unknown = [k for k in config if k not in fields]
+    if unknown:
+        details = "; ".join(
+            f'"{k}" is not a vLLM {vllm_version} engine argument{did_you_mean(k, fields)}' for k in unknown
+        )
+        raise BackendConfigError(f"{path}: {details}")
+    # vLLM's in-process Prometheus registry and periodic stats log are unreachable through Triton; metrics go
+    # through REPORT_CUSTOM_METRICS instead. An explicit setting in model.json wins.
+    config.setdefault("disable_log_stats", True)
+    try:
+        return engine_args_class(**config)
+    except (TypeError, ValueError) as exc:
+        raise BackendConfigError(f"{path}: {exc}") from exc
+
+
+def world_size(engine_config: Mapping[str, Any]) -> int:
+    """The GPUs one engine of model.json takes: tensor_parallel_size x pipeline_parallel_size."""
+    return int(engine_config.get("tensor_parallel_size", 1) or 1) * int(
+        engine_config.get("pipeline_parallel_size", 1) or 1
+    )
+
+
+def plan_visible_devices(
+    kind: str,
+    device_id: int,
+    instance_name: str,
+    world_size: int,
+    gpu_device_ids: str | None,
+) -> str | None:
+    """CUDA_VISIBLE_DEVICES for this model instance, or None to leave it alone.
+
+    - KIND_GPU: the device Triton assigned (one GPU per instance; tensor/pipeline parallelism needs KIND_MODEL).
+    - KIND_MODEL with GPU_DEVICE_IDS: "0,1" for every instance, or "0,1;2,3" with one group per instance.
+    - KIND_MODEL with count > 1 and no GPU_DEVICE_IDS: instance k gets GPUs [k*world, (k+1)*world), instead of
+      every instance piling onto GPU 0.
+    """
+    if kind == "GPU":
+        if world_size > 1:
+            raise BackendConfigError(
+                f"KIND_GPU gives each instance one GPU, but model.json asks for {world_size} "
+                "(tensor_parallel_size x pipeline_parallel_size); use KIND_MODEL in config.pbtxt's instance_group"
+            )
+        return str(device_id) if device_id >= 0 else None
+    if kind != "MODEL":
+        return None
+    match = re.search(r"_(\d+)$", instance_name or "")
+    index = int(match.group(1)) if match else 0
+    if gpu_device_ids and gpu_device_ids.strip():
+        groups = [g.strip() for g in gpu_device_ids.split(";") if g.strip()]
+        group = groups[index] if len(groups) > 1 and index < len(groups) else groups[0]
+        if len(groups) > 1 and index >= len(groups):
+            raise BackendConfigError(
+                f"GPU_DEVICE_IDS has {len(groups)} groups but this is instance {index}; give one group per instance"
+            )
+        try:
+            ids = [int(x) for x in group.split(",")]
+        except ValueError:
+            raise BackendConfigError(
+                f'GPU_DEVICE_IDS: "{gpu_device_ids}" is not a comma-separated list of GPU ids (e.g. "0,1")'
+            ) from None
+        if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+            raise BackendConfigError(f'GPU_DEVICE_IDS: "{group}" must list distinct non-negative GPU ids')
+        if len(ids) != world_size:
+            raise BackendConfigError(
+                f'GPU_DEVICE_IDS: "{group}" lists {len(ids)} GPUs but model.json needs {world_size} '
+                "(tensor_parallel_size x pipeline_parallel_size)"
+            )
+        return ",".join(str(i) for i in ids)
+    if index > 0:
+        return ",".join(str(i) for i in range(index * world_size, (index + 1) * world_size))
+    return None
+
+
+# vLLM's lines when one of its processes dies: the multiproc executor's worker monitor ("Worker proc VllmWorker-0 died

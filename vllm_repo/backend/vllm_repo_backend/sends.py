@@ -1,0 +1,106 @@
+"""Sending Triton responses off the engine loop: each send is a synchronous round trip to the server process, in
+which the sending thread can do nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from . import log
+
+# Threads that send the responses between a native request's first and its final (SendThread), each request on one
+# of them. The server answers sends from a pool of threads, but on the H200 two or four of these gave no more than one
+# (0.92-0.93x raw at 256 streams either way): each is one more thread for the GIL. A request's first and final
+# responses go out from a thread of their own, never queued behind other streams' tokens: a client waits on each.
+STREAM_SEND_THREADS = 1
+
+# Sends made before the send thread hands their completions to the engine loop at once (SendThread), unless its queue
+# runs dry first.
+SETTLE_BATCH = 16
+
+
+class SendThread:
+    """The thread that sends responses off the engine loop, each after every one submitted before it.
+
+    A send is a synchronous round trip to the server (0.2-0.5 ms on the H200 under load) in which the calling thread
+    can do nothing else. Made on the engine loop, every send stalled every stream; worse, vLLM's output handler yields
+    to the loop between chunks of VLLM_V1_OUTPUT_PROC_CHUNK_SIZE (128) outputs, so above 128 streams each stream woke
+    for each token, and each token cost a send: 0.36x raw AsyncLLM's throughput at 256 streams on the H200. Here the
+    loop only queues. A native stream reads its next output from vLLM once its last response is sent (``done``), and
+    vLLM's collector merges whatever the engine made meanwhile into that output, so responses per request fall as the
+    load rises, whatever vLLM's chunk size. A request has one send in flight at a time, so its responses keep their
+    order whichever thread sends them, and an error that ends it is queued behind the send in flight (the final
+    response last: Triton frees a request with it).
+    """
+
+    def __init__(self, name: str = "vllm-sends") -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.sends = 0  # how many, and the seconds spent in them, for the finalize log line
+        self.send_seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, send: Callable[[], None], done: asyncio.Future | None = None) -> None:
+        """``send()`` on the thread, after every send submitted before it; then ``done`` resolves on its loop, to None
+        or to the exception the send raised (without ``done``, a failing send is logged)."""
+        self._queue.put((send, done))
+
+    def _run(self) -> None:
+        log.name_os_thread(self._thread.name)
+        get, get_nowait, clock = self._queue.get, self._queue.get_nowait, time.perf_counter
+        # Futures are settled in batches, when the queue runs dry or SETTLE_BATCH sends have gone out: each hand-off
+        # wakes the loop's thread, which then contends for the GIL with this one.
+        settled: list[tuple[asyncio.Future, BaseException | None]] = []
+        while True:
+            try:
+                item = get_nowait()
+            except queue.Empty:
+                self._settle(settled)
+                item = get()
+            if item is None:
+                break
+            send, done = item
+            error = None
+            started = clock()
+            try:
+                send()
+            except Exception as exc:  # the client may be gone already
+                error = exc
+                if done is None:
+                    log.warn(f"[vllm] could not send a response: {exc}")
+            self.send_seconds += clock() - started
+            self.sends += 1
+            if done is not None:
+                settled.append((done, error))
+                if len(settled) >= SETTLE_BATCH:
+                    self._settle(settled)
+        self._settle(settled)
+
+    @staticmethod
+    def _settle(settled: list[tuple[asyncio.Future, BaseException | None]]) -> None:
+        if not settled:
+            return
+        batch = settled[:]
+        settled.clear()
+        try:
+            batch[0][0].get_loop().call_soon_threadsafe(_settle_all, batch)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+    def stop(self) -> None:
+        """Sends what was submitted, then ends the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future, BaseException | None]]) -> None:
+    for done, error in settled:
+        if done.done():  # its request was cancelled while the send was in flight
+            continue
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
