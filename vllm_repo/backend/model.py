@@ -64,14 +64,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 # One copy of each module whichever way this file is imported. As vllm_repo.backend.model (vllm-repo's tests), the
 # package is its sibling subpackage; as "model" (Triton's stub, which puts this file's directory on sys.path), it is
-# found by its top-level name, the directory appended for a loader that imports this file by path alone.
-if __package__:
+# found by its top-level name, the directory appended for a loader that imports this file by path alone. mypy reads
+# the relative import (TYPE_CHECKING is False at run time, so there __package__ alone decides).
+if TYPE_CHECKING or __package__:
     from .vllm_repo_backend import (
         configuration,
         contract,
@@ -207,7 +208,7 @@ class TritonPythonModel:
                             f"config.pbtxt {kind} '{name}' has data_type {have}; the vLLM backend needs {data_type}"
                         )
                     continue
-                entry = {"name": name, "data_type": data_type, "dims": list(dims)}
+                entry: dict[str, Any] = {"name": name, "data_type": data_type, "dims": list(dims)}
                 if kind == "input":
                     entry["optional"] = optional
                 add(entry)
@@ -285,7 +286,7 @@ class TritonPythonModel:
                 log.info(f"[vllm] {contract.OPENAI_FILE} checked in {time.monotonic() - started:.2f} s")
 
         self._accumulator = metrics.MetricsAccumulator() if self.report_metrics else None
-        self._live: dict[str, _Job] = {}
+        self._live: dict[str, _Job | _OpenAIJob] = {}
         self._dead_reason: str | None = None
         # Only this run's lines of the server log can say why its engine died.
         self._log_start = environment.log_size(environment.server_log_file())
@@ -388,7 +389,7 @@ class TritonPythonModel:
         if self._dead_reason is None and not self._closing and self.engine.errored:
             self._loop.call_soon_threadsafe(self._on_engine_dead)
 
-    def _cancel(self, job: _Job, reason: str) -> None:
+    def _cancel(self, job: _Job | _OpenAIJob, reason: str) -> None:
         if job.finished or job.task is None or job.task.done():
             return
         job.cancel_reason = job.cancel_reason or reason
@@ -411,6 +412,7 @@ class TritonPythonModel:
                 job.cancel_reason = self._dead_reason
                 job.task.cancel()
         if self._metrics is not None:
+            assert self._accumulator is not None  # the metrics are made only around an accumulator
             self._accumulator.release_held()  # no stats will come from a dead engine
         if self.health_check:
             try:
@@ -486,6 +488,7 @@ class TritonPythonModel:
         job.stream_sends = self._stream_sends[self._spawned % len(self._stream_sends)]
         self._spawned += 1
         if self._metrics is not None:
+            assert self._accumulator is not None  # the metrics are made only around an accumulator
             self._accumulator.expect(job.request_id, job.options.n)
         job.task = self._loop.create_task(self._generate(job))
 
@@ -529,10 +532,11 @@ class TritonPythonModel:
         finally:
             self._live.pop(job.request_id, None)
             if self._metrics is not None:
+                assert self._accumulator is not None  # the metrics are made only around an accumulator
                 self._accumulator.forget(job.request_id)
 
     @staticmethod
-    def _finish(job: _Job) -> None:
+    def _finish(job: _Job | _OpenAIJob) -> None:
         with job.lock:  # waits for a cancellation check in flight on the watcher thread
             job.finished = True
 
@@ -556,6 +560,7 @@ class TritonPythonModel:
             # a scrape right after the answer sees the request. One hand-off per request, none per token. The
             # response before it has been sent: this output was read after it.
             final = functools.partial(self._send_final, job, output, first)
+            assert self._accumulator is not None  # the metrics are made only around an accumulator
             self._accumulator.send_final_after_stats(job.request_id, final)
         elif inline:
             self._send_final(job, output, first)

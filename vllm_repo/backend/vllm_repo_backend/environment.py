@@ -118,6 +118,7 @@ def import_vllm() -> VllmApi:
     use_utf8_locale()
     version = installed_vllm_version()
     warning = check_vllm_version(version)
+    assert version is not None  # check_vllm_version raised for a missing version
     if warning:
         log.warn(f"[vllm] {warning}")
     try:

@@ -40,7 +40,8 @@ FINAL_RESPONSE_HOLD_LIMIT_S = 5.0
 
 def token_buckets(max_model_len: int) -> list[float]:
     """1, 2, 5, 10, 20, 50, ... up to max_model_len."""
-    buckets, base = [], 1
+    buckets: list[float] = []
+    base = 1
     while True:
         for m in (1, 2, 5):
             value = m * base
@@ -120,11 +121,12 @@ class MetricsAccumulator:
                 self.queue.append(getattr(finished, "queued_time", 0.0))
                 self.request_prompt_tokens.append(finished.num_prompt_tokens)
                 self.request_generation_tokens.append(finished.num_generation_tokens)
-                tracked = self._tracked.get(getattr(finished, "request_id", None))
+                request_id: Any = getattr(finished, "request_id", None)  # vLLM's object: None where it has no id
+                tracked = self._tracked.get(request_id)
                 if tracked is not None:
                     tracked[0] -= 1
                     if tracked[0] <= 0 and tracked[1] is not None:
-                        self._release(getattr(finished, "request_id", None))
+                        self._release(request_id)
 
     def expect(self, request_id: str, completions: int) -> None:
         """A request is starting; its final response waits for ``completions`` finished-request stats."""

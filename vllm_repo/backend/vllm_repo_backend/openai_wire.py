@@ -154,8 +154,10 @@ def parse_openai_request(raw: Any) -> OpenAIEnvelope:
     if unknown:
         raise OpenAIError(400, f'openai_request: unknown key "{unknown[0]}"{did_you_mean(unknown[0], keys)}')
     endpoint = envelope.get("endpoint")
-    path, _, query = endpoint.partition("?") if isinstance(endpoint, str) else (endpoint, "", "")
-    method = openai_method(path)
+    method = None  # an endpoint that is no string is served by no method either
+    if isinstance(endpoint, str):
+        path, _, query = endpoint.partition("?")
+        method = openai_method(path)
     if method is None:
         raise OpenAIError(
             404,

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-pb_utils: Any
+pb_utils: Any  # the stub's module (it has no types), or None
 try:
-    import triton_python_backend_utils as pb_utils
+    import triton_python_backend_utils
+
+    pb_utils = triton_python_backend_utils
 except ImportError:  # pragma: no cover - exercised by the unit tests' import
     pb_utils = None
