@@ -689,11 +689,13 @@ class TritonPythonModel:
                 job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
                 if job.streaming and job.status == 200 and link is not None and not link.closed:
                     job.stream_link = link
-                    link.send(openai_wire.STREAM_FRAME.pack(job.stream_to.id, contract.STREAM_FRAME_START, 0))
+                    link.send(openai_wire.STREAM_FRAME.pack(stream_id, contract.STREAM_FRAME_START, 0))
             elif message["type"] == "http.response.body":
                 job.body_complete = not message.get("more_body", False)
                 if job.stream_link is not None:
-                    await self._write_stream(job, message.get("body", b""), job.body_complete)
+                    await self._write_stream(
+                        job, job.stream_link, stream_id, message.get("body", b""), job.body_complete
+                    )
                     return
                 job.joiner.push(message.get("body", b""))
                 if job.body_complete:
@@ -701,14 +703,17 @@ class TritonPythonModel:
                 if job.streaming or job.joiner.done:
                     self._pump_openai(job)
 
-        link = None
+        link: openai_wire.StreamLink | None = None
         try:
             # Connected before the app runs (once per gateway): the first chunk does not wait for it.
-            link = await self._stream_link(job.stream_to.socket) if job.stream_to is not None else None
-            if link is not None:
-                # The gateway says over the link when the client goes away: the watcher need not ask Triton.
-                job.watched_by_link = True
-                link.attach(job.stream_to.id, job)
+            if job.stream_to is not None:
+                link = await self._stream_link(job.stream_to.socket)
+                if link is not None:
+                    # Set wherever link is: the frames of this request's stream on that socket carry it.
+                    stream_id = job.stream_to.id
+                    # The gateway says over the link when the client goes away: the watcher need not ask Triton.
+                    job.watched_by_link = True
+                    link.attach(stream_id, job)
             try:
                 app = await self._openai_app()
             except openai_wire.OpenAIError as exc:
@@ -746,7 +751,7 @@ class TritonPythonModel:
             if job.stream_link is not None:
                 job.stream_link.flush()  # the stream's last frames go before its final response
             if link is not None:
-                link.detach(job.stream_to.id)
+                link.detach(stream_id)
             self._pump_openai(job)
             self._live.pop(job.request_id, None)
 
@@ -758,12 +763,14 @@ class TritonPythonModel:
         if job.stream_link is None:
             job.joiner.push(event)
         elif not job.stream_link.closed:
+            assert job.stream_to is not None  # a stream link is made only for a request that names its socket
             job.stream_link.send(openai_wire.stream_frames(job.stream_to.id, event, last=True))
 
-    async def _write_stream(self, job: _OpenAIJob, data: bytes, last: bool) -> None:
-        """A streamed response's bytes to the gateway's socket: a frame, no round trip. The Triton final response
-        (the status, no bytes) follows the END frame once the app returns."""
-        link, stream_id = job.stream_link, job.stream_to.id
+    async def _write_stream(
+        self, job: _OpenAIJob, link: openai_wire.StreamLink, stream_id: int, data: bytes, last: bool
+    ) -> None:
+        """A streamed response's bytes to the gateway's socket (``job.stream_link``, ``job.stream_to.id``): a frame,
+        no round trip. The Triton final response (the status, no bytes) follows the END frame once the app returns."""
         if link.closed:  # the gateway went away: nobody reads this stream any more
             self._cancel(job, "the OpenAI gateway's stream socket closed")
             return
@@ -790,6 +797,7 @@ class TritonPythonModel:
         # streams on 2 cores): while a send waits on its round trip, the other streams' chunks queue up, and this
         # stream's are joined into its next response once the loop runs the callback below. The final, sent when no
         # chunk is in flight, goes to the send thread: the loop does not wait for it.
+        assert job.status is not None  # set before any bytes are pushed: by the app's response start, or on failure
         try:
             if final:
                 self._finish(job)  # as for native requests: no cancellation check on a freed request
