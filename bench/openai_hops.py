@@ -94,14 +94,14 @@ EDITS: list[tuple[str, list[tuple[str, str]]]] = [
                 "        self._hops_entry = _hops_time.monotonic_ns()\n",
             ),
             (
-                "        job = _OpenAIJob(\n            sender=sender,\n",
+                "        job = jobs.OpenAIJob(\n            sender=sender,\n",
                 "        _sid = stream_to.id if stream_to is not None else -1\n"
                 "        _hop('B0', _sid, self._hops_entry); _hop('B1', _sid)\n"
-                "        job = _OpenAIJob(\n            sender=sender,\n",
+                "        job = jobs.OpenAIJob(\n            sender=sender,\n",
             ),
             (
-                "    async def _serve_openai(self, job: _OpenAIJob) -> None:\n        sent_body = False\n",
-                "    async def _serve_openai(self, job: _OpenAIJob) -> None:\n        sent_body = False\n"
+                "    async def _serve_openai(self, job: jobs.OpenAIJob) -> None:\n        sent_body = False\n",
+                "    async def _serve_openai(self, job: jobs.OpenAIJob) -> None:\n        sent_body = False\n"
                 "        _sid = job.stream_to.id if job.stream_to is not None else -1\n        _hop('B2', _sid)\n",
             ),
             (

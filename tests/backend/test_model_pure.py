@@ -19,6 +19,7 @@ from vllm_repo.backend.vllm_repo_backend import (
     contract,
     environment,
     errors,
+    jobs,
     metrics,
     native,
     openai_app,
@@ -686,9 +687,9 @@ def test_the_cancellation_watcher_never_asks_a_finished_request():
     model._dead_reason = None
     model.engine = SimpleNamespace(errored=False)
     model._stop_watching = threading.Event()
-    jobs = []
+    in_flight = []
     for i in range(40):
-        job = backend._Job(
+        job = jobs.Job(
             request=None,
             sender=_FactorySender(),
             request_id=str(i),
@@ -698,12 +699,12 @@ def test_the_cancellation_watcher_never_asks_a_finished_request():
             options=None,
         )
         model._live[job.request_id] = job
-        jobs.append(job)
+        in_flight.append(job)
     watcher = threading.Thread(target=model._watch)
     backend_interval, backend.WATCH_INTERVAL_S = backend.WATCH_INTERVAL_S, 0.0005
     watcher.start()
     try:
-        for job in jobs:
+        for job in in_flight:
             job.sender.checking.wait(timeout=5)  # finish each while the watcher may be mid-check on it
             model._finish(job)
             job.sender.send_final()
@@ -713,8 +714,8 @@ def test_the_cancellation_watcher_never_asks_a_finished_request():
         watcher.join(timeout=5)
         backend.WATCH_INTERVAL_S = backend_interval
         model._loop.close()
-    assert all(job.finished for job in jobs)
-    assert sum(job.sender.checks_after_free for job in jobs) == 0
+    assert all(job.finished for job in in_flight)
+    assert sum(job.sender.checks_after_free for job in in_flight) == 0
 
 
 def test_the_cancellation_watcher_asks_at_most_its_rate_of_checks_and_reaches_every_request_in_turn():
@@ -733,16 +734,16 @@ def test_the_cancellation_watcher_asks_at_most_its_rate_of_checks_and_reaches_ev
     model._closing, model._dead_reason = False, None
     model.engine = SimpleNamespace(errored=False)
     budget = int(backend.WATCH_CHECKS_PER_S * backend.WATCH_INTERVAL_S)
-    jobs = [backend._Job(None, Counting(), str(i), {}, None, None, None) for i in range(budget * 2 + budget // 2)]
-    model._live = {job.request_id: job for job in jobs}
+    in_flight = [jobs.Job(None, Counting(), str(i), {}, None, None, None) for i in range(budget * 2 + budget // 2)]
+    model._live = {job.request_id: job for job in in_flight}
     try:
         model._sweep()
-        assert sum(job.sender.asked for job in jobs) == budget  # not one round trip per request per interval
+        assert sum(job.sender.asked for job in in_flight) == budget  # not one round trip per request per interval
         model._sweep()
         model._sweep()
-        assert all(job.sender.asked >= 1 for job in jobs)  # three sweeps reach all 2.5 budgets' worth
-        assert max(job.sender.asked for job in jobs) <= 2
-        few = jobs[: budget // 2]
+        assert all(job.sender.asked >= 1 for job in in_flight)  # three sweeps reach all 2.5 budgets' worth
+        assert max(job.sender.asked for job in in_flight) <= 2
+        few = in_flight[: budget // 2]
         model._live = {job.request_id: job for job in few}
         model._sweep()
         assert all(job.sender.asked >= 2 for job in few)  # within the budget, every request every interval
@@ -1193,21 +1194,21 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
         model._inline_sends_up_to = chunk
         model.engine = _MergingEngine(tokens, step_s=0.002, chunk=chunk)  # chunk 2: 4 chunks a step, 3 yields
         options = native.OutputOptions(stream=True, prepend_prompt=False, return_num_output_tokens=True)
-        jobs = [backend._Job(None, Sender(), f"r{i}", {"prompt": "x"}, None, None, options) for i in range(streams)]
-        model._live = {job.request_id: job for job in jobs}  # as _spawn() keeps them
-        for i, job in enumerate(jobs):
+        in_flight = [jobs.Job(None, Sender(), f"r{i}", {"prompt": "x"}, None, None, options) for i in range(streams)]
+        model._live = {job.request_id: job for job in in_flight}  # as _spawn() keeps them
+        for i, job in enumerate(in_flight):
             job.stream_sends = model._stream_sends[i % 2]
         engine = asyncio.ensure_future(model.engine.run(streams))
         try:
-            await asyncio.wait_for(asyncio.gather(*(model._generate(job) for job in jobs)), 30)
+            await asyncio.wait_for(asyncio.gather(*(model._generate(job) for job in in_flight)), 30)
             await asyncio.wait_for(engine, 5)
         finally:
             for thread in (model._sends, *model._stream_sends):
                 thread.stop()
-        return jobs
+        return in_flight
 
-    jobs = asyncio.run(scenario())
-    for i, job in enumerate(jobs):
+    in_flight = asyncio.run(scenario())
+    for i, job in enumerate(in_flight):
         counts = [c[0] for c, _, _ in job.sender.responses]
         assert sum(counts) == tokens  # nothing lost or repeated
         assert [flags for _, flags, _ in job.sender.responses] == [0] * (len(counts) - 1) + [1]  # the final one last
@@ -1218,7 +1219,7 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
             assert not {f"vllm-sends-{(i + 1) % 2}"} & set(threads)  # one stream thread per request
         else:
             assert set(threads) == {threading.main_thread().name}
-    per_request = sum(len(job.sender.responses) for job in jobs) / streams
+    per_request = sum(len(job.sender.responses) for job in in_flight) / streams
     # 8 streams x 2 ms per send against a 2 ms step: about one response per 8 tokens once the load has built up.
     assert per_request <= tokens / 3, per_request
 
@@ -1228,7 +1229,7 @@ def test_request_ids_are_random_128_bit_hex_made_without_a_system_call(monkeypat
         raise AssertionError("os.urandom lets go of the GIL on execute()'s thread")
 
     monkeypatch.setattr(backend.os, "urandom", no_syscall)
-    ids = {backend.new_request_id() for _ in range(2000)}
+    ids = {jobs.new_request_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
     assert len({i[:8] for i in ids}) > 1990  # not a counter: the leading digits vary too

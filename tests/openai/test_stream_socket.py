@@ -19,7 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from vllm_repo.backend import model as backend
-from vllm_repo.backend.vllm_repo_backend import contract, openai_wire, stub
+from vllm_repo.backend.vllm_repo_backend import contract, jobs, openai_wire, stub
 from vllm_repo.serve.openai import app as gateway_app
 from vllm_repo.serve.openai.app import OpenAIGateway
 from vllm_repo.serve.openai.gateway import StreamSocketMode, offers_stream_socket, open_stream_socket
@@ -400,11 +400,9 @@ def test_the_watcher_asks_triton_only_about_requests_no_gateway_link_watches():
 
     model = _model()
     model._live = {
-        "native": backend._Job(None, Sender("native"), "native", {}, None, None, None),
-        "openai": backend._OpenAIJob(Sender("openai"), "openai", "/v1/completions", "POST", b"{}"),
-        "linked": backend._OpenAIJob(
-            Sender("linked"), "linked", "/v1/completions", "POST", b"{}", watched_by_link=True
-        ),
+        "native": jobs.Job(None, Sender("native"), "native", {}, None, None, None),
+        "openai": jobs.OpenAIJob(Sender("openai"), "openai", "/v1/completions", "POST", b"{}"),
+        "linked": jobs.OpenAIJob(Sender("linked"), "linked", "/v1/completions", "POST", b"{}", watched_by_link=True),
     }
     model._dead_reason, model._closing = None, False
     model.engine = types.SimpleNamespace(errored=False)
@@ -501,7 +499,7 @@ async def _serve_with_app(
 
     model._openai_app = openai_app
     inbox = streams.open()
-    job = backend._OpenAIJob(
+    job = jobs.OpenAIJob(
         types.SimpleNamespace(send=lambda response, flags: (sent if sent is not None else []).append(response)),
         "r1",
         endpoint,

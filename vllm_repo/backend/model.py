@@ -58,7 +58,6 @@ import dataclasses
 import functools
 import json
 import os
-import random
 import sys
 import threading
 import time
@@ -78,6 +77,7 @@ if TYPE_CHECKING or __package__:
         contract,
         environment,
         errors,
+        jobs,
         log,
         metrics,
         native,
@@ -94,6 +94,7 @@ else:
         contract,
         environment,
         errors,
+        jobs,
         log,
         metrics,
         native,
@@ -123,69 +124,6 @@ WATCH_CHECKS_PER_S = 1000
 def _input(request: Any, name: str) -> np.ndarray | None:
     tensor = stub.pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
-
-
-# Seeded once from os.urandom. Triton's execute() runs on the stub's main thread, which must win the GIL back from
-# the busy engine loop after every call that lets go of it: uuid4()'s os.urandom did, once per request admitted,
-# and Triton hands the model its requests one execute() at a time.
-_REQUEST_IDS = random.Random()
-
-
-def new_request_id() -> str:
-    """A random 128-bit request id, in hex as uuid4().hex gives it, made without a system call."""
-    return f"{_REQUEST_IDS.getrandbits(128):032x}"
-
-
-@dataclasses.dataclass
-class _Job:
-    """One request in flight."""
-
-    request: Any
-    sender: Any
-    request_id: str
-    prompt: dict[str, Any]
-    sampling_params: Any
-    lora_request: Any
-    options: native.OutputOptions
-    task: asyncio.Task | None = None
-    first: bool = True
-    # Resolves once the last response queued for sending has been sent (sends.SendThread.submit).
-    sent: asyncio.Future | None = None
-    stream_sends: sends.SendThread | None = None  # the thread that sends its responses between the first and the final
-    last_sends: sends.SendThread | None = None  # the thread its last response was queued on
-    finished: bool = False  # its final response is being or has been sent; set through _finish()
-    # Held by the watcher thread around is_cancelled(), and by _finish(): Triton frees a request's response factory
-    # with its final response, and asking a freed factory whether it was cancelled crashes the server.
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-    cancel_reason: str | None = None
-
-
-@dataclasses.dataclass
-class _OpenAIJob:
-    """One OpenAI request in flight: vLLM's own app answers it; its bytes go out through ``joiner``."""
-
-    sender: Any
-    request_id: str
-    endpoint: str
-    method: str
-    body: bytes
-    joiner: openai_wire.SseJoiner = dataclasses.field(default_factory=openai_wire.SseJoiner)
-    status: int | None = None  # the HTTP status vLLM's app started its response with
-    streaming: bool = False
-    body_complete: bool = False  # the app has sent the last of its body
-    task: asyncio.Task | None = None
-    finished: bool = False
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # as _Job.lock
-    cancel_reason: str | None = None
-    error: tuple[str, str] | None = None  # (message, Triton error code) to end with instead of the bytes
-    disconnected: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    stream_to: openai_wire.StreamTo | None = None
-    headers: list[tuple[bytes, bytes]] | None = None  # the client's (OpenAIEnvelope.headers)
-    query: bytes = b""  # the URL's query string (OpenAIEnvelope.query)
-    # The gateway's stream socket, once a streamed 200 response is writing its bytes there.
-    stream_link: openai_wire.StreamLink | None = None
-    # Cancelled by the gateway's CANCEL frame (openai_wire.StreamLink) rather than found cancelled by the watcher.
-    watched_by_link: bool = False
 
 
 class TritonPythonModel:
@@ -286,7 +224,7 @@ class TritonPythonModel:
                 log.info(f"[vllm] {contract.OPENAI_FILE} checked in {time.monotonic() - started:.2f} s")
 
         self._accumulator = metrics.MetricsAccumulator() if self.report_metrics else None
-        self._live: dict[str, _Job | _OpenAIJob] = {}
+        self._live: dict[str, jobs.Job | jobs.OpenAIJob] = {}
         self._dead_reason: str | None = None
         # Only this run's lines of the server log can say why its engine died.
         self._log_start = environment.log_size(environment.server_log_file())
@@ -370,13 +308,13 @@ class TritonPythonModel:
             self._sweep()
 
     def _sweep(self) -> None:
-        jobs = [j for j in list(self._live.values()) if not (isinstance(j, _OpenAIJob) and j.watched_by_link)]
+        live = [j for j in list(self._live.values()) if not (isinstance(j, jobs.OpenAIJob) and j.watched_by_link)]
         budget = max(1, int(WATCH_CHECKS_PER_S * WATCH_INTERVAL_S))
-        if len(jobs) > budget:  # the next ``budget`` of them, from where the last sweep stopped
-            start = getattr(self, "_sweep_from", 0) % len(jobs)
-            jobs = (jobs[start:] + jobs[:start])[:budget]
+        if len(live) > budget:  # the next ``budget`` of them, from where the last sweep stopped
+            start = getattr(self, "_sweep_from", 0) % len(live)
+            live = (live[start:] + live[:start])[:budget]
             self._sweep_from = start + budget
-        for job in jobs:
+        for job in live:
             with job.lock:
                 if job.finished or job.cancel_reason is not None:
                     continue
@@ -389,7 +327,7 @@ class TritonPythonModel:
         if self._dead_reason is None and not self._closing and self.engine.errored:
             self._loop.call_soon_threadsafe(self._on_engine_dead)
 
-    def _cancel(self, job: _Job | _OpenAIJob, reason: str) -> None:
+    def _cancel(self, job: jobs.Job | jobs.OpenAIJob, reason: str) -> None:
         if job.finished or job.task is None or job.task.done():
             return
         job.cancel_reason = job.cancel_reason or reason
@@ -406,7 +344,7 @@ class TritonPythonModel:
         # Named, so that whoever reads the log (launch does) knows which model stopped serving.
         log.error(f"[vllm] model {self.model_name}: {self._dead_reason}")
         for job in list(self._live.values()):
-            if isinstance(job, _OpenAIJob):
+            if isinstance(job, jobs.OpenAIJob):
                 continue  # vLLM's OpenAI layer gets the engine's death from the engine and answers as vllm serve does
             if job.task is not None and not job.task.done():
                 job.cancel_reason = self._dead_reason
@@ -471,19 +409,19 @@ class TritonPythonModel:
                 continue
             self._spawn(job)
 
-    def _parse(self, request: Any, sender: Any) -> _Job:
+    def _parse(self, request: Any, sender: Any) -> jobs.Job:
         read = self._reader.read(functools.partial(_input, request), request.parameters())
-        return _Job(
+        return jobs.Job(
             request=request,
             sender=sender,
-            request_id=new_request_id(),
+            request_id=jobs.new_request_id(),
             prompt=read.prompt,
             sampling_params=read.sampling_params,
             lora_request=read.lora_request,
             options=read.options,
         )
 
-    def _spawn(self, job: _Job) -> None:
+    def _spawn(self, job: jobs.Job) -> None:
         self._live[job.request_id] = job
         job.stream_sends = self._stream_sends[self._spawned % len(self._stream_sends)]
         self._spawned += 1
@@ -492,7 +430,7 @@ class TritonPythonModel:
             self._accumulator.expect(job.request_id, job.options.n)
         job.task = self._loop.create_task(self._generate(job))
 
-    async def _generate(self, job: _Job) -> None:
+    async def _generate(self, job: jobs.Job) -> None:
         try:
             prompt = job.prompt if self._render is None else await self._render(job.prompt)
             stream = self.engine.generate(prompt, job.sampling_params, job.request_id, lora_request=job.lora_request)
@@ -536,11 +474,11 @@ class TritonPythonModel:
                 self._accumulator.forget(job.request_id)
 
     @staticmethod
-    def _finish(job: _Job | _OpenAIJob) -> None:
+    def _finish(job: jobs.Job | jobs.OpenAIJob) -> None:
         with job.lock:  # waits for a cancellation check in flight on the watcher thread
             job.finished = True
 
-    def _deliver(self, job: _Job, output: Any) -> None:
+    def _deliver(self, job: jobs.Job, output: Any) -> None:
         # Up to one output chunk of streams, the loop sends: vLLM's handler never yields mid-step then, a send lets
         # the other streams' outputs pile up and merge, and no thread hand-off is paid (on 2 CPU cores it cost 0.65x
         # against 0.70x raw at 32 streams). Above it, the loop only queues, and the send thread builds the response and
@@ -568,10 +506,10 @@ class TritonPythonModel:
             job.last_sends = self._sends
             self._sends.submit(functools.partial(self._send_final, job, output, first))
 
-    def _send_response(self, job: _Job, output: Any, first: bool) -> None:
+    def _send_response(self, job: jobs.Job, output: Any, first: bool) -> None:
         job.sender.send(self._response(job, output, first), flags=0)
 
-    def _send_final(self, job: _Job, output: Any, first: bool) -> None:
+    def _send_final(self, job: jobs.Job, output: Any, first: bool) -> None:
         try:
             job.sender.send(
                 self._response(job, output, first), flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -579,12 +517,12 @@ class TritonPythonModel:
         except Exception as exc:  # the client may be gone already
             log.warn(f"[vllm] could not send a final response: {exc}")
 
-    def _deliver_error(self, job: _Job, message: str, code: str) -> None:
+    def _deliver_error(self, job: jobs.Job, message: str, code: str) -> None:
         # Behind any response of the request still queued: the error is its final one.
         (job.last_sends or self._sends).submit(functools.partial(self._send_error, job.sender, message, code))
 
     @staticmethod
-    def _response(job: _Job, output: Any, first: bool) -> Any:
+    def _response(job: jobs.Job, output: Any, first: bool) -> Any:
         tensors = native.assemble_outputs(output, job.options, first)
         return stub.pb_utils.InferenceResponse(
             output_tensors=[stub.pb_utils.Tensor(name, value) for name, value in tensors]
@@ -637,9 +575,9 @@ class TritonPythonModel:
                 sender, openai_wire.OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError")
             )
             return
-        job = _OpenAIJob(
+        job = jobs.OpenAIJob(
             sender=sender,
-            request_id=new_request_id(),
+            request_id=jobs.new_request_id(),
             endpoint=endpoint,
             method=method,
             body=body,
@@ -667,11 +605,11 @@ class TritonPythonModel:
             ]
         )
 
-    def _spawn_openai(self, job: _OpenAIJob) -> None:
+    def _spawn_openai(self, job: jobs.OpenAIJob) -> None:
         self._live[job.request_id] = job
         job.task = self._loop.create_task(self._serve_openai(job))
 
-    async def _serve_openai(self, job: _OpenAIJob) -> None:
+    async def _serve_openai(self, job: jobs.OpenAIJob) -> None:
         sent_body = False
 
         async def receive() -> dict[str, Any]:
@@ -755,7 +693,7 @@ class TritonPythonModel:
             self._pump_openai(job)
             self._live.pop(job.request_id, None)
 
-    def _end_failed_stream(self, job: _OpenAIJob, message: str) -> None:
+    def _end_failed_stream(self, job: jobs.OpenAIJob, message: str) -> None:
         """A streamed answer whose app failed after it began ends as vLLM's own generators end a failing stream
         (failed_stream_tail). Its END frame goes too, or the gateway would wait for bytes that never come."""
         event = openai_wire.failed_stream_tail(job.endpoint, message)
@@ -767,7 +705,7 @@ class TritonPythonModel:
             job.stream_link.send(openai_wire.stream_frames(job.stream_to.id, event, last=True))
 
     async def _write_stream(
-        self, job: _OpenAIJob, link: openai_wire.StreamLink, stream_id: int, data: bytes, last: bool
+        self, job: jobs.OpenAIJob, link: openai_wire.StreamLink, stream_id: int, data: bytes, last: bool
     ) -> None:
         """A streamed response's bytes to the gateway's socket (``job.stream_link``, ``job.stream_to.id``): a frame,
         no round trip. The Triton final response (the status, no bytes) follows the END frame once the app returns."""
@@ -786,13 +724,13 @@ class TritonPythonModel:
             link = self._stream_links[path] = asyncio.ensure_future(openai_wire.connect_stream_link(path, self._cancel))
         return await asyncio.shield(link)
 
-    def _pump_openai(self, job: _OpenAIJob) -> None:
+    def _pump_openai(self, job: jobs.OpenAIJob) -> None:
         """Send what is pending, unless a send of this request is in flight (its completion pumps again)."""
         item = job.joiner.take()
         if item is not None:
             self._send_openai(job, *item)
 
-    def _send_openai(self, job: _OpenAIJob, data: bytes, final: bool) -> None:
+    def _send_openai(self, job: jobs.OpenAIJob, data: bytes, final: bool) -> None:
         # Chunks on the engine loop, as native responses go (a pool of send threads measured 0.6-0.75x of this at 32
         # streams on 2 cores): while a send waits on its round trip, the other streams' chunks queue up, and this
         # stream's are joined into its next response once the loop runs the callback below. The final, sent when no
@@ -817,7 +755,7 @@ class TritonPythonModel:
             if not final:
                 self._loop.call_soon(self._openai_sent, job)
 
-    def _openai_sent(self, job: _OpenAIJob) -> None:
+    def _openai_sent(self, job: jobs.OpenAIJob) -> None:
         job.joiner.sent()
         self._pump_openai(job)
 

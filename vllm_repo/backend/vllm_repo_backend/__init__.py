@@ -20,6 +20,7 @@ The modules, one role each, import each other relatively (inside vllm-repo the p
 - environment.py: the vLLM release and its APIs, the process's locale, loop and heap, and the server log.
 - metrics.py: vLLM's stats collected on the engine loop and reported as Triton metrics.
 - sends.py: the thread that sends responses off the engine loop.
+- jobs.py: a request in flight (native or OpenAI) and the ids vLLM knows requests by.
 - openai_wire.py: an OpenAI request's envelope, its error bodies, SSE joining and a gateway's stream socket.
 - openai_app.py: openai.json checked with vllm serve's parser, and vLLM's OpenAI app built on the model's engine.
 """
