@@ -363,9 +363,9 @@ def test_text_only_by_default_with_prompt_prepended_once():
     assert later["text_output"].tolist() == [b"!"]
 
 
-def test_every_additional_output():
-    Lp = lambda v: SimpleNamespace(logprob=v, rank=1, decoded_token="x")  # noqa: E731
-    options = native.OutputOptions(
+def every_output() -> native.OutputOptions:
+    """A streamed request that asks for every additional output."""
+    return native.OutputOptions(
         stream=True,
         prepend_prompt=False,
         return_finish_reason=True,
@@ -374,6 +374,11 @@ def test_every_additional_output():
         return_num_input_tokens=True,
         return_num_output_tokens=True,
     )
+
+
+def test_every_additional_output():
+    Lp = lambda v: SimpleNamespace(logprob=v, rank=1, decoded_token="x")  # noqa: E731
+    options = every_output()
     ro = request_output(
         completion(
             text="ab",
@@ -396,13 +401,7 @@ def test_every_additional_output():
 
 
 def test_unfinished_and_missing_values():
-    options = native.OutputOptions(
-        stream=True,
-        prepend_prompt=False,
-        return_finish_reason=True,
-        return_cumulative_logprob=True,
-        return_logprobs=True,
-    )
+    options = every_output()
     out = as_dict(native.assemble_outputs(request_output(completion(text="a")), options, first=True))
     assert out["finish_reason"].tolist() == [b"None"]  # as the upstream backend reports an unfinished stream
     assert math.isnan(out["cumulative_logprob"][0])
