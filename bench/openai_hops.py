@@ -109,8 +109,9 @@ EDITS: list[tuple[str, list[tuple[str, str]]]] = [
                 '            if message["type"] == "http.response.start":\n                _hop("B3", _sid)\n',
             ),
             (
-                "        link, stream_id = job.stream_link, job.stream_to.id\n",
-                "        link, stream_id = job.stream_link, job.stream_to.id\n        _hop('B4', stream_id)\n",
+                "        if link.closed:  # the gateway went away: nobody reads this stream any more\n",
+                "        _hop('B4', stream_id)\n"
+                "        if link.closed:  # the gateway went away: nobody reads this stream any more\n",
             ),
         ],
     ),
