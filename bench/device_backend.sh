@@ -16,11 +16,12 @@
 #   3. carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/variants]: bash bench/device_backend.sh run [bench args]
 #      (BACKEND=FILE before it serves the bundled model with FILE instead of this tree's model.py)
 #      (the benchmark runs in the background; this call follows it for up to WAIT seconds, default 560)
+#      or, for bench/pack_gpu.py, the same carry:                  bash bench/device_backend.sh pack [pack args]
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
 # The report's run: run --rounds 3 --concurrency 1,32,128,256,512 --requests 6,2,2,2,2 --prompt-words 128 ...
 set -uo pipefail
-stage=${1:?part NN | unpack | run | wait}; shift
+stage=${1:?part NN | unpack | run | pack | wait}; shift
 RUN=/tmp/backend-bench
 collect() {
   # What the benchmark wrote so far, and its log, come back under $OUT.
@@ -47,11 +48,20 @@ unpack)
   echo "import sys; sys.path.insert(0, '/tmp/site')" > "$SP/zz_vllm_bundle.pth"
   [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m llama3-8b || exit 1
   "$PY" -c "import numpy, vllm; print('numpy', numpy.__version__, 'vllm', vllm.__version__)" ;;
-run)
+run|pack)
   source .gpuroute/remote/install.sh /tmp/vp /tmp/site || exit 1
   mkdir -p /tmp/triton && "$PY" -c "import tarfile,sys;tarfile.open(sys.argv[1]).extractall(sys.argv[2],filter='tar')" \
     .gpuroute/triton/triton.tar.xz /tmp/triton || exit 1
   rm -rf "$RUN" && mkdir -p "$RUN"/out && cp -r . "$RUN"/tree && cd "$RUN"/tree || exit 1
+  if [ "$stage" = pack ]; then
+    # bench/pack_gpu.py: plan --pack's three engines on GPU 0, and the same models started by hand (pack.md)
+    export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
+    setsid nohup "$PY" bench/pack_gpu.py --kit "$RUN"/tree/.gpuroute/remote --out "$RUN"/out "$@" \
+      > "$RUN"/run.log 2>&1 &
+    echo $! > "$RUN"/pid
+    follow
+    exit
+  fi
   # BACKEND=FILE: serve with that model.py instead of this tree's (e.g. the code before a change, without raw's rival)
   [ -n "${BACKEND:-}" ] && { cp "$BACKEND" vllm_repo/backend/model.py || exit 1; }
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv

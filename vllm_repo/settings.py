@@ -6,6 +6,7 @@
     num-gpus = 2
     vllm-version = "0.26.0"
     usage-context = "engine"
+    pack = ["chat", "embed"]  # or true: the models plan places on shared GPUs (plan --pack)
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class ProjectSettings:
     num_gpus: int | None = None
     vllm_version: str | None = None
     usage_context: str | None = None
+    pack: bool | list[str] | None = None
+    """The models `plan` packs onto shared GPUs: every one (True) or those named."""
     source: str | None = None
     """The file the settings came from."""
 
@@ -60,6 +63,11 @@ _KEYS: dict[str, tuple[str, str, Callable[[object], bool]]] = {
     ),
     "vllm-version": ("vllm_version", "a string", lambda v: isinstance(v, str)),
     "usage-context": ("usage_context", "a string", lambda v: isinstance(v, str)),
+    "pack": (
+        "pack",
+        "true, false or a list of model names",
+        lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    ),
 }
 
 

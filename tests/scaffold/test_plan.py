@@ -35,7 +35,8 @@ def test_candidate_sizes_divide_the_heads_and_stay_within_the_gpus():
 
 def test_a_small_model_gets_one_instance_per_gpu(repo, weights):
     repo.model("chat", engine_args={"model": weights, "max_model_len": 8192})
-    (chat,), changes = plan_repository(repo.root, "H100 80GB", 4, concurrency=8)
+    planned = plan_repository(repo.root, "H100 80GB", 4, concurrency=8)
+    (chat,), changes = planned.models, planned.changes
     assert (chat.chosen.tensor_parallel_size, chat.instances) == (1, 4)
     assert chat.gpu_groups == [(0,), (1,), (2,), (3,)]
     config = changes[repo.root / "chat" / "config.pbtxt"][1]
@@ -45,7 +46,8 @@ def test_a_small_model_gets_one_instance_per_gpu(repo, weights):
 def test_a_long_context_takes_tensor_parallelism_and_gpu_device_ids(repo, weights):
     repo.model("chat", engine_args={"model": weights, "max_model_len": 32768})
     repo.model("long", engine_args={"model": weights, "max_model_len": 131072})
-    plans, changes = plan_repository(repo.root, "H100 80GB", 8, concurrency=16)
+    planned = plan_repository(repo.root, "H100 80GB", 8, concurrency=16)
+    plans, changes = planned.models, planned.changes
     by_name = {p.name: p for p in plans}
     assert by_name["long"].chosen.tensor_parallel_size > 1
     used = [gpu for p in plans for group in p.gpu_groups for gpu in group]
@@ -63,11 +65,11 @@ def test_a_long_context_takes_tensor_parallelism_and_gpu_device_ids(repo, weight
 def test_what_plan_writes_passes_the_placement_rules(repo, weights):
     repo.model("chat", engine_args={"model": weights, "max_model_len": 32768})
     repo.model("long", engine_args={"model": weights, "max_model_len": 131072})
-    _, changes = plan_repository(repo.root, "H100 80GB", 8, concurrency=16)
+    changes = plan_repository(repo.root, "H100 80GB", 8, concurrency=16).changes
     for path, (_, new) in changes.items():
         path.write_text(new)
     assert not {"VR504", "VR506", "VR507", "VR508"} & codes(run(repo.root, gpu="H100 80GB", num_gpus=8))
-    _, unchanged = plan_repository(repo.root, "H100 80GB", 8, concurrency=16)
+    unchanged = plan_repository(repo.root, "H100 80GB", 8, concurrency=16).changes
     assert unchanged == {}  # planned once, planned for good
 
 
@@ -80,7 +82,7 @@ def test_a_fraction_meant_for_a_shared_gpu_is_named_as_the_cause_not_the_context
     tp = int(caught.value.hint.split("tensor_parallel_size ")[1].split(":")[0])
     # What the hint says is true: without the fraction, plan places it at that size.
     repo.model("big", engine_args={"model": weights, "max_model_len": 131072})
-    (big,), _ = plan_repository(repo.root, "H100 80GB", 8, concurrency=1)
+    (big,) = plan_repository(repo.root, "H100 80GB", 8, concurrency=1).models
     assert big.options[0].tensor_parallel_size == tp
 
 

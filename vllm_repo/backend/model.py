@@ -255,7 +255,16 @@ class TritonPythonModel:
         log.info(f"[vllm] {environment.freeze_startup_heap()} {environment.FROZEN_HEAP_LOG}")
         sys.setswitchinterval(ADMISSION_SWITCH_INTERVAL_S)  # for the whole process: a stub serves one model instance
         log.info(f"[vllm] {SWITCH_INTERVAL_LOG} {sys.getswitchinterval() * 1e3:g} ms: execute() admits soon")
-        log.info(f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version})")
+        log.info(f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version}){self._kv_cache_text()}")
+
+    def _kv_cache_text(self) -> str:
+        """ "; KV cache N tokens (B blocks)": which model got which KV cache, where several engines log theirs into one
+        server log (vLLM's own lines name a process, not a model)."""
+        cache = getattr(getattr(self.engine, "vllm_config", None), "cache_config", None)
+        blocks, size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+        if not isinstance(blocks, int) or not isinstance(size, int):
+            return ""
+        return f"; KV cache {blocks * size} tokens ({blocks} blocks of {size})"
 
     # -- the engine loop ------------------------------------------------------------------------------------------
     def _prompt_renderer(self) -> Callable[[dict[str, Any]], Any] | None:

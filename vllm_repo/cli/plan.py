@@ -22,10 +22,23 @@ def plan(
         ),
     ] = 1,
     vllm_version: Annotated[str | None, vllm_version_option("whose memory behaviour to plan for")] = None,
+    pack: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pack",
+            help="Place these models' engines on shared GPUs, each with a memory budget of its own (repeat it, or "
+            "give 'all'); the project setting pack does the same.",
+        ),
+    ] = None,
+    margin_gib: Annotated[
+        float | None,
+        typer.Option("--margin-gib", min=0, help="Memory each packed GPU keeps free (default: 5 % of it)."),
+    ] = None,
     write: Annotated[bool, typer.Option("--write", help="Write config.pbtxt and model.json (atomically).")] = False,
     diff: Annotated[bool, diff_option("--write")] = False,
 ) -> None:
-    """Choose per model between tensor parallelism and more instances, so every model fits and no GPU is shared."""
+    """Choose per model between tensor parallelism and more instances, so every model fits; with --pack, several
+    models' engines share a GPU, each with an absolute memory budget."""
     from vllm_repo.scaffold.plan import plan_repository
     from vllm_repo.settings import resolve_settings
     from vllm_repo.validate.diagnostics import display_path
@@ -39,14 +52,23 @@ def plan(
         )
     if write and diff:
         raise UsageError("--write and --diff exclude each other", hint="--diff shows, --write writes")
-    plans, changes = plan_repository(
-        repo, settings.gpu_spec, settings.num_gpus, concurrency, vllm_version=settings.vllm_version
+    packing: bool | list[str] = settings.pack or False
+    if pack:
+        packing = True if "all" in pack else [name for names in pack for name in names.split(",") if name]
+    planned = plan_repository(
+        repo,
+        settings.gpu_spec,
+        settings.num_gpus,
+        concurrency,
+        vllm_version=settings.vllm_version,
+        pack=packing,
+        margin_gib=margin_gib,
     )
+    changes = planned.changes
     if diff:
         typer.echo(FixPlan(texts=changes).diff({p: display_path(p) for p in changes}), nl=False)
         raise typer.Exit(1 if changes else 0)
-    for model_plan in plans:
-        typer.echo("\n".join(model_plan.explain(concurrency)))
+    typer.echo("\n".join(planned.explain(concurrency)))
     if not changes:
         typer.echo("the repository is already placed so", err=True)
     elif write:

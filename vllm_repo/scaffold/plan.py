@@ -14,14 +14,19 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.repository import placement
+from vllm_repo.scaffold import pack as pack_
+from vllm_repo.scaffold.pack import PackedGpu
 
 if TYPE_CHECKING:  # the estimator (and pydantic) is imported where plan sizes an engine
     from vllm_repo.estimate import MemoryEstimate
+    from vllm_repo.estimate.model_facts import ModelFacts
+    from vllm_repo.repository.engine_settings import EngineSettings
 
 
 class PlanError(VllmRepoError):
@@ -103,7 +108,7 @@ def engine_options(
 ) -> list[Option]:
     """The sizes at which one engine of ``engine_args``' model starts on ``gpu``, smallest first."""
     from vllm_repo.estimate import ArchitectureError, ModelFactsError, estimate_model, load_model_facts
-    from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
+    from vllm_repo.repository.engine_settings import read_engine_settings
 
     # plan spreads engines with tensor parallelism only
     settings = read_engine_settings(engine_args, strict=True).replace(pipeline_parallel_size=None)
@@ -153,8 +158,11 @@ def engine_options(
     return options
 
 
-def choose(plans_input: list[tuple[str, list[Option]]], num_gpus: int, concurrency: int) -> list[ModelPlan]:
-    """Give each model the fewest GPUs that hold ``concurrency`` sequences, then the GPUs left as more instances."""
+def choose(
+    plans_input: list[tuple[str, list[Option]]], num_gpus: int, concurrency: int, first_gpu: int = 0
+) -> list[ModelPlan]:
+    """Give each model the fewest GPUs that hold ``concurrency`` sequences, then the GPUs left as more instances;
+    the GPUs are ``first_gpu`` on (those before it are packed)."""
     plans = []
     for name, options in plans_input:
         if not options:
@@ -169,7 +177,7 @@ def choose(plans_input: list[tuple[str, list[Option]]], num_gpus: int, concurren
     if used > num_gpus:
         needs = ", ".join(f"{p.name} {p.gpus}" for p in plans)
         raise PlanError(
-            f"the models need {used} GPUs for {concurrency} concurrent sequences each ({needs}); {num_gpus} are given",
+            f"the models need {used} GPUs for {concurrency} concurrent sequences each ({needs}); {num_gpus} {'is' if num_gpus == 1 else 'are'} given",
             hint="lower --concurrency or max_model_len, or serve fewer models on this host",
         )
     left = num_gpus - used
@@ -182,7 +190,7 @@ def choose(plans_input: list[tuple[str, list[Option]]], num_gpus: int, concurren
                 grew = True
         if not grew:
             break
-    start = 0
+    start = first_gpu
     for p in plans:
         size = p.chosen.tensor_parallel_size
         p.gpu_groups = [tuple(range(start + k * size, start + (k + 1) * size)) for k in range(p.instances)]
@@ -283,8 +291,9 @@ def _describing_comment_start(text: str, start: int) -> int:
     return begin
 
 
-def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
-    """``text`` (a config.pbtxt) with its instance_group and GPU_DEVICE_IDS replaced by ``groups``' placement."""
+def placement_config(text: str, groups: list[tuple[int, ...]], why: str | None = None) -> str:
+    """``text`` (a config.pbtxt) with its instance_group and GPU_DEVICE_IDS replaced by ``groups``' placement;
+    ``why``, where given, is the comment written above it."""
     from google.protobuf import text_format
 
     from vllm_repo.repository.model_config import model_config_pb2
@@ -292,7 +301,7 @@ def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
     if len(groups[0]) == 1:
         ids = ", ".join(str(g[0]) for g in groups)
         added = (
-            f"# {PLACED}: one engine on each of GPUs {ids}.\n"
+            f"# {PLACED}{why or f': one engine on each of GPUs {ids}.'}\n"
             f"instance_group [\n  {{\n    count: 1\n    kind: KIND_GPU\n    gpus: [ {ids} ]\n  }}\n]\n"
         )
     else:
@@ -320,26 +329,55 @@ def placement_config(text: str, groups: list[tuple[int, ...]]) -> str:
     return new
 
 
-def placement_engine_args(text: str, tensor_parallel_size: int) -> str:
-    """``text`` (a model.json) with tensor_parallel_size set and pipeline_parallel_size dropped."""
+def placement_engine_args(text: str, tensor_parallel_size: int, budget: dict[str, int | float] | None = None) -> str:
+    """``text`` (a model.json) with tensor_parallel_size set and pipeline_parallel_size dropped; ``budget``: the
+    memory settings of a packed engine (kv_cache_memory_bytes, gpu_memory_utilization) set too."""
     data = json.loads(text)
-    if data.get("tensor_parallel_size", 1) == tensor_parallel_size and "pipeline_parallel_size" not in data:
+    wanted = {"tensor_parallel_size": tensor_parallel_size, **(budget or {})}
+    if all(data.get(k, 1 if k == "tensor_parallel_size" else None) == v for k, v in wanted.items()) and (
+        "pipeline_parallel_size" not in data
+    ):
         return text  # already so: leave the file as it is written
     data.pop("pipeline_parallel_size", None)
-    data["tensor_parallel_size"] = tensor_parallel_size
+    data.update(wanted)
     indent = 2 if "\n" in text.strip() else None
     return json.dumps(data, indent=indent) + "\n"
 
 
+@dataclasses.dataclass
+class RepositoryPlan:
+    """Where every vLLM model of a repository runs: GPUs of their own (``models``) or packed (``packed``)."""
+
+    models: list[ModelPlan]
+    packed: list[PackedGpu]
+    absolute: bool  # the packed engines' KV caches are set in bytes (kv_cache_memory_bytes)
+    changes: dict[Path, tuple[str, str]]  # path -> (old text, new text)
+
+    def explain(self, concurrency: int) -> list[str]:
+        lines = [line for p in self.packed for line in p.explain(self.absolute)]
+        if self.packed and not self.absolute:
+            lines.append(
+                "  this release has no kv_cache_memory_bytes: the fractions give these KV caches only when the "
+                "engines load one at a time (launch loads a packed repository so)"
+            )
+        return lines + [line for p in self.models for line in p.explain(concurrency)]
+
+
 def plan_repository(
-    repo: Path, gpu: str | float, num_gpus: int, concurrency: int, vllm_version: str | None = None
-) -> tuple[list[ModelPlan], dict[Path, tuple[str, str]]]:
-    """The plan for every vLLM model of ``repo`` and the files it changes: path -> (old text, new text)."""
+    repo: Path,
+    gpu: str | float,
+    num_gpus: int,
+    concurrency: int,
+    vllm_version: str | None = None,
+    pack: bool | Collection[str] = False,
+    margin_gib: float | None = None,
+) -> RepositoryPlan:
+    """The plan for every vLLM model of ``repo`` and the files it changes. ``pack``: True packs every model onto
+    shared GPUs, a collection of names packs those models; the others get GPUs of their own."""
     from vllm_repo.repository import open_repository
 
     repository = open_repository(repo)
-    inputs: list[tuple[str, list[Option]]] = []
-    texts: dict[str, tuple[Path, str, Path, str]] = {}  # model -> config.pbtxt and its text, model.json and its text
+    texts: dict[str, tuple[Path, str, Path, str, dict[str, Any]]] = {}  # config.pbtxt, model.json, their texts
     for model in repository.models:
         doc = model.checked_engine_args()
         cfg = model.config
@@ -347,18 +385,115 @@ def plan_repository(
             continue
         # Both parsed (a config, a JSON object), so both were read: a document has its text whenever it has data.
         assert cfg.text is not None and doc.text is not None
-        inputs.append((model.name, engine_options(doc.data, gpu, num_gpus, vllm_version, model.path, model.name)))
-        texts[model.name] = (cfg.path, cfg.text, doc.path, doc.text)
-    if not inputs:
+        texts[model.name] = (cfg.path, cfg.text, doc.path, doc.text, doc.data)
+    if not texts:
         raise PlanError(f"{repo} has no vLLM model with a readable config.pbtxt and model.json")
-    plans = choose(inputs, num_gpus, concurrency)
+    packing = set(texts) if pack is True else set(pack or ()) & set(texts)
+    unknown = set(pack) - set(texts) if not isinstance(pack, bool) else set()
+    if unknown:
+        raise PlanError(
+            f"no vLLM model named {', '.join(sorted(unknown))} to pack in {repo}",
+            hint=f"the repository's vLLM models: {', '.join(sorted(texts))}",
+        )
+    packed, absolute = _pack(repo, texts, sorted(packing), gpu, num_gpus, concurrency, vllm_version, margin_gib)
+    inputs = [
+        (name, engine_options(data, gpu, num_gpus, vllm_version, texts[name][0].parent, name))
+        for name, (*_, data) in texts.items()
+        if name not in packing
+    ]
+    used = len(packed)
+    try:
+        plans = choose(inputs, num_gpus - used, concurrency, first_gpu=used) if inputs else []
+    except PlanError as exc:
+        if not packing and num_gpus > 0:
+            exc.hint = _packing_hint(repo, texts, gpu, num_gpus, concurrency, vllm_version, margin_gib) or exc.hint
+        raise
     changes: dict[Path, tuple[str, str]] = {}
+
+    def change(path: Path, old: str, new: str) -> None:
+        if new != old:
+            changes[path] = (old, new)
+
     for p in plans:
-        cfg_path, cfg_text, doc_path, doc_text = texts[p.name]
-        for path, old, new in (
-            (cfg_path, cfg_text, placement_config(cfg_text, p.gpu_groups)),
-            (doc_path, doc_text, placement_engine_args(doc_text, p.chosen.tensor_parallel_size)),
-        ):
-            if new != old:
-                changes[path] = (old, new)
-    return plans, changes
+        cfg_path, cfg_text, doc_path, doc_text, _ = texts[p.name]
+        change(cfg_path, cfg_text, placement_config(cfg_text, p.gpu_groups))
+        change(doc_path, doc_text, placement_engine_args(doc_text, p.chosen.tensor_parallel_size))
+    for on_gpu in packed:
+        for engine in on_gpu.engines:
+            cfg_path, cfg_text, doc_path, doc_text, _ = texts[engine.name]
+            others = [e.name for e in on_gpu.engines if e.name != engine.name]
+            why = f" --pack: one engine on GPU {on_gpu.gpu}" + (f", shared with {', '.join(others)}" if others else "")
+            why += "; its memory budget is in model.json."
+            change(cfg_path, cfg_text, placement_config(cfg_text, [(on_gpu.gpu,)], why))
+            budget: dict[str, int | float] = {"gpu_memory_utilization": engine.gpu_memory_utilization}
+            if absolute:
+                budget["kv_cache_memory_bytes"] = engine.kv_bytes
+            change(doc_path, doc_text, placement_engine_args(doc_text, 1, budget))
+    return RepositoryPlan(plans, packed, absolute, changes)
+
+
+def _pack(
+    repo: Path,
+    texts: dict[str, tuple[Path, str, Path, str, dict[str, Any]]],
+    names: list[str],
+    gpu: str | float,
+    num_gpus: int,
+    concurrency: int,
+    vllm_version: str | None,
+    margin_gib: float | None,
+) -> tuple[list[PackedGpu], bool]:
+    """The packed GPUs for models ``names`` (GPUs 0 on), and whether their KV caches are set in bytes."""
+    if not names:
+        return [], False
+    from vllm_repo.estimate import resolve_gpu
+    from vllm_repo.releases.memory_budget import resolve_release
+
+    gpu_ = resolve_gpu(gpu)
+    release, _ = resolve_release(vllm_version, repo)
+    costs = []
+    for name in names:
+        cfg_path, _, _, _, data = texts[name]
+        settings, facts = _settings_and_facts(data, cfg_path.parent, name)
+        costs.append(pack_.engine_cost(name, settings, facts, gpu_, release, concurrency))
+    try:
+        packed = pack_.pack(costs, gpu_, release, range(num_gpus), margin_gib)
+    except pack_.PackError as exc:
+        raise PlanError(exc.message, hint=exc.hint) from None
+    return packed, pack_.supports_absolute_kv(release)
+
+
+def _packing_hint(
+    repo: Path,
+    texts: dict[str, tuple[Path, str, Path, str, dict[str, Any]]],
+    gpu: str | float,
+    num_gpus: int,
+    concurrency: int,
+    vllm_version: str | None,
+    margin_gib: float | None,
+) -> str | None:
+    """When the models need more GPUs than there are, but fit with engines sharing GPUs: say so."""
+    try:
+        packed, _ = _pack(repo, texts, sorted(texts), gpu, num_gpus, concurrency, vllm_version, margin_gib)
+    except (PlanError, UsageError):
+        return None
+    shared = [p for p in packed if len(p.engines) > 1]
+    where = "; ".join(f"{', '.join(e.name for e in p.engines)} on GPU {p.gpu}" for p in shared)
+    return f"they fit when packed (plan --pack): {where}" if shared else None
+
+
+def _settings_and_facts(data: dict[str, Any], base: Path, name: str) -> tuple[EngineSettings, ModelFacts]:
+    from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
+    from vllm_repo.repository.engine_settings import read_engine_settings
+
+    settings = read_engine_settings(data, strict=True)
+    if not settings.model:
+        raise PlanError(f"{name}: model.json has no `model`", hint="add the model's repo id or path")
+    try:
+        facts = load_model_facts(settings.model, offline=True, revision=settings.revision, base=base)
+        facts.arch.check_decoder_shape()
+    except (ModelFactsError, ArchitectureError) as exc:
+        raise PlanError(
+            f"can't size {settings.model}: {getattr(exc, 'message', exc)}",
+            hint="plan reads the model's config.json offline: a local model directory or the Hugging Face cache",
+        ) from None
+    return settings, facts
