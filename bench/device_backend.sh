@@ -56,6 +56,8 @@ run|pack)
   if [ "$stage" = pack ]; then
     # bench/pack_gpu.py: plan --pack's three engines on GPU 0, and the same models started by hand (pack.md)
     export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
+    # plan reads the bundled EngineArgs schemas, which an install maps in as vllm_repo._schemas; here from the tree
+    ln -sfn ../schemas vllm_repo/_schemas
     setsid nohup "$PY" bench/pack_gpu.py --kit "$RUN"/tree/.gpuroute/remote --out "$RUN"/out "$@" \
       > "$RUN"/run.log 2>&1 &
     echo $! > "$RUN"/pid
