@@ -34,3 +34,6 @@ def test_the_bundled_data_is_where_the_package_reads_it():
     assert bundled_path().samefile(ROOT / "schemas" / "serve_options.json")
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "*.json" in pyproject["tool"]["setuptools"]["package-data"]["vllm_repo._schemas"]
+    # Triton's ModelConfig schema (vllm_repo.repository.model_config) ships beside them.
+    assert "*.pb" in pyproject["tool"]["setuptools"]["package-data"]["vllm_repo._schemas"]
+    assert (ROOT / "schemas" / "triton_model_config.pb").is_file()

@@ -209,6 +209,32 @@ def test_http_generate_stream_sends_deltas_that_add_up(triton):
     assert "".join(e["text_output"] for e in events) == whole["text_output"]
 
 
+def test_stream_one_response_per_token_gives_each_token_its_own_response(triton):
+    """A second model, the first's copy with STREAM_ONE_RESPONSE_PER_TOKEN, loaded beside it for this test."""
+    import shutil
+
+    name = "tiny_per_token"
+    shutil.copytree(triton.model_repository / MODEL, triton.model_repository / name)
+    config = (triton.model_repository / MODEL / "config.pbtxt").read_text()
+    config = config.replace("ENABLE_VLLM_HEALTH_CHECK", "STREAM_ONE_RESPONSE_PER_TOKEN")
+    (triton.model_repository / name / "config.pbtxt").write_text(config)
+    status, text = http(triton, f"/v2/repository/models/{name}/load", {}, timeout=300)
+    assert status == 200, text
+    try:
+        sampling = json.dumps({"max_tokens": 16, "temperature": 0, "ignore_eos": True})
+        body = {"text_input": "Hello world", "sampling_parameters": sampling}
+        status, text = http(
+            triton, f"/v2/models/{name}/generate_stream", {**body, "stream": True, "return_num_output_tokens": True}
+        )
+        assert status == 200, text
+        events = [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
+        assert [e["num_output_tokens"] for e in events] == [1] * 16
+        _, whole = generate(triton, {**body, "exclude_input_in_output": True})
+        assert "".join(e["text_output"] for e in events) == whole["text_output"]  # the same greedy completion
+    finally:
+        http(triton, f"/v2/repository/models/{name}/unload", {}, timeout=120)
+
+
 def test_grpc_stream_every_additional_output_and_final_flag_on_last_data_response(triton, token_counter):
     prompt = "Triton serves models"
     results, error = grpc_stream(
@@ -737,13 +763,23 @@ def test_engine_death_gives_clear_errors_and_the_model_goes_unready(triton):
             break
         assert time.monotonic() < deadline, "requests still succeed after the engine was killed"
         time.sleep(0.2)
-    # The error names what died, as vLLM logged it, and the log to read.
+    # The error names what died, as vLLM logged it, and the log to read, and what becomes of the model.
     assert "vLLM engine has died: " in body["error"] and "engine core" in body["error"], body
     assert f"(log: {triton.log_path})" in body["error"], body
+    assert "ENABLE_VLLM_HEALTH_CHECK unloads the model, so it reports not ready" in body["error"], body
     while http(triton, f"/v2/models/{MODEL}/ready")[0] == 200:
         assert time.monotonic() < deadline, "the model still reports ready with a dead engine"
         time.sleep(0.2)
     assert "vLLM engine has died" in triton.log_text()
+    # Unloaded, the model is unknown to Triton; vllm-repo's client says it is in the repository but not loaded.
+    from vllm_repo.serve.infer import InferError, stream_events
+
+    with pytest.raises(InferError) as refused:
+        list(stream_events(triton.http_url, MODEL, {"text_input": "Hi"}, stream=False))
+    said = str(refused.value)
+    assert f"model '{MODEL}' at {triton.http_url} is not loaded (Triton: " in said, said
+    assert "UNLOADING" in said or "UNAVAILABLE" in said, said
+    assert "engine died" in refused.value.hint and f"/v2/repository/models/{MODEL}/load" in refused.value.hint
 
 
 def test_shutdown_leaves_no_process_and_no_shared_memory(triton):

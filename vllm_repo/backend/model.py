@@ -46,6 +46,7 @@ config.pbtxt parameters:
   REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint, unless model.json says
                             "disable_log_stats": true
   ENABLE_VLLM_HEALTH_CHECK  "true": unload the model when the engine dies (needs explicit model control)
+  STREAM_ONE_RESPONSE_PER_TOKEN  "true": a stream's merged outputs split into one response per token
   DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
                             never vLLM's silent 16)
   GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
@@ -83,6 +84,7 @@ if TYPE_CHECKING or __package__:
         native,
         openai_app,
         openai_wire,
+        per_token,
         sends,
         stub,
     )
@@ -100,6 +102,7 @@ else:
         native,
         openai_app,
         openai_wire,
+        per_token,
         sends,
         stub,
     )
@@ -167,6 +170,7 @@ class TritonPythonModel:
         params = configuration.config_parameters(self.model_config)
         self.health_check = configuration.bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK")
         self.default_max_tokens = configuration.int_parameter(params, "DEFAULT_MAX_TOKENS")
+        self.one_response_per_token = configuration.bool_parameter(params, "STREAM_ONE_RESPONSE_PER_TOKEN")
 
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         engine_config = configuration.load_engine_config(version_dir)
@@ -347,9 +351,18 @@ class TritonPythonModel:
     def _on_engine_dead(self) -> None:
         if self._dead_reason is not None or self._closing:
             return
-        self._dead_reason = (
-            f"the vLLM engine has died: {self._death_cause()}; this model must be reloaded or the server restarted"
-        )
+        cause = self._death_cause()
+        unloaded = False
+        if self.health_check:
+            try:
+                stub.pb_utils.unload_model(self.model_name)  # returns at once; Triton unloads the model afterwards
+                unloaded = True
+            except Exception as exc:
+                log.error(
+                    f"[vllm] could not unload model {self.model_name} (needs --model-control-mode=explicit): {exc}"
+                )
+        advice = errors.after_engine_death(self.model_name, self.health_check, unloaded)
+        self._dead_reason = f"the vLLM engine has died: {cause}; {advice}"
         # Named, so that whoever reads the log (launch does) knows which model stopped serving.
         log.error(f"[vllm] model {self.model_name}: {self._dead_reason}")
         for job in list(self._live.values()):
@@ -361,15 +374,6 @@ class TritonPythonModel:
         if self._metrics is not None:
             assert self._accumulator is not None  # the metrics are made only around an accumulator
             self._accumulator.release_held()  # no stats will come from a dead engine
-        if self.health_check:
-            try:
-                stub.pb_utils.unload_model(self.model_name)
-                log.error(f"[vllm] unloading model {self.model_name} because its engine is dead")
-            except Exception as exc:
-                log.error(
-                    f"[vllm] could not unload model {self.model_name} (needs --model-control-mode="
-                    f"explicit): {exc}; requests fail until the server is restarted",
-                )
 
     def _death_cause(self) -> str:
         """What killed the engine, read from the server log that vLLM's processes write to, and where that log is."""
@@ -420,6 +424,7 @@ class TritonPythonModel:
 
     def _parse(self, request: Any, sender: Any) -> jobs.Job:
         read = self._reader.read(functools.partial(_input, request), request.parameters())
+        split_tokens = self.one_response_per_token and read.options.stream
         return jobs.Job(
             request=request,
             sender=sender,
@@ -428,6 +433,7 @@ class TritonPythonModel:
             sampling_params=read.sampling_params,
             lora_request=read.lora_request,
             options=read.options,
+            token_history={} if split_tokens else None,
         )
 
     def _spawn(self, job: jobs.Job) -> None:
@@ -444,15 +450,16 @@ class TritonPythonModel:
             prompt = job.prompt if self._render is None else await self._render(job.prompt)
             stream = self.engine.generate(prompt, job.sampling_params, job.request_id, lora_request=job.lora_request)
             try:
-                async for output in stream:
-                    if output.finished:
-                        self._finish(job)
-                    self._deliver(job, output)
-                    if job.finished:
-                        return
-                    if job.sent is not None:
-                        # The next output is read once this one is sent: vLLM merges what the engine made meanwhile.
-                        await job.sent
+                async for merged in stream:
+                    for output in self._per_token(job, merged) if job.token_history is not None else (merged,):
+                        if output.finished:
+                            self._finish(job)
+                        self._deliver(job, output)
+                        if job.finished:
+                            return
+                        if job.sent is not None:
+                            # The next output is read once this one is sent: vLLM merges what the engine made meanwhile.
+                            await job.sent
             finally:
                 # Closing vLLM's stream aborts the request in the engine if it is still running (e.g. a send
                 # failed because the client went away): nothing keeps generating for it.
@@ -481,6 +488,17 @@ class TritonPythonModel:
             if self._metrics is not None:
                 assert self._accumulator is not None  # the metrics are made only around an accumulator
                 self._accumulator.forget(job.request_id)
+
+    def _per_token(self, job: jobs.Job, output: Any) -> list[Any]:
+        """STREAM_ONE_RESPONSE_PER_TOKEN: the stream's merged output as one output per token (per_token.py)."""
+        assert job.token_history is not None  # kept only for the streams this applies to
+        skip = getattr(job.sampling_params, "skip_special_tokens", True)
+        tokenizer = self._tokenizer()
+        return per_token.split(output, lambda ids: tokenizer.decode(ids, skip_special_tokens=skip), job.token_history)
+
+    def _tokenizer(self) -> Any:
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        return tokenizer if tokenizer is not None else self.engine.get_tokenizer()
 
     @staticmethod
     def _finish(job: jobs.Job | jobs.OpenAIJob) -> None:

@@ -116,7 +116,15 @@ def launch(
         return
     from vllm_repo.serve.launch import run_server
     from vllm_repo.serve.launch_plan import prepare_launch
-    from vllm_repo.serve.openai.cors import CorsPolicy
+
+    cors = None
+    if openai_port is not None:
+        from vllm_repo.extras import require_gateway
+
+        require_gateway()
+        from vllm_repo.serve.openai.cors import CorsPolicy
+
+        cors = CorsPolicy.from_options(allowed_origins, allow_credentials, allowed_methods, allowed_headers)
 
     def progress(message: str) -> None:
         typer.echo(message, err=True)
@@ -133,7 +141,7 @@ def launch(
         progress=progress,
         openai_port=openai_port,
         openai_api_keys=api_key or [],
-        openai_cors=CorsPolicy.from_options(allowed_origins, allow_credentials, allowed_methods, allowed_headers),
+        openai_cors=cors,
         ray_address=ray_address,
     )
     print_diagnostics(plan.diagnostics)

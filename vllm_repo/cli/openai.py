@@ -56,6 +56,9 @@ def openai(
     """Serve the OpenAI API (/v1/models, /v1/chat/completions, /v1/completions, /v1/responses) and the Anthropic
     Messages API (/v1/messages) in front of a running Triton."""
     from vllm_repo.errors import UsageError
+    from vllm_repo.extras import require_gateway
+
+    require_gateway()
     from vllm_repo.serve.openai import (
         CorsPolicy,
         StreamSocketMode,

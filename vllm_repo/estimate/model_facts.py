@@ -176,6 +176,9 @@ def load_model_facts(
 
 
 def _load_from_hub(repo_id: str, *, offline: bool, revision: str | None, token: str | None) -> ModelFacts:
+    from vllm_repo.extras import require_hub
+
+    require_hub()
     from huggingface_hub import try_to_load_from_cache
 
     try:

@@ -1,31 +1,44 @@
-"""Triton's own ModelConfig protobuf (model_config.proto, the schema of config.pbtxt), as tritonclient ships it."""
+"""Triton's own ModelConfig protobuf (model_config.proto, the schema of config.pbtxt), built from the schema that
+tritonclient ships, bundled as its serialized descriptor (schemas/triton_model_config.pb, written by
+scripts/build_triton_model_config.py).
+
+Only protobuf is needed: validate, and the pre-commit hook's environment, go without tritonclient and its grpc, numpy
+and gevent (tritonclient is in the ``full`` extra, for the OpenAI gateway)."""
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 from vllm_repo.errors import VllmRepoError
 
+SCHEMA_FILE = "triton_model_config.pb"
+
 
 @functools.cache
 def model_config_pb2() -> ModuleType:
-    """Triton's ModelConfig protobuf module from tritonclient, loaded straight from its file.
+    """A module as tritonclient's generated ``model_config_pb2``: ModelConfig, ModelInstanceGroup, DataType, ...
 
-    `import tritonclient.grpc` pulls in grpc and the whole client (~0.25 s); the generated module needs only
-    protobuf, and validate has to start fast."""
-    spec = importlib.util.find_spec("tritonclient")
-    if spec is None or not spec.submodule_search_locations:
+    Its classes live in a descriptor pool of their own, so they never clash with tritonclient's copy where the
+    gateway imports that into protobuf's default pool."""
+    from google.protobuf import descriptor_pool
+    from google.protobuf.internal import builder
+
+    package = Path(__file__).resolve().parent.parent
+    # Installed, the schemas are the package's _schemas; in a checkout, the top-level schemas/ folder beside it.
+    found = [p for p in (package / "_schemas" / SCHEMA_FILE, package.parent / "schemas" / SCHEMA_FILE) if p.is_file()]
+    if not found:
         raise VllmRepoError(
-            "tritonclient, which holds Triton's ModelConfig protobuf, is not installed",
-            hint="pip install 'tritonclient[grpc]' (a dependency of vllm-repo: reinstall it)",
+            f"Triton's ModelConfig schema ({SCHEMA_FILE}, in vllm_repo._schemas) is missing",
+            hint="the installation is incomplete: reinstall vllm-repo",
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / "grpc" / "model_config_pb2.py"
-    mod_spec = importlib.util.spec_from_file_location("vllm_repo._triton_model_config_pb2", path)
-    # A path ending in .py always gets a spec with a loader (SourceFileLoader), whether or not the file is there.
-    assert mod_spec is not None and mod_spec.loader is not None
-    module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
+    path = found[0]
+    descriptor = descriptor_pool.DescriptorPool().AddSerializedFile(path.read_bytes())
+    module = ModuleType("vllm_repo._triton_model_config_pb2")
+    names = vars(module)
+    names["DESCRIPTOR"] = descriptor
+    # What a generated _pb2 module runs at import (protobuf's builder): its message classes and enums, by name.
+    builder.BuildMessageAndEnumDescriptors(descriptor, names)
+    builder.BuildTopDescriptorsAndMessages(descriptor, module.__name__, names)
     return module

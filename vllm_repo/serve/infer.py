@@ -148,14 +148,20 @@ def _is_openai_api(url: str) -> bool:
         return False
 
 
-def loaded_models(url: str) -> list[str]:
-    """The models the server has ready (Triton's repository index), [] when it can't say."""
+def repository_index(url: str) -> list[dict[str, Any]]:
+    """Every model of the server's repository with its state ("READY", "UNAVAILABLE", ...) and the reason Triton gives
+    for it (Triton's repository index), [] when it can't say."""
     status, raw = _request(url, "/v2/repository/index", "POST")
     try:
         index = json.loads(raw) if status == 200 else []
     except ValueError:
         return []
-    return sorted(m["name"] for m in index if isinstance(m, dict) and m.get("state") == "READY" and "name" in m)
+    return [m for m in index if isinstance(m, dict) and "name" in m] if isinstance(index, list) else []
+
+
+def loaded_models(url: str) -> list[str]:
+    """The models the server has ready (Triton's repository index), [] when it can't say."""
+    return sorted(m["name"] for m in repository_index(url) if m.get("state") == "READY")
 
 
 def wait_until_ready(
@@ -189,7 +195,18 @@ NO_SERVER_HINT = (
 
 
 def unknown_model(url: str, model: str, detail: str = "") -> InferError:
-    names = loaded_models(url)
+    index = repository_index(url)
+    entry = next((m for m in index if m["name"] == model), None)
+    if entry is not None and entry.get("state") != "READY":
+        # In the repository but not loaded: Triton's own answer is the same "unknown model" as for a typo.
+        state = ", ".join(str(entry[k]) for k in ("state", "reason") if entry.get(k)) or "not ready"
+        return InferError(
+            f"model '{model}' at {url} is not loaded (Triton: {state})",
+            hint=f"a vLLM model whose engine died is unloaded when its config.pbtxt sets ENABLE_VLLM_HEALTH_CHECK: "
+            f"`vllm-repo doctor --url {url}` reads why from the server log; load it again (POST "
+            f"{url.rstrip('/')}/v2/repository/models/{model}/load) or restart the server",
+        )
+    names = sorted(m["name"] for m in index if m.get("state") == "READY")
     return InferError(
         f"the server at {url} has no model '{model}'" + (f": {detail}" if detail else ""),
         hint=f"its models: {', '.join(names)}" if names else "the model names are the directories of the repository",

@@ -229,6 +229,9 @@ def prepare_launch(
     models = [model.name for model in open_repository(repo).models]
     ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}
     if openai_port is not None:
+        from vllm_repo.extras import require_gateway
+
+        require_gateway()  # before Triton starts, not once it is up
         ports["OpenAI"] = openai_port
     check_ports(host, ports)
     server = find_server(tritonserver, progress=progress)

@@ -19,6 +19,7 @@ The modules, one role each, import each other relatively (inside vllm-repo the p
 - configuration.py: config.pbtxt's parameters, model.json, multi_lora.json and the instance's GPUs.
 - environment.py: the vLLM release and its APIs, the process's locale, loop and heap, and the server log.
 - metrics.py: vLLM's stats collected on the engine loop and reported as Triton metrics.
+- per_token.py: a stream's merged output split into one output per token (STREAM_ONE_RESPONSE_PER_TOKEN).
 - sends.py: the thread that sends responses off the engine loop.
 - jobs.py: a request in flight (native or OpenAI) and the ids vLLM knows requests by.
 - openai_wire.py: an OpenAI request's envelope, its error bodies, SSE joining and a gateway's stream socket.

@@ -72,7 +72,12 @@ ADDITIONAL_OUTPUT_FLAGS = (
 )
 
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
-BOOLEAN_PARAMETERS: tuple[str, ...] = ("REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK")
+# STREAM_ONE_RESPONSE_PER_TOKEN: a stream's tokens one response each, never merged (for clients that count responses).
+BOOLEAN_PARAMETERS: tuple[str, ...] = (
+    "REPORT_CUSTOM_METRICS",
+    "ENABLE_VLLM_HEALTH_CHECK",
+    "STREAM_ONE_RESPONSE_PER_TOKEN",
+)
 INTEGER_PARAMETERS: tuple[str, ...] = ("DEFAULT_MAX_TOKENS",)
 # KIND_MODEL only: GPUs for the instance, "0,1", or "0,1;2,3" with one group per instance.
 STRING_PARAMETERS: tuple[str, ...] = ("GPU_DEVICE_IDS",)

@@ -21,6 +21,27 @@ class BackendConfigError(RuntimeError):
     and why."""
 
 
+def after_engine_death(model_name: str, health_check: bool, unloaded: bool) -> str:
+    """What happens to a model whose engine died, and what brings it back: the second half of the error its requests
+    get. Triton's Python backend cannot mark a loaded model not ready: only an unload (ENABLE_VLLM_HEALTH_CHECK) does
+    that."""
+    load = f"POST /v2/repository/models/{model_name}/load"
+    if unloaded:
+        return (
+            "ENABLE_VLLM_HEALTH_CHECK unloads the model, so it reports not ready and Triton answers its next "
+            f"requests 'unknown model': load it again ({load}) or restart the server"
+        )
+    why = (
+        "ENABLE_VLLM_HEALTH_CHECK could not unload it (that needs --model-control-mode=explicit)"
+        if health_check
+        else 'set ENABLE_VLLM_HEALTH_CHECK "true" to have such a model unloaded, so that it reports not ready'
+    )
+    return (
+        "the model stays loaded and READY in Triton but cannot serve: restart the server, or load it again "
+        f"({load}, with --model-control-mode=explicit); {why}"
+    )
+
+
 _SWITCH = re.compile(r"^(enable|disable|no|use|skip)_")
 
 

@@ -44,6 +44,8 @@ class Job:
     # with its final response, and asking a freed factory whether it was cancelled crashes the server.
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     cancel_reason: str | None = None
+    # STREAM_ONE_RESPONSE_PER_TOKEN, on a stream: each completion's token ids so far (per_token.split), else None.
+    token_history: dict[int, list[int]] | None = None
 
 
 @dataclasses.dataclass

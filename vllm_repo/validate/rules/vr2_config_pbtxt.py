@@ -345,9 +345,9 @@ def instance_group(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding
 def backend_parameters(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
     """config.pbtxt `parameters`: the backend's known keys with valid values; engine arguments don't belong here.
 
-    The backend reads only REPORT_CUSTOM_METRICS and ENABLE_VLLM_HEALTH_CHECK ("true" or "false"), DEFAULT_MAX_TOKENS
-    (a positive integer) and GPU_DEVICE_IDS from config.pbtxt's parameters and ignores every other key. vLLM engine
-    arguments take effect only in <version>/model.json.
+    The backend reads only REPORT_CUSTOM_METRICS, ENABLE_VLLM_HEALTH_CHECK and STREAM_ONE_RESPONSE_PER_TOKEN ("true" or
+    "false"), DEFAULT_MAX_TOKENS (a positive integer) and GPU_DEVICE_IDS from config.pbtxt's parameters and ignores
+    every other key. vLLM engine arguments take effect only in <version>/model.json.
 
     Example::
 
