@@ -597,3 +597,21 @@ def test_a_start_that_fails_before_the_server_runs_leaves_no_work_directory(tmp_
         server.start()
     assert list(temp.iterdir()) == []
     assert server.process is None
+
+
+def test_engines_sizing_their_kv_cache_from_a_fraction_on_a_shared_gpu_load_one_at_a_time(tmp_path):
+    from tests.validate.helpers import RepoBuilder
+    from vllm_repo.repository import open_repository
+    from vllm_repo.serve.launch_plan import sized_while_others_load
+
+    gpu0 = 'backend: "vllm"\ninstance_group [ { count: 1, kind: KIND_GPU, gpus: [ 0 ] } ]\n'
+    gpu1 = gpu0.replace("[ 0 ]", "[ 1 ]")
+    repo = RepoBuilder(tmp_path / "repo")
+    repo.model("a", config=gpu0, engine_args={"model": "m", "gpu_memory_utilization": 0.4})
+    repo.model("b", config=gpu0, engine_args={"model": "m", "gpu_memory_utilization": 0.4})
+    repo.model("c", config=gpu1, engine_args={"model": "m"})
+    assert sized_while_others_load(open_repository(repo.root).models) == ["a", "b"]
+    # Absolute budgets (what plan --pack writes) profile nothing that another engine disturbs.
+    for name in ("a", "b"):
+        repo.model(name, config=gpu0, engine_args={"model": "m", "kv_cache_memory_bytes": 1 << 30})
+    assert sized_while_others_load(open_repository(repo.root).models) == []

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.repository import placement
-from vllm_repo.scaffold import pack as pack_
-from vllm_repo.scaffold.pack import PackedGpu
 
 if TYPE_CHECKING:  # the estimator (and pydantic) is imported where plan sizes an engine
     from vllm_repo.estimate import MemoryEstimate
     from vllm_repo.estimate.model_facts import ModelFacts
+    from vllm_repo.estimate.packing import PackedGpu
     from vllm_repo.repository.engine_settings import EngineSettings
 
 
@@ -177,7 +176,8 @@ def choose(
     if used > num_gpus:
         needs = ", ".join(f"{p.name} {p.gpus}" for p in plans)
         raise PlanError(
-            f"the models need {used} GPUs for {concurrency} concurrent sequences each ({needs}); {num_gpus} {'is' if num_gpus == 1 else 'are'} given",
+            f"the models need {used} GPUs for {concurrency} concurrent sequences each ({needs}); {num_gpus} "
+            f"{'is' if num_gpus == 1 else 'are'} given",
             hint="lower --concurrency or max_model_len, or serve fewer models on this host",
         )
     left = num_gpus - used
@@ -445,6 +445,7 @@ def _pack(
     """The packed GPUs for models ``names`` (GPUs 0 on), and whether their KV caches are set in bytes."""
     if not names:
         return [], False
+    from vllm_repo.estimate import packing as pack_
     from vllm_repo.estimate import resolve_gpu
     from vllm_repo.releases.memory_budget import resolve_release
 

@@ -89,6 +89,7 @@ def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
         log_path=log_path,
         backend_source=plan.backend_source,
         backend_directory=plan.backend_directory,
+        extra_args=plan.server_args,
         guard=False,  # run_server's guardian stops the server and the OpenAI gateway together
     )
 

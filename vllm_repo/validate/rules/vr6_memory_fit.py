@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from vllm_repo import hf
 from vllm_repo.errors import UsageError
-from vllm_repo.repository import ModelDirectory
+from vllm_repo.repository import ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, engine_args_objects, vllm_engine_args
@@ -129,3 +129,99 @@ def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
                 if hf.is_repo_id(settings.model)
                 else None,
             )
+
+
+@rule("VR603", "shared-gpu-does-not-fit", Severity.ERROR, scope="repository")
+def shared_gpu_does_not_fit(repo: ModelRepository, ctx: CheckContext) -> Iterator[Finding]:
+    """Engines sharing a GPU, at least one with an absolute KV cache (kv_cache_memory_bytes), whose whole footprints
+    add up to more than the GPU's memory.
+
+    An engine with kv_cache_memory_bytes allocates that KV cache whatever else is on the GPU, on top of its weights,
+    activation peak, CUDA graphs, non-torch memory and CUDA context; an engine with a fraction only takes that share of
+    the GPU and its context. With a GPU named, validate adds up every engine placed on each GPU (as VR504 reads the
+    placement) and reports the GPUs where the sum exceeds its memory: the last engine to load runs out of memory.
+    `vllm-repo plan --pack` sizes the KV caches of engines sharing a GPU together. Run the example with --gpu L4.
+
+    Example::
+
+        # chat/config.pbtxt
+        backend: "vllm"
+        instance_group [ { kind: KIND_GPU, gpus: [ 0 ] } ]
+        # chat/1/model.json
+        {"model": "models/qwen-1.5b", "gpu_memory_utilization": 0.45, "kv_cache_memory_bytes": 8000000000}
+        # coder/config.pbtxt
+        backend: "vllm"
+        instance_group [ { kind: KIND_GPU, gpus: [ 0 ] } ]
+        # coder/1/model.json
+        {"model": "models/qwen-1.5b", "gpu_memory_utilization": 0.45, "kv_cache_memory_bytes": 8000000000}
+        # models/qwen-1.5b/config.json
+        {
+          "architectures": ["Qwen2ForCausalLM"],
+          "model_type": "qwen2",
+          "hidden_size": 1536,
+          "intermediate_size": 8960,
+          "num_attention_heads": 12,
+          "num_key_value_heads": 2,
+          "num_hidden_layers": 28,
+          "vocab_size": 151936,
+          "max_position_embeddings": 32768,
+          "tie_word_embeddings": true,
+          "torch_dtype": "bfloat16"
+        }
+    """
+    if ctx.gpu is None:
+        return
+    placed = placement.all_instances(repo.models, ctx.schema.default_gpu_memory_utilization)
+    if len(placed) < 2 or not any(i.settings.kv_cache_memory_bytes for i in placed):
+        return  # fractions only: VR504 adds them up
+    from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
+    from vllm_repo.estimate.packing import Footprint, footprint
+    from vllm_repo.releases.memory_budget import resolve_release
+
+    release, _ = resolve_release(ctx.schema.vllm_version)
+    sizes: dict[tuple[str, int, int], Footprint | None] = {}
+
+    def size(instance: placement.Instance) -> Footprint | None:
+        key = (instance.model.name, instance.group, instance.index)
+        if key not in sizes:
+            settings = instance.settings
+            try:
+                facts = load_model_facts(
+                    settings.model or "", offline=True, revision=settings.revision, base=instance.model.path
+                )
+                facts.arch.check_decoder_shape()
+                sizes[key] = footprint(settings, facts, ctx.gpu, release)  # type: ignore[arg-type]
+            except (ModelFactsError, ArchitectureError, UsageError, ArithmeticError):
+                sizes[key] = None  # VR602 says why it can't be sized; VR601 what vLLM refuses
+        return sizes[key]
+
+    gpu_ids = set().union(*(i.gpus for i in placed if i.gpus)) | {0}
+    reported: set[tuple[str, ...]] = set()
+    for gpu in sorted(gpu_ids):
+        on_gpu = placement.sharing(placed, gpu)
+        names = tuple(sorted(f"{i.model.name}/{i.group}/{i.index}" for i in on_gpu))
+        if len(on_gpu) < 2 or names in reported or not any(repo.is_selected(i.model) for i in on_gpu):
+            continue
+        sized = [(i, size(i)) for i in on_gpu]
+        known = [(i, f) for i, f in sized if f is not None]
+        total = sum(f.total_bytes for _, f in known)
+        if total <= ctx.gpu.total_bytes or not any(f.absolute for _, f in known):
+            continue
+        reported.add(names)
+        first = next(i for i in on_gpu if repo.is_selected(i.model))
+        parts = ", ".join(
+            f"{i.model.name} {f.total_bytes / 2**30:.1f} (KV {f.kv_bytes / 2**30:.1f}"
+            f"{' set' if f.absolute else ' from its fraction'})"
+            for i, f in known
+        )
+        unsized = [i.model.name for i, f in sized if f is None]
+        yield Finding(
+            first.engine_args.path,
+            f"GPU {gpu} is shared by {len(on_gpu)} engines whose footprints add up to {total / 2**30:.1f} GiB of the "
+            f"{ctx.gpu.name}'s {ctx.gpu.total_bytes / 2**30:.1f} GiB (GiB each: {parts})"
+            + (f"; not counted, unsized: {', '.join(unsized)}" if unsized else "")
+            + ": the last one to load runs out of memory",
+            first.engine_args.position_of("kv_cache_memory_bytes") or first.engine_args.position_of("model"),
+            hint="`vllm-repo plan --pack --write` sizes their KV caches together; or lower kv_cache_memory_bytes, or "
+            "place the models on different GPUs",
+        )

@@ -149,12 +149,15 @@ def engine_cost(
 ) -> EngineCost:
     """One engine of ``name`` on one GPU of ``gpu``: what it takes besides its KV cache, and the KV cache that holds
     ``concurrency`` sequences of max_model_len tokens."""
-    from vllm_repo.estimate.memory import estimate
+    from vllm_repo.estimate.memory import CUDA_CONTEXT_GIB, estimate
 
     single = settings.replace(
         tensor_parallel_size=1, pipeline_parallel_size=None, kv_cache_memory_bytes=None, gpu_memory_utilization=None
     )
-    alone = estimate(facts, gpu, release, single)
+    # Sized with all of the GPU but its CUDA context: whether it starts there at all, and its fixed terms (which do
+    # not depend on the fraction).
+    whole = math.floor((1 - CUDA_CONTEXT_GIB * GiB / gpu.total_bytes) * 1000) / 1000
+    alone = estimate(facts, gpu, release, single.replace(gpu_memory_utilization=whole))
     if not alone.fits:
         raise PackError(
             f"{name} does not start on one {gpu.name} even alone, so it can't share one: {alone.error}",
@@ -236,3 +239,31 @@ def pack(
         size_kv(gpu_id, on_gpu, gpu, release, margin, absolute)
         for gpu_id, on_gpu in assign_gpus(costs, gpu_ids, usable).items()
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    """What one engine takes of a GPU it shares, as its model.json is written."""
+
+    fixed_bytes: int  # weights, activation peak, CUDA graphs, non-torch, CUDA context
+    kv_bytes: int
+    absolute: bool  # the KV cache is kv_cache_memory_bytes (else what the fraction leaves)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.fixed_bytes + self.kv_bytes
+
+
+def footprint(settings: EngineSettings, facts: ModelFacts, gpu: Gpu, release: Release) -> Footprint:
+    """One engine's whole footprint on one of its GPUs: with kv_cache_memory_bytes, its fixed terms plus that; with
+    a fraction only, the fraction of the GPU plus what lies outside vLLM's budget (its CUDA context, and CUDA graphs
+    where the release captures them after the KV cache without subtracting an estimate)."""
+    from vllm_repo.estimate.memory import CUDA_CONTEXT_GIB, estimate
+
+    est = estimate(facts, gpu, release, settings)
+    if settings.kv_cache_memory_bytes and supports_absolute_kv(release):
+        return Footprint(fixed_bytes(est), settings.kv_cache_memory_bytes, True)
+    outside = int((CUDA_CONTEXT_GIB + (0 if est.cudagraph_gib else est.cudagraph_capture_gib)) * GiB)
+    budget = int(est.requested_gib * GiB)
+    kv = max(int(est.kv_cache_gib * GiB), 0)
+    return Footprint(budget - kv + outside, kv, False)
