@@ -85,12 +85,13 @@ class PodParts:
         container: dict[str, Any] = {"name": name, "image": self.image, "command": command}
         if probed:
             container["ports"] = server_ports() + (ports or [])
-        container["env"] = self.env + ([] if self.gateway is None or not probed else [_gateway_tmpdir()])
+        container["env"] = self.env
         container["resources"] = self.resources
         if probed:
             container.update(probes(self.startup_periods))
         container["lifecycle"] = self.operator.lifecycle()
         container["securityContext"] = self.operator.container_security()
+        # The gateway's socket directory, at the path the gateway names in its requests.
         container["volumeMounts"] = self.mounts + ([] if self.gateway is None or not probed else [_gateway_mount()])
         return container
 
