@@ -102,8 +102,16 @@ def test_the_install_step_puts_the_bundled_backend_where_triton_looks(small_repo
     """The Dockerfile's RUN line, run as written with its ARGs pointed into tmp_path: a virtual environment, the wheel
     of this checkout into it, and `vllm-repo backend install` over the container's own vLLM backend."""
     wheels = tmp_path / "wheels"
+    # Built from a copy: setuptools leaves build/ and *.egg-info in the tree it builds.
+    source = tmp_path / "source"
+    for part in ("pyproject.toml", "README.md", "LICENSE", "vllm_repo", "schemas", "templates"):
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif (ROOT / part).is_file():
+            source.mkdir(exist_ok=True)
+            shutil.copy2(ROOT / part, source / part)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
         capture_output=True,
         text=True,
         timeout=300,

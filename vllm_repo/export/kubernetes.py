@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.export.dockerfile import DOCKERFILE, ImageBuild
-from vllm_repo.export.operator import OperatorOptions, quantity
+from vllm_repo.export.operator import Operator, OperatorOptions, quantity
 from vllm_repo.export.pods import (
     HF_HOME,
     HF_TOKEN_KEY,
@@ -49,6 +49,8 @@ from vllm_repo.export.pods import (
     PROBE_PERIOD_S,
     RAY_OBJECT_STORE_MIB,
     REPOSITORY_MOUNT,
+    Gateway,
+    PodParts,
 )
 
 if TYPE_CHECKING:
@@ -429,7 +431,6 @@ def export_kubernetes(
     run, built from ``base_image`` (default: the NGC container of the repository's vLLM) by the Dockerfile of the
     result's ``build``."""
     from vllm_repo.export.dockerfile import default_image, dockerfile, vllm_repo_version
-    from vllm_repo.export.operator import Operator
     from vllm_repo.repository import open_repository
     from vllm_repo.serve.container import choose_container
 
@@ -555,8 +556,8 @@ def export_kubernetes(
     return KubernetesExport(name, layout.multi_node, pod_image, documents, notes, findings, build)
 
 
-def _gateway(openai_port: int | None, api_key_secret: str | None):
-    from vllm_repo.export.pods import GRPC_PORT, HTTP_PORT, METRICS_PORT, RAY_PORT, Gateway
+def _gateway(openai_port: int | None, api_key_secret: str | None) -> Gateway | None:
+    from vllm_repo.export.pods import GRPC_PORT, HTTP_PORT, METRICS_PORT, RAY_PORT
 
     if openai_port is None:
         if api_key_secret is not None:
@@ -573,7 +574,7 @@ def _gateway(openai_port: int | None, api_key_secret: str | None):
 
 
 def _hf_cache(
-    name: str, labels: dict, ops, checkpoints: int | None, multi_node: bool
+    name: str, labels: dict, ops: Operator, checkpoints: int | None, multi_node: bool
 ) -> tuple[dict | None, list[dict], str]:
     """(the cache's pod volume, or None for one claim per pod; the claims to create; a note)."""
     from vllm_repo.export.pods import claim
@@ -599,12 +600,12 @@ def _hf_cache(
     return volume, [claim(claim_name, labels, ops.claim_spec(size, shared))], f"the claim {claim_name}, {how}, {mode}"
 
 
-def _per_pod_claims(ops, checkpoints: int | None) -> list[dict]:
+def _per_pod_claims(ops: Operator, checkpoints: int | None) -> list[dict]:
     size, _ = ops.cache_size(checkpoints)
     return [{"metadata": {"name": "hf-cache"}, "spec": ops.claim_spec(size, False)}]
 
 
-def _autoscaler_comments(ops, multi_node: bool) -> list[str]:
+def _autoscaler_comments(ops: Operator, multi_node: bool) -> list[str]:
     return [
         f"Scales 1 to {ops.max_replicas} replicas on the average of vLLM's vllm:num_requests_waiting per serving pod "
         f"(target {ops.waiting_target}), read from Triton's metrics port 8002.",
@@ -628,10 +629,10 @@ def _pod_parts(
     shm_mib: int,
     resources: dict,
     budget_s: int,
-    ops,
-    gateway,
-):
-    from vllm_repo.export.pods import VLLM_CACHE_ROOT, PodParts
+    ops: Operator,
+    gateway: Gateway | None,
+) -> PodParts:
+    from vllm_repo.export.pods import VLLM_CACHE_ROOT
 
     volume, mount, init_containers = repository_volume
     env: list[dict] = [
