@@ -1,17 +1,13 @@
 """export kubernetes: the manifests for one node (Deployment + Service) and across nodes (LeaderWorkerSet + Service),
-validated offline against Kubernetes' own JSON schemas and the LWS CRD's schema, and compared with golden files.
-
-Regenerate the golden files with VLLM_REPO_UPDATE_GOLDEN=1 (and read the diff before committing it)."""
+validated offline against Kubernetes' own JSON schemas and the LWS CRD's schema, and compared with golden files
+(tests/export/helpers.py says how to regenerate them)."""
 
 from __future__ import annotations
 
 import copy
-import functools
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import huggingface_hub.constants
 import jsonschema
@@ -19,126 +15,34 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.export.helpers import (
+    BIG_MODEL,
+    OLD_VLLM,
+    SMALL_CONFIG,
+    SMALL_MODEL,
+    VLLM,
+    big_engine_args,
+    by_kind,
+    cache_model,
+    check_golden,
+    make_repository,
+    server,
+    validate_all,
+    validate_core,
+    validate_lws,
+)
 from vllm_repo.errors import UsageError
 from vllm_repo.export import export_kubernetes, write_export
-from vllm_repo.export.kubernetes import LWS_NAME_LABEL
+from vllm_repo.export.pods import LWS_NAME_LABEL
 from vllm_repo.releases.ngc import container_for_vllm
-
-HERE = Path(__file__).parent
-GOLDEN = HERE / "golden"
-CONFIGS = HERE.parent / "estimate" / "data" / "configs"
-LWS_CRD = HERE / "data" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
-# The Kubernetes releases the core objects are validated against: the oldest one the LWS controller's current
-# releases support well, and the newest kubernetes-validate ships.
-KUBERNETES_VERSIONS = ("1.30", kubernetes_validate.latest_version())
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-VLLM = "0.11.0"  # pins the NGC image, so the golden files do not depend on the vLLM installed here
-
-SMALL_MODEL, SMALL_CONFIG = "Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"
-BIG_MODEL, BIG_CONFIG = "Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"
-
-
-# ------------------------------------------------------------------------------------------------ fixtures --
-@pytest.fixture
-def hf_cache(tmp_path, monkeypatch):
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    return cache
-
-
-def cache_model(cache: Path, repo_id: str, config_name: str, total_size: int | None) -> None:
-    """What `huggingface-cli download REPO config.json model.safetensors.index.json` leaves in the cache."""
-    root = cache / f"models--{repo_id.replace('/', '--')}"
-    snap = root / "snapshots" / COMMIT
-    snap.mkdir(parents=True)
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(COMMIT)
-    (snap / "config.json").write_text((CONFIGS / f"{config_name}.json").read_text())
-    if total_size is not None:
-        index = {"metadata": {"total_size": total_size}, "weight_map": {"lm_head.weight": "model-00001.safetensors"}}
-        (snap / "model.safetensors.index.json").write_text(json.dumps(index))
-
-
-def make_repository(root: Path, models: dict[str, dict]) -> Path:
-    for name, engine_args in models.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [{ kind: KIND_MODEL }]\n')
-        (root / name / "1" / "model.json").write_text(json.dumps(engine_args, indent=2) + "\n")
-    return root
-
-
-@pytest.fixture
-def small_repo(tmp_path, hf_cache) -> Path:
-    cache_model(hf_cache, SMALL_MODEL, SMALL_CONFIG, 15_231_233_024)
-    return make_repository(tmp_path / "small-repo", {"qwen": {"model": SMALL_MODEL, "tensor_parallel_size": 2}})
-
-
-def big_engine_args(**extra) -> dict:
-    return {"model": BIG_MODEL, "tensor_parallel_size": 8, "pipeline_parallel_size": 2, **extra}
-
-
-@pytest.fixture
-def big_repo(tmp_path, hf_cache) -> Path:
-    cache_model(hf_cache, BIG_MODEL, BIG_CONFIG, 470_000_000_000)
-    return make_repository(
-        tmp_path / "big-repo", {"qwen3": big_engine_args(distributed_executor_backend="ray", max_model_len=32768)}
-    )
-
-
-# ------------------------------------------------------------------------------------------------ checkers --
-@functools.cache
-def lws_schema() -> dict:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load(LWS_CRD.read_text(), Loader=loader)
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return version["schema"]["openAPIV3Schema"]
-
-
-def validate_lws(obj: dict) -> None:
-    jsonschema.validate(obj, lws_schema(), cls=jsonschema.Draft4Validator)
-
-
-def validate_core(obj: dict) -> None:
-    for version in KUBERNETES_VERSIONS:
-        kubernetes_validate.validate(obj, version, strict=True)
-
-
-def as_pod_template(template: dict) -> dict:
-    """An LWS pod template as a core PodTemplate, so the pod spec meets Kubernetes' own schema too."""
-    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
-
-
-def validate_all(objects: list[dict]) -> None:
-    for obj in objects:
-        if obj["kind"] == "LeaderWorkerSet":
-            validate_lws(obj)
-            for role in ("leaderTemplate", "workerTemplate"):
-                validate_core(as_pod_template(obj["spec"]["leaderWorkerTemplate"][role]))
-        else:
-            validate_core(obj)
-
-
-def by_kind(objects: list[dict]) -> dict[str, dict]:
-    return {obj["kind"]: obj for obj in objects}
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("VLLM_REPO_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.is_file(), f"{path} missing: run with VLLM_REPO_UPDATE_GOLDEN=1 to write it"
-    assert text == path.read_text(), f"the output changed from {path}; VLLM_REPO_UPDATE_GOLDEN=1 rewrites it"
-
-
-def server(pod_spec: dict) -> dict:
-    return next(c for c in pod_spec["containers"] if c["name"] == "tritonserver")
 
 
 # --------------------------------------------------------------------------------------------------- tests --
 def test_small_repository_is_a_deployment_and_service_that_validate(small_repo):
     result = export_kubernetes(small_repo, vllm_version=VLLM)
     assert not result.multi_node
-    assert [o["kind"] for o in result.objects] == ["ConfigMap", "Deployment", "Service"]
+    # The Hugging Face cache is a claim of its own: a restart finds the weights it downloaded.
+    assert [o["kind"] for o in result.objects] == ["ConfigMap", "PersistentVolumeClaim", "Deployment", "Service"]
     assert list(yaml.safe_load_all(result.text)) == result.objects  # the writer's YAML reads back as the objects
     validate_all(result.objects)
     check_golden("small.yaml", result.text)
@@ -281,13 +185,28 @@ def test_the_hf_token_is_a_secret_reference_never_the_token(small_repo, monkeypa
     assert "value" not in env["HF_TOKEN"]
 
 
-def test_image_follows_the_vllm_release_or_the_given_image(small_repo):
-    for version in ("0.10.2", "0.9.2"):
-        assert export_kubernetes(small_repo, vllm_version=version).image == container_for_vllm(version).release.image
-    assert export_kubernetes(small_repo, vllm_version="0.10.2").image.endswith(":25.10-vllm-python-py3")
-    given = export_kubernetes(small_repo, image="registry.example/triton:custom", vllm_version="0.10.2")
-    assert given.image == "registry.example/triton:custom"
-    assert "registry.example/triton:custom" in given.text and "nvcr.io" not in given.text
+def test_the_image_is_built_on_the_container_of_the_vllm_release(small_repo):
+    result = export_kubernetes(small_repo, vllm_version=VLLM)
+    assert result.build is not None
+    assert result.build.base == container_for_vllm(VLLM).release.image
+    assert result.build.text.splitlines()[result.build.text.splitlines().index(f"FROM {result.build.base}")]
+    assert result.image == result.build.image and result.image in result.text
+    given = export_kubernetes(small_repo, image="registry.example/triton:custom", vllm_version=VLLM)
+    assert given.image == "registry.example/triton:custom" and given.build is not None
+    assert given.build.image == given.image
+    pods = [server(by_kind(given.objects)["Deployment"]["spec"]["template"]["spec"])]
+    assert [c["image"] for c in pods] == [given.image]
+    based = export_kubernetes(small_repo, base_image="registry.example/ngc:mirror", vllm_version=VLLM)
+    assert based.build is not None and based.build.base == "registry.example/ngc:mirror"
+
+
+def test_a_container_too_old_for_the_bundled_backend_serves_with_its_own_and_says_so(small_repo):
+    result = export_kubernetes(small_repo, vllm_version=OLD_VLLM)
+    assert result.build is None
+    assert result.image == container_for_vllm(OLD_VLLM).release.image
+    assert any("bundled backend needs vLLM" in finding for finding in result.findings)
+    with pytest.raises(UsageError, match="--openai-port"):
+        export_kubernetes(small_repo, vllm_version=OLD_VLLM, openai_port=9000)
 
 
 def test_probes_and_ports(small_repo):
@@ -330,15 +249,14 @@ def test_a_repository_too_big_for_a_configmap_asks_for_a_claim(small_repo):
     with pytest.raises(UsageError) as err:
         export_kubernetes(small_repo, vllm_version=VLLM)
     assert "pvc:" in err.value.hint
-    assert export_kubernetes(small_repo, vllm_version=VLLM, repository_from="pvc:models").objects[0]["kind"] == (
-        "Deployment"
-    )
+    objects = export_kubernetes(small_repo, vllm_version=VLLM, repository_from="pvc:models").objects
+    assert "ConfigMap" not in by_kind(objects) and "Deployment" in by_kind(objects)
 
 
 def test_an_image_source_copies_the_repository_in_an_init_container(small_repo):
     objects = export_kubernetes(small_repo, vllm_version=VLLM, repository_from="image:registry.example/repo:1").objects
-    assert [o["kind"] for o in objects] == ["Deployment", "Service"]
-    pod = objects[0]["spec"]["template"]["spec"]
+    assert [o["kind"] for o in objects] == ["PersistentVolumeClaim", "Deployment", "Service"]
+    pod = by_kind(objects)["Deployment"]["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     assert init["image"] == "registry.example/repo:1"
     shared = {m["name"] for m in init["volumeMounts"]} & {m["name"] for m in server(pod)["volumeMounts"]}
@@ -359,7 +277,8 @@ def test_shm_is_a_memory_emptydir_that_grows_with_the_engines(tmp_path, hf_cache
         return int(quantity[:-2]) * (1024 if quantity.endswith("Gi") else 1)
 
     one = shm({"a": {"model": SMALL_MODEL}})
-    four = shm({f"m{i}": {"model": SMALL_MODEL} for i in range(4)})
+    # Four engines on one GPU, each with a share of its memory that validate accepts.
+    four = shm({f"m{i}": {"model": SMALL_MODEL, "gpu_memory_utilization": 0.2} for i in range(4)})
     assert mib(one) >= 2048 and mib(four) > mib(one)
 
 
@@ -371,17 +290,26 @@ def test_bad_options_are_usage_errors(small_repo):
 
 def test_output_is_written_once_and_replaced_only_with_force(small_repo, tmp_path):
     result = export_kubernetes(small_repo, vllm_version=VLLM)
+    assert result.build is not None
     out = tmp_path / "out"
-    target = write_export(result, out)
-    assert target == out / "small-repo.yaml" and target.read_text() == result.text
+    manifests, dockerfile = write_export(result, out)
+    assert manifests == out / "small-repo.yaml" and manifests.read_text() == result.text
+    assert dockerfile == out / "Dockerfile" and dockerfile.read_text() == result.build.text
     with pytest.raises(UsageError, match="exists"):
         write_export(result, out)
-    target.write_text("changed")
+    manifests.write_text("changed")
+    dockerfile.unlink()
+    with pytest.raises(UsageError, match="exists"):
+        write_export(result, out)  # one file of the two exists: neither is written
+    assert manifests.read_text() == "changed" and not dockerfile.exists()
     write_export(result, out, force=True)
-    assert target.read_text() == result.text
+    assert manifests.read_text() == result.text and dockerfile.read_text() == result.build.text
 
 
-def test_the_command_prints_or_writes_and_refuses_cleanly(small_repo, tmp_path):
+def test_the_command_prints_or_writes_and_refuses_cleanly(small_repo, tmp_path, monkeypatch, vllm_repo_version):
+    from vllm_repo.export import dockerfile
+
+    monkeypatch.setattr(dockerfile, "vllm_repo_version", vllm_repo_version)  # the command's own
     env = {**os.environ, "HF_HUB_CACHE": huggingface_hub.constants.HF_HUB_CACHE, "HF_HUB_OFFLINE": "1"}
 
     def run(*args):

@@ -569,6 +569,20 @@ def test_options_of_a_local_server_are_refused_with_docker(repo, option, monkeyp
     assert f"{option[0]} goes without --docker" in result.output
 
 
+def test_docker_runs_a_given_image_with_the_same_command_and_only_with_docker(repo):
+    from typer.testing import CliRunner
+
+    from vllm_repo.cli import build_app
+
+    plain = docker_plan(repo, vllm_version="0.27.1")
+    built = docker_plan(repo, vllm_version="0.27.1", image="registry.example/triton-vllm:1")
+    assert built.image == "registry.example/triton-vllm:1" and plain.image.startswith("nvcr.io/")
+    assert built.server_args == plain.server_args and built.options == plain.options
+    assert plain.image in built.notes[0]  # the container the image is built on, whose vLLM the repository meets
+    result = CliRunner().invoke(build_app(["launch"]), ["launch", str(repo), "--image", "x"])
+    assert result.exit_code == 2 and "--image goes with --docker" in result.output
+
+
 @pytest.mark.parametrize("fails", ["no-tritonserver", "unrunnable-tritonserver"])
 def test_a_start_that_fails_before_the_server_runs_leaves_no_work_directory(tmp_path, monkeypatch, fails):
     import tempfile

@@ -22,7 +22,17 @@ def kubernetes(
     ] = 8,
     image: Annotated[
         str | None,
-        typer.Option("--image", help="Container image (default: the NGC tritonserver vllm-python-py3 of the vLLM)."),
+        typer.Option(
+            "--image",
+            help="The image the pods run, built by the exported Dockerfile (default: a local name; give your "
+            "registry's).",
+        ),
+    ] = None,
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image", help="The Dockerfile's FROM (default: the NGC tritonserver vllm-python-py3 of the vLLM)."
+        ),
     ] = None,
     vllm_version: Annotated[str | None, vllm_version_option("that picks the NGC image", "the newest image")] = None,
     repository_from: Annotated[
@@ -38,25 +48,113 @@ def kubernetes(
     read_bandwidth: Annotated[
         float, typer.Option("--read-bandwidth", help="MB/s the load-time estimate assumes for reading weights.")
     ] = 500,
-    output: Annotated[Path | None, typer.Option("--output", help="Write DIR/<name>.yaml instead of printing.")] = None,
+    openai_port: Annotated[
+        int | None,
+        typer.Option("--openai-port", metavar="PORT", help="Also run the OpenAI/Anthropic gateway in the pod on PORT."),
+    ] = None,
+    api_key_secret: Annotated[
+        str | None,
+        typer.Option("--api-key-secret", help="With --openai-port: Secret whose key 'key' becomes the API key."),
+    ] = None,
+    cpu: Annotated[str | None, typer.Option("--cpu", help="CPU request (default: 2 + 2 per GPU; no limit).")] = None,
+    memory: Annotated[
+        str | None, typer.Option("--memory", help="Memory request and limit (default: sized from the engines).")
+    ] = None,
+    hf_cache: Annotated[
+        str,
+        typer.Option("--hf-cache", help="new[:SIZE] (a claim sized from the checkpoints), pvc:CLAIM or emptydir."),
+    ] = "new",
+    storage_class: Annotated[
+        str | None, typer.Option("--storage-class", help="StorageClass of the claims the export makes.")
+    ] = None,
+    volume: Annotated[
+        list[str] | None,
+        typer.Option("--volume", help="CLAIM[/PATH]:/MOUNT: a claim mounted read-only (local weights); repeatable."),
+    ] = None,
+    node_selector: Annotated[
+        list[str] | None, typer.Option("--node-selector", help="KEY=VALUE the nodes must have; repeatable.")
+    ] = None,
+    toleration: Annotated[
+        list[str] | None,
+        typer.Option("--toleration", help="KEY[=VALUE][:EFFECT] tolerated (besides nvidia.com/gpu); repeatable."),
+    ] = None,
+    affinity: Annotated[
+        Path | None, typer.Option("--affinity", help="A JSON file with the pods' affinity object.")
+    ] = None,
+    run_as_user: Annotated[
+        int, typer.Option("--run-as-user", help="User id of the containers (0: root; the image's user is 1000).")
+    ] = 1000,
+    grace_period: Annotated[
+        int, typer.Option("--grace-period", help="Seconds a stopping pod has for the requests in flight.")
+    ] = 120,
+    max_replicas: Annotated[
+        int | None,
+        typer.Option("--max-replicas", help="Add an autoscaler up to this many replicas, on waiting requests."),
+    ] = None,
+    waiting_target: Annotated[
+        int, typer.Option("--waiting-target", help="With --max-replicas: waiting requests per pod to scale at.")
+    ] = 4,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit non-zero, writing nothing, when the export has findings.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", help="Write DIR/<name>.yaml and DIR/Dockerfile instead of printing the manifests."),
+    ] = None,
     force: Annotated[bool, force_option()] = False,
 ) -> None:
-    """Deployment + Service (one node) or LeaderWorkerSet + Service (Ray across nodes) for a repository."""
+    """Deployment + Service (one node) or LeaderWorkerSet + Service (Ray across nodes) for a repository, and the
+    Dockerfile of the image they run. Findings go to stderr as warnings."""
     from vllm_repo.export import export_kubernetes, write_export
+    from vllm_repo.export.kubernetes import ExportFindingsError
+    from vllm_repo.export.operator import OperatorOptions
 
+    options = OperatorOptions(
+        cpu=cpu,
+        memory=memory,
+        hf_cache=hf_cache,
+        storage_class=storage_class,
+        volumes=tuple(volume or ()),
+        node_selector=tuple(node_selector or ()),
+        tolerations=tuple(toleration or ()),
+        affinity=affinity,
+        run_as_user=run_as_user,
+        grace_period_s=grace_period,
+        max_replicas=max_replicas,
+        waiting_target=waiting_target,
+    )
     result = export_kubernetes(
         repository,
         gpus_per_node=gpus_per_node,
         image=image,
+        base_image=base_image,
         vllm_version=vllm_version,
         repository_from=repository_from,
         name=name,
         hf_token_secret=hf_token_secret,
         read_mb_s=read_bandwidth,
+        openai_port=openai_port,
+        api_key_secret=api_key_secret,
+        operator=options,
     )
+    for finding in result.findings:
+        typer.echo(f"warning: {finding}", err=True)
+    if strict and result.findings:
+        count = len(result.findings)
+        raise ExportFindingsError(
+            f"{count} finding{'s' * (count != 1)} (--strict); nothing written",
+            hint="fix what the warnings above say, or export without --strict",
+        )
     if output is None:
         typer.echo(result.text, nl=False)
+        if result.build is not None:
+            typer.echo(f"note: the image {result.image} is built from a Dockerfile: --output DIR writes it", err=True)
         return
-    target = write_export(result, output, force=force)
+    written = write_export(result, output, force=force)
     kind = "LeaderWorkerSet" if result.multi_node else "Deployment"
-    typer.echo(f"wrote {target} ({kind} {result.name}, {result.image})")
+    typer.echo(f"wrote {', '.join(map(str, written))} ({kind} {result.name}, {result.image})")
+    if result.build is not None:
+        typer.echo("build and push the image, then apply:", err=True)
+        for command in result.build.commands(directory=str(output)):
+            typer.echo(f"  {command}", err=True)
+        typer.echo(f"  kubectl apply -f {written[0]}", err=True)

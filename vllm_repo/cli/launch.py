@@ -58,6 +58,14 @@ def launch(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="With --docker: print the docker command, run nothing.")
     ] = False,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            help="With --docker: run this image (e.g. one built from the Dockerfile of `export kubernetes`, which "
+            "adds the bundled backend) instead of the NGC container itself.",
+        ),
+    ] = None,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the models to load.")
     ] = 900.0,
@@ -102,6 +110,8 @@ def launch(
         )
     if dry_run and not docker:
         raise UsageError("--dry-run goes with --docker")
+    if image is not None and not docker:
+        raise UsageError("--image goes with --docker")
     local = given_on_the_command_line(ctx, LOCAL_ONLY) if docker else []
     if local:
         raise UsageError(
@@ -112,7 +122,7 @@ def launch(
             "--openai-port goes without --docker; run `vllm-repo openai --triton-url` beside the container"
         )
     if docker:
-        _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run, ray_address)
+        _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run, ray_address, image)
         return
     from vllm_repo.serve.launch import run_server
     from vllm_repo.serve.launch_plan import prepare_launch
@@ -163,6 +173,7 @@ def _docker(
     vllm_version: str | None,
     dry_run: bool,
     ray_address: str | None,
+    image: str | None = None,
 ) -> None:
     from vllm_repo.serve.docker import docker_plan, run_docker
     from vllm_repo.serve.launch_plan import validate_repository
@@ -175,6 +186,7 @@ def _docker(
         host=host,
         vllm_version=vllm_version,
         ray_address=ray_address,
+        image=image,
     )
     # Checked against the vLLM inside the chosen container.
     print_diagnostics(validate_repository(repo, plan.match.release.vllm))

@@ -8,16 +8,26 @@ its workers on the Ray cluster; each worker pod only joins Ray. A Service select
 
 What the pods get:
 
-- the NGC ``tritonserver:<yy.mm>-vllm-python-py3`` image whose vLLM is the repository's release (releases/ngc.py, the
-  release from --vllm-version, the project settings, the serving Python or the installed vLLM), or --image;
+- an image built from the NGC ``tritonserver:<yy.mm>-vllm-python-py3`` container whose vLLM is the repository's
+  release (serve/container.py, the rule `launch --docker` follows) plus vllm-repo, whose bundled backend replaces the
+  container's own (dockerfile.py writes its Dockerfile); the repository is validated against that container's vLLM.
+  A container whose vLLM the bundled backend cannot drive serves as it is, with its own backend, and says so;
+- tritonserver with `launch --docker`'s command line, and with --openai-port the OpenAI gateway in a second
+  container of the same pod;
 - the repository at /models, from a ConfigMap of its files, a PersistentVolumeClaim, or an init container that
   copies it from an image;
 - /dev/shm as a memory emptyDir: Triton's Python backend passes tensors through shared memory and vLLM's
   multiprocessing executor puts its message queues there (segments of 160 and 240 MiB), Ray its object store;
-- GPUs from TP x PP; ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics);
+- GPUs from TP x PP; CPU and memory sized from the engines and checkpoints (operator.py); ports 8000 (HTTP), 8001
+  (gRPC), 8002 (metrics);
+- the Hugging Face cache on a PersistentVolumeClaim, local weights on claims of the user's (--volume);
 - a startupProbe on /v2/health/ready whose budget is the estimated load time (checkpoint bytes / a stated read
   bandwidth + engine start, with a margin), readiness on /v2/health/ready, liveness on /v2/health/live;
+- a non-root security context, a grace period with a preStop, scheduling options, and optionally an autoscaler;
 - HF_TOKEN from a Secret reference (never the token itself).
+
+What the user should fix before applying (a release other than the repository's, validate's warnings, a local path
+the pods will not have) is a finding: printed as a warning, and an error with --strict.
 """
 
 from __future__ import annotations
@@ -30,6 +40,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_repo.errors import UsageError, VllmRepoError
+from vllm_repo.export.dockerfile import DOCKERFILE, ImageBuild
+from vllm_repo.export.operator import Operator, OperatorOptions, quantity
+from vllm_repo.export.pods import (
+    HF_HOME,
+    HF_TOKEN_KEY,
+    LWS_NAME_LABEL,
+    PROBE_PERIOD_S,
+    RAY_OBJECT_STORE_MIB,
+    REPOSITORY_MOUNT,
+    Gateway,
+    PodParts,
+)
 
 if TYPE_CHECKING:
     from vllm_repo.repository import ModelDirectory
@@ -47,16 +69,8 @@ DEFAULT_MODEL_LOAD_S = 1200
 # Ray: the workers join the head before the engine can place its workers.
 RAY_CLUSTER_S = 60
 LOAD_MARGIN = 1.5
-PROBE_PERIOD_S = 10
 
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
-RAY_PORT = 6379
-REPOSITORY_MOUNT = "/models"
-HF_HOME = "/hf-cache"
-TRITON_VLLM_BACKEND_DIR = "/opt/tritonserver/backends/vllm"
-GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_HF_TOKEN_SECRET = "hf-token"
-HF_TOKEN_KEY = "token"
 
 MiB = 1024 * 1024
 # /dev/shm: Triton's Python backend regions (they grow with the tensors of the requests in flight), plus per vLLM
@@ -64,14 +78,9 @@ MiB = 1024 * 1024
 SHM_BASE_MIB = 1024
 SHM_PER_ENGINE_MIB = 512
 SHM_MIN_MIB = 2048
-# Ray's object store lives in /dev/shm too; vLLM passes little through it, so it is capped rather than Ray's
-# default of 30% of the node's memory.
-RAY_OBJECT_STORE_MIB = 2048
 
 # A ConfigMap holds at most 1 MiB (etcd's object limit); keep room for the object's own fields.
 CONFIGMAP_LIMIT = 1_000_000
-LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 # Names become pod names with suffixes (<name>-<group>-<worker>), which must stay within 63 characters.
 MAX_NAME = 40
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -114,13 +123,19 @@ class ModelLoad:
     note: str
 
 
+class ExportFindingsError(VllmRepoError):
+    """--strict and the export found something to fix; the findings were printed as warnings."""
+
+
 @dataclasses.dataclass
 class KubernetesExport:
     name: str
     multi_node: bool
-    image: str
+    image: str  # the image the pods run
     documents: list[tuple[dict[str, Any], list[str]]]  # (object, the comments above it)
     notes: list[str]
+    findings: list[str] = dataclasses.field(default_factory=list)  # what to fix before applying: warnings
+    build: ImageBuild | None = None  # the Dockerfile of ``image``; None when the pods run the base image as is
 
     @property
     def text(self) -> str:
@@ -145,10 +160,6 @@ def _name_for(name: str | None, root: Path) -> str:
     derived = re.sub(r"[^a-z0-9]+", "-", root.name.lower()).strip("-")
     derived = re.sub(r"^[^a-z]+", "", derived)[:MAX_NAME].rstrip("-")
     return derived or "triton"
-
-
-def _quantity(mib: int) -> str:
-    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
 def _model_load(model: ModelDirectory, read_mb_s: float) -> ModelLoad:
@@ -261,67 +272,6 @@ def _repository_volume(source: Source, name: str, items: list[dict]) -> tuple[di
     return volume, {"name": "model-repository", "mountPath": REPOSITORY_MOUNT, "readOnly": True}, [init]
 
 
-def _probes(failure_threshold: int) -> dict:
-    def get(path: str) -> dict:
-        return {"path": path, "port": "http"}
-
-    return {
-        "startupProbe": {
-            "httpGet": get("/v2/health/ready"),
-            "periodSeconds": PROBE_PERIOD_S,
-            "failureThreshold": failure_threshold,
-        },
-        "readinessProbe": {"httpGet": get("/v2/health/ready"), "periodSeconds": PROBE_PERIOD_S, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": get("/v2/health/live"), "periodSeconds": PROBE_PERIOD_S, "failureThreshold": 6},
-    }
-
-
-def _server_ports() -> list[dict]:
-    return [
-        {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
-        {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
-        {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
-    ]
-
-
-def _service(name: str, labels: dict, selector: dict) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [
-                {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
-                for p in _server_ports()
-            ],
-        },
-    }
-
-
-def _tritonserver_args() -> list[str]:
-    return [
-        "tritonserver",
-        f"--model-repository={REPOSITORY_MOUNT}",
-        f"--http-port={HTTP_PORT}",
-        f"--grpc-port={GRPC_PORT}",
-        f"--metrics-port={METRICS_PORT}",
-    ]
-
-
-def _choose_image(image: str | None, vllm_version: str | None, root: Path) -> tuple[str, str]:
-    if image:
-        return image, f"image {image} (--image)"
-    from vllm_repo.releases.ngc import container_for_vllm
-    from vllm_repo.schema.loader import target_vllm_version
-
-    wanted, why = target_vllm_version(vllm_version, root)
-    match = container_for_vllm(wanted)
-    origin = f"vLLM {wanted} from {why}" if wanted else why
-    return match.release.image, f"image {match.release.image}: {match.reason} ({origin})"
-
-
 # ------------------------------------------------------------------------------------------------- layout --
 @dataclasses.dataclass(frozen=True)
 class NodeLayout:
@@ -422,138 +372,41 @@ def _shm_mib(engines_count: int, multi_node: bool) -> int:
     return shm_mib + RAY_OBJECT_STORE_MIB if multi_node else shm_mib
 
 
-# -------------------------------------------------------------------------------------------------- pods --
-@dataclasses.dataclass(frozen=True)
-class PodParts:
-    """What every server pod has, whichever manifest holds it: the image, the environment, the volumes and their
-    mounts, the GPUs, the init containers that fill the repository volume, and the startup budget in probe periods."""
+# ------------------------------------------------------------------------------------------------- findings --
+def _validate(root: Path, vllm: str) -> list[str]:
+    """validate's warnings against the container's vLLM; its errors stop the export."""
+    from vllm_repo.validate import validate_paths
 
-    image: str
-    env: list[dict]
-    volumes: list[dict]
-    mounts: list[dict]
-    resources: dict
-    init_containers: list[dict]
-    startup_periods: int
-
-    def pod(self, container: dict) -> dict[str, Any]:
-        pod: dict[str, Any] = {"containers": [container], "volumes": self.volumes}
-        return {"initContainers": self.init_containers, **pod} if self.init_containers else pod
-
-
-def _pod_parts(
-    image: str,
-    repository_volume: tuple[dict, dict, list[dict]],
-    hf_token_secret: str,
-    shm_mib: int,
-    node_gpus: int,
-    budget_s: int,
-) -> PodParts:
-    volume, mount, init_containers = repository_volume
-    env: list[dict] = [
-        {
-            "name": "HF_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": hf_token_secret, "key": HF_TOKEN_KEY, "optional": True}},
-        },
-        {"name": "HF_HOME", "value": HF_HOME},
-    ]
-    volumes = [
-        volume,
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(shm_mib)}},
-        {"name": "hf-cache", "emptyDir": {}},
-    ]
-    mounts = [mount, {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "hf-cache", "mountPath": HF_HOME}]
-    resources = {"requests": {GPU_RESOURCE: node_gpus}, "limits": {GPU_RESOURCE: node_gpus}}
-    return PodParts(image, env, volumes, mounts, resources, init_containers, budget_s // PROBE_PERIOD_S)
+    result = validate_paths([root], vllm_version=vllm, vllm_version_origin="the container's vLLM")
+    if result.has_errors:
+        errors = [d for d in result.diagnostics if d.severity.value == "error"]
+        raise ExportFindingsError(
+            f"{root} does not pass validate against vLLM {vllm}, the container's release "
+            f"({len(errors)} error{'s' * (len(errors) != 1)}); nothing exported",
+            hint=f"fix the findings above (`vllm-repo validate --vllm-version {vllm} {root}` shows them too)",
+            diagnostics=result.diagnostics,
+        )
+    # VR310 (a local path missing here) is about this machine; what counts is whether the pods have the path, which
+    # _local_path_findings says.
+    return [d.text() for d in result.diagnostics if d.severity.value == "warning" and d.code != "VR310"]
 
 
-# ------------------------------------------------------------------------------------------------ manifests --
-def _deployment(name: str, labels: dict, parts: PodParts) -> dict:
-    """One pod running tritonserver."""
-    container = {
-        "name": "tritonserver",
-        "image": parts.image,
-        "command": _tritonserver_args(),
-        "ports": _server_ports(),
-        "env": parts.env,
-        "resources": parts.resources,
-        **_probes(parts.startup_periods),
-        "volumeMounts": parts.mounts,
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            # A rolling update would need a second set of GPUs while the old pod still holds its own.
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": dict(labels)},
-            "template": {"metadata": {"labels": labels}, "spec": parts.pod(container)},
-        },
-    }
-
-
-def _leader_worker_set(name: str, labels: dict, parts: PodParts, layout: NodeLayout) -> dict:
-    """A leader pod that starts the Ray head, waits for every GPU of the group, and runs tritonserver; worker pods
-    that join its Ray cluster."""
-    world, node_gpus = layout.world, layout.node_gpus
-    ray_env = [
-        {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        # Ray workers unpickle the backend's classes: they must find Triton's vLLM backend modules.
-        {"name": "PYTHONPATH", "value": TRITON_VLLM_BACKEND_DIR},
-    ]
-    ray_node = (
-        f'--node-ip-address="$VLLM_HOST_IP" --num-gpus={node_gpus} '
-        f"--object-store-memory={RAY_OBJECT_STORE_MIB * MiB} --disable-usage-stats"
-    )
-    wait = (
-        "import ray; ray.init(address='auto', logging_level='ERROR'); print(int(ray.cluster_resources().get('GPU', 0)))"
-    )
-    leader_script = (
-        f"ray start --head --port={RAY_PORT} {ray_node}\n"
-        f'until [ "$(python3 -c "{wait}" 2>/dev/null)" -ge {world} ] 2>/dev/null; do\n'
-        f'  echo "waiting for {world} GPUs in the Ray cluster"; sleep 5\n'
-        "done\n"
-        f"exec {' '.join(_tritonserver_args())}\n"
-    )
-    worker_script = (
-        f'until ray health-check --address="$LWS_LEADER_ADDRESS:{RAY_PORT}" >/dev/null 2>&1; do sleep 5; done\n'
-        f'exec ray start --address="$LWS_LEADER_ADDRESS:{RAY_PORT}" {ray_node} --block\n'
-    )
-    leader = {
-        "name": "tritonserver",
-        "image": parts.image,
-        "command": ["sh", "-c", leader_script],
-        "ports": [*_server_ports(), {"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"}],
-        "env": parts.env + ray_env,
-        "resources": parts.resources,
-        **_probes(parts.startup_periods),
-        "volumeMounts": parts.mounts,
-    }
-    worker = {
-        "name": "ray-worker",
-        "image": parts.image,
-        "command": ["sh", "-c", worker_script],
-        "env": parts.env + ray_env,
-        "resources": parts.resources,
-        "volumeMounts": parts.mounts,
-    }
-    return {
-        "apiVersion": LWS_API_VERSION,
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "leaderWorkerTemplate": {
-                "size": layout.nodes,
-                # One pod lost takes the engine down: restart the group together.
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": {**labels, "role": "leader"}}, "spec": parts.pod(leader)},
-                "workerTemplate": {"metadata": {"labels": {**labels, "role": "worker"}}, "spec": parts.pod(worker)},
-            },
-        },
-    }
+def _local_path_findings(vllm_models: list, mounts: list[str]) -> list[str]:
+    """Local paths model.json names that no --volume (or the repository) puts in the pods."""
+    out = []
+    for model in vllm_models:
+        data = model.engine_args_data() or {}
+        for key in ("model", "tokenizer"):
+            value = data.get(key)
+            if not isinstance(value, str) or not value.startswith("/"):
+                continue
+            if any(value == m or value.startswith(m.rstrip("/") + "/") for m in [*mounts, REPOSITORY_MOUNT]):
+                continue
+            out.append(
+                f'{model.name}: model.json "{key}" is the local path {value}, which the pods do not have; mount a '
+                f"claim that holds it with --volume CLAIM[/PATH]:{value}"
+            )
+    return out
 
 
 # ------------------------------------------------------------------------------------------------- export --
@@ -562,18 +415,29 @@ def export_kubernetes(
     *,
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     image: str | None = None,
+    base_image: str | None = None,
     vllm_version: str | None = None,
     repository_from: str = "configmap",
     name: str | None = None,
     hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET,
     read_mb_s: float = DEFAULT_READ_MB_S,
+    openai_port: int | None = None,
+    api_key_secret: str | None = None,
+    operator: OperatorOptions | None = None,
 ) -> KubernetesExport:
     """The manifests that serve ``repository``: a Deployment + Service, or a LeaderWorkerSet + Service when an
-    engine needs more GPUs than ``gpus_per_node``; with a ConfigMap first when the repository comes from one."""
+    engine needs more GPUs than ``gpus_per_node``; with a ConfigMap first when the repository comes from one, a
+    PersistentVolumeClaim for the Hugging Face cache, and an autoscaler when asked. ``image`` is the image the pods
+    run, built from ``base_image`` (default: the NGC container of the repository's vLLM) by the Dockerfile of the
+    result's ``build``."""
+    from vllm_repo.export.dockerfile import default_image, dockerfile, vllm_repo_version
     from vllm_repo.repository import open_repository
+    from vllm_repo.serve.container import choose_container
 
     root = _check_options(repository, gpus_per_node, read_mb_s, hf_token_secret)
     source = Source.parse(repository_from)
+    ops = Operator.parse(operator or OperatorOptions())
+    gateway = _gateway(openai_port, api_key_secret)
     repo = open_repository(root.absolute())
     vllm_models = [m for m in repo.models if m.uses_vllm_backend and m.engine_args_data()]
     if not vllm_models:
@@ -582,22 +446,47 @@ def export_kubernetes(
             hint=f"`vllm-repo validate {repository}` says what is wrong",
         )
     name = _name_for(name, root.absolute())
-    image, image_note = _choose_image(image, vllm_version, root.absolute())
-    notes = [image_note]
+    layout = _node_layout(repository, vllm_models, gpus_per_node)
+
+    # The container, and the release the repository is checked against: the one in it (as launch --docker).
+    choice = choose_container(vllm_version, root)
+    findings = choice.findings()
+    findings += _validate(root.absolute(), choice.vllm)
+    findings += _local_path_findings(vllm_models, [v.mount for v in ops.volumes])
+    build = None
+    base = base_image or choice.image
+    notes = [choice.note if base_image is None else f"base image {base_image} (--base-image); {choice.note}"]
+    if choice.bundled_backend:
+        version = vllm_repo_version()
+        build = dockerfile(
+            base, image or default_image(choice.match.release.release, version), version, ray=layout.multi_node
+        )
+        pod_image = build.image
+        notes.append(
+            f"image {pod_image}: {base} with vllm-repo {version}'s bundled backend ({DOCKERFILE} beside "
+            "these manifests)"
+        )
+    else:
+        pod_image = image or base
+        notes.append(f"image {pod_image}: the container's own vLLM backend serves")
+        if gateway is not None:
+            raise UsageError(
+                f"--openai-port: the gateway needs the bundled backend, and vLLM {choice.vllm} in {base} is older "
+                "than it supports",
+                hint="pick a newer release with --vllm-version (0.20 or newer), or leave out --openai-port",
+            )
     notes += [
         f"{m.name}: not a vLLM-backend model; served as its config.pbtxt says"
         for m in repo.models
         if m not in vllm_models
     ]
-    layout = _node_layout(repository, vllm_models, gpus_per_node)
     notes += layout.notes
     loads = [_model_load(m, read_mb_s) for m in vllm_models]
-    for model in vllm_models:
-        inner = model.engine_settings().model
-        if inner is not None and inner.startswith("/"):
-            notes.append(f"{model.name}: model.json names the local path {inner}; the pods must have it there")
     budget_s, budget_notes = _startup_budget(loads, layout.multi_node)
     shm_mib = _shm_mib(len(vllm_models), layout.multi_node)
+    sizes = [load.checkpoint_bytes for load in loads]
+    checkpoints = None if None in sizes else sum(s or 0 for s in sizes)
+    pod_share = None if checkpoints is None else math.ceil(checkpoints / layout.nodes)
 
     labels = {"app.kubernetes.io/name": "triton-vllm", "app.kubernetes.io/instance": name}
     documents: list[tuple[dict, list[str]]] = []
@@ -607,39 +496,180 @@ def export_kubernetes(
         documents.append(
             (configmap, [f"The files of the model repository {root.name}, mounted at {REPOSITORY_MOUNT}."])
         )
-    volume = _repository_volume(source, name, items)
-    parts = _pod_parts(image, volume, hf_token_secret, shm_mib, layout.node_gpus, budget_s)
+    resources, resources_note = ops.resources(layout.node_gpus, len(vllm_models), shm_mib, pod_share)
+    # Several pods at once mount a claim the export makes for a Deployment that autoscales: ReadWriteMany.
+    cache_volume, cache_claims, cache_note = _hf_cache(name, labels, ops, checkpoints, layout.multi_node)
+    parts = _pod_parts(
+        pod_image,
+        _repository_volume(source, name, items),
+        cache_volume,
+        hf_token_secret,
+        shm_mib,
+        resources,
+        budget_s,
+        ops,
+        gateway,
+    )
     title = f"Triton Inference Server with the vLLM backend for the model repository {root.name}."
     details = [
+        *(f"warning: {f}" for f in findings),
         *notes,
         *budget_notes,
-        f"/dev/shm: {_quantity(shm_mib)} memory emptyDir; HF_TOKEN from the Secret {hf_token_secret} "
+        resources_note,
+        cache_note,
+        f"/dev/shm: {quantity(shm_mib)} memory emptyDir; HF_TOKEN from the Secret {hf_token_secret} "
         f"(key {HF_TOKEN_KEY}, optional): kubectl create secret generic {hf_token_secret} "
         f"--from-literal={HF_TOKEN_KEY}=...",
+        f"terminationGracePeriodSeconds {ops.grace_period_s}: preStop sleeps while the endpoints drop the pod, then "
+        f"Triton refuses new requests and waits {ops.exit_timeout_s} s for those in flight",
     ]
+    if build is not None:
+        details.append("build the image: " + " && ".join(c.split("   #")[0] for c in build.commands()))
+    for claim_doc in cache_claims:
+        documents.append((claim_doc, [f"The Hugging Face cache of {name} at {HF_HOME}: {cache_note}."]))
     if not layout.multi_node:
-        documents.append((_deployment(name, labels, parts), [title, *details]))
-        documents.append((_service(name, labels, dict(labels)), [f"Triton's HTTP, gRPC and metrics ports of {name}."]))
-        return KubernetesExport(name, False, image, documents, notes)
-    spans = (
-        f"{layout.largest}: TP x PP = {layout.world} GPUs on {layout.nodes} nodes of {layout.node_gpus} "
-        "(LeaderWorkerSet, needs the LWS controller); the leader runs the Ray head and tritonserver, the workers join "
-        "Ray; the image must have Ray"
-    )
-    documents.append((_leader_worker_set(name, labels, parts, layout), [title, spans, *details]))
-    selector = {LWS_NAME_LABEL: name, "role": "leader"}
-    documents.append((_service(name, labels, selector), [f"Triton's ports on the leader pod of {name}."]))
-    return KubernetesExport(name, True, image, documents, notes)
+        from vllm_repo.export.pods import deployment, service
+
+        workload = deployment(name, labels, parts)
+        documents.append((workload, [title, *details]))
+        selector = dict(labels)
+        scale_target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+    else:
+        from vllm_repo.export.pods import leader_worker_set, service
+
+        spans = (
+            f"{layout.largest}: TP x PP = {layout.world} GPUs on {layout.nodes} nodes of {layout.node_gpus} "
+            "(LeaderWorkerSet, needs the LWS controller); the leader runs the Ray head and tritonserver, the workers "
+            "join Ray" + ("" if build is not None else "; the image must have Ray")
+        )
+        claims = [] if cache_volume is not None else _per_pod_claims(ops, checkpoints)
+        workload = leader_worker_set(name, labels, parts, layout.nodes, layout.world, layout.node_gpus, claims)
+        documents.append((workload, [title, spans, *details]))
+        selector = {LWS_NAME_LABEL: name, "role": "leader"}
+        scale_target = {"apiVersion": workload["apiVersion"], "kind": "LeaderWorkerSet", "name": name}
+    where = "ports" if not layout.multi_node else "ports on the leader pod"
+    gateway_note = " and the OpenAI API" if gateway is not None else ""
+    documents.append((service(name, labels, selector, gateway), [f"Triton's {where}{gateway_note} of {name}."]))
+    hpa = ops.autoscaler(name, labels, scale_target)
+    if hpa is not None:
+        documents.append((hpa, _autoscaler_comments(ops, layout.multi_node)))
+    return KubernetesExport(name, layout.multi_node, pod_image, documents, notes, findings, build)
 
 
-def write_export(result: KubernetesExport, output: Path, *, force: bool = False) -> Path:
-    """Write the manifests to OUTPUT/<name>.yaml; an existing file is replaced only with ``force``."""
+def _gateway(openai_port: int | None, api_key_secret: str | None) -> Gateway | None:
+    from vllm_repo.export.pods import GRPC_PORT, HTTP_PORT, METRICS_PORT, RAY_PORT
+
+    if openai_port is None:
+        if api_key_secret is not None:
+            raise UsageError("--api-key-secret goes with --openai-port: Triton's own endpoints take no API key")
+        return None
+    if not 1 <= openai_port <= 65535 or openai_port in (HTTP_PORT, GRPC_PORT, METRICS_PORT, RAY_PORT):
+        raise UsageError(
+            f"--openai-port {openai_port}: not a free port of the pod",
+            hint=f"Triton has {HTTP_PORT}, {GRPC_PORT} and {METRICS_PORT} (and Ray {RAY_PORT}); e.g. 9000",
+        )
+    if api_key_secret is not None and not _DNS_1035.match(api_key_secret.replace(".", "-")):
+        raise UsageError(f"--api-key-secret {api_key_secret!r}: not a Kubernetes Secret name")
+    return Gateway(openai_port, api_key_secret)
+
+
+def _hf_cache(
+    name: str, labels: dict, ops: Operator, checkpoints: int | None, multi_node: bool
+) -> tuple[dict | None, list[dict], str]:
+    """(the cache's pod volume, or None for one claim per pod; the claims to create; a note)."""
+    from vllm_repo.export.pods import claim
+
+    kind = ops.hf_cache.kind
+    if kind == "emptydir":
+        return (
+            {"name": "hf-cache", "emptyDir": {}},
+            [],
+            "an emptyDir (--hf-cache emptydir): every restart downloads again",
+        )
+    if kind == "pvc":
+        every_pod = " (ReadWriteMany: every pod mounts it)" if multi_node or ops.max_replicas else ""
+        volume = {"name": "hf-cache", "persistentVolumeClaim": {"claimName": ops.hf_cache.claim}}
+        return volume, [], f"the existing claim {ops.hf_cache.claim}{every_pod}"
+    size, how = ops.cache_size(checkpoints)
+    if multi_node:
+        return None, [], f"a claim per pod (volumeClaimTemplates), {how}"
+    shared = ops.max_replicas is not None
+    claim_name = f"{name}-hf-cache"
+    volume = {"name": "hf-cache", "persistentVolumeClaim": {"claimName": claim_name}}
+    mode = "ReadWriteMany: the autoscaler's replicas share it" if shared else "ReadWriteOnce"
+    return volume, [claim(claim_name, labels, ops.claim_spec(size, shared))], f"the claim {claim_name}, {how}, {mode}"
+
+
+def _per_pod_claims(ops: Operator, checkpoints: int | None) -> list[dict]:
+    size, _ = ops.cache_size(checkpoints)
+    return [{"metadata": {"name": "hf-cache"}, "spec": ops.claim_spec(size, False)}]
+
+
+def _autoscaler_comments(ops: Operator, multi_node: bool) -> list[str]:
+    return [
+        f"Scales 1 to {ops.max_replicas} replicas on the average of vLLM's vllm:num_requests_waiting per serving pod "
+        f"(target {ops.waiting_target}), read from Triton's metrics port 8002.",
+        "Needs a custom metrics adapter that serves it as vllm_num_requests_waiting, e.g. Prometheus Adapter with a "
+        'rule (seriesQuery \'vllm:num_requests_waiting{namespace!="",pod!=""}\', name as '
+        "vllm_num_requests_waiting, metricsQuery 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'), and a "
+        "Prometheus that scrapes the pods (the prometheus.io annotations, or a PodMonitor on port 8002).",
+        *(
+            ["The LeaderWorkerSet's scale subresource selects its leader pods, where the engine's gauges are."]
+            if multi_node
+            else []
+        ),
+    ]
+
+
+def _pod_parts(
+    image: str,
+    repository_volume: tuple[dict, dict, list[dict]],
+    cache_volume: dict | None,
+    hf_token_secret: str,
+    shm_mib: int,
+    resources: dict,
+    budget_s: int,
+    ops: Operator,
+    gateway: Gateway | None,
+) -> PodParts:
+    from vllm_repo.export.pods import VLLM_CACHE_ROOT
+
+    volume, mount, init_containers = repository_volume
+    env: list[dict] = [
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": hf_token_secret, "key": HF_TOKEN_KEY, "optional": True}},
+        },
+        {"name": "HF_HOME", "value": HF_HOME},
+        {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_ROOT},
+    ]
+    volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": quantity(shm_mib)}}]
+    if cache_volume is not None:
+        volumes.append(cache_volume)
+    mounts = [mount, {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "hf-cache", "mountPath": HF_HOME}]
+    for i, extra in enumerate(ops.volumes):
+        claim = {"claimName": extra.claim, "readOnly": True}
+        volumes.append({"name": f"weights-{i}", "persistentVolumeClaim": claim})
+        extra_mount = {"name": f"weights-{i}", "mountPath": extra.mount, "readOnly": True}
+        if extra.sub_path:
+            extra_mount["subPath"] = extra.sub_path
+        mounts.append(extra_mount)
+    return PodParts(image, env, volumes, mounts, resources, init_containers, budget_s // PROBE_PERIOD_S, ops, gateway)
+
+
+def write_export(result: KubernetesExport, output: Path, *, force: bool = False) -> list[Path]:
+    """Write the manifests to OUTPUT/<name>.yaml and the image's Dockerfile to OUTPUT/Dockerfile; an existing file is
+    replaced only with ``force`` (and then none is written unless all may be)."""
     from vllm_repo.files import write_atomic
 
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output {output}: not a directory")
-    target = output / f"{result.name}.yaml"
-    if target.exists() and not force:
-        raise UsageError(f"{target} exists", hint="pass --force to replace it, or another --output")
-    write_atomic(target, result.text)
-    return target
+    files = {output / f"{result.name}.yaml": result.text}
+    if result.build is not None:
+        files[output / DOCKERFILE] = result.build.text
+    for target in files:
+        if target.exists() and not force:
+            raise UsageError(f"{target} exists", hint="pass --force to replace it, or another --output")
+    for target, text in files.items():
+        write_atomic(target, text)
+    return list(files)

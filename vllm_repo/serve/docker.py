@@ -18,14 +18,14 @@ import subprocess
 from pathlib import Path
 
 from vllm_repo.errors import UsageError
-from vllm_repo.releases.ngc import Match, container_for_vllm
+from vllm_repo.releases.ngc import Match
 from vllm_repo.repository import open_repository
-from vllm_repo.schema.loader import installed_vllm_version
+from vllm_repo.serve.container import CONTAINER_REPOSITORY, choose_container
+from vllm_repo.serve.container import server_args as container_server_args
 from vllm_repo.serve.errors import DockerError
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from vllm_repo.serve.ray_cluster import RAY_ADDRESS_ENV, RAY_HEAD_PORT, given_address
 
-CONTAINER_REPOSITORY = "/models"
 # vLLM's multiprocessing executor puts segments of 160 and 240 MiB in /dev/shm; Docker's default is 64 MiB.
 SHM_SIZE = "2g"
 
@@ -81,10 +81,13 @@ def docker_plan(
     vllm_version: str | None = None,
     hf_cache: Path | None = None,
     ray_address: str | None = None,
+    image: str | None = None,
 ) -> DockerPlan:
     """``docker run`` of the NGC container that matches the repository's vLLM. With ``ray_address``, the container's
     engines join that Ray cluster: it shares the host's network (Ray's other nodes connect back to the process that
-    drives them, on ports Ray picks), and Triton binds ``host`` itself rather than through published ports."""
+    drives them, on ports Ray picks), and Triton binds ``host`` itself rather than through published ports. With
+    ``image`` (one built from the Dockerfile `export kubernetes` writes: the container plus the bundled backend), that
+    image runs the same command; the repository is still validated against the chosen container's vLLM."""
     repo = Path(repository).resolve()
     if not repo.is_dir():
         raise UsageError(f"{repository}: no such directory")
@@ -95,18 +98,10 @@ def docker_plan(
             "cannot see",
             hint=f"give the head's address, e.g. --ray-address 10.0.0.1:{RAY_HEAD_PORT}",
         )
-    wanted = vllm_version or installed_vllm_version()
-    match = container_for_vllm(wanted)
-    origin = (
-        ""
-        if vllm_version
-        else (
-            f" (vLLM {wanted} is installed here)"
-            if wanted
-            else "; pass --vllm-version X to pick the container for your vLLM"
-        )
-    )
-    notes = [f"container {match.release.image}: {match.reason}{origin}"]
+    # The same container, and the same release to validate against, as export kubernetes picks.
+    choice = choose_container(vllm_version, repo)
+    match = choice.match
+    notes = [choice.note if image is None else f"image {image}, built on {choice.note}"]
     name = "vllm-repo-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", repo.name).strip("-.") or "server")
     options = [
         "--rm",
@@ -133,18 +128,12 @@ def docker_plan(
     options += ["-v", f"{hf_cache}:/root/.cache/huggingface"]
     if os.environ.get("HF_TOKEN"):
         options += ["-e", "HF_TOKEN"]  # passed by name: the token never appears on the command line
-    server_args = [
-        "tritonserver",
-        f"--model-repository={CONTAINER_REPOSITORY}",
-        f"--http-port={http_port}",
-        f"--grpc-port={grpc_port}",
-        f"--metrics-port={metrics_port}",
-    ]
-    if ray_address is not None:
-        server_args += [f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}"]
+    server_args = container_server_args(
+        http_port, grpc_port, metrics_port, address=host if ray_address is not None else None
+    )
     return DockerPlan(
         options=options,
-        image=match.release.image,
+        image=image or match.release.image,
         server_args=server_args,
         match=match,
         container_name=name,
