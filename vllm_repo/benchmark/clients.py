@@ -7,7 +7,7 @@
   ``/v1/chat/completions``, read as server-sent events the way vLLM's own benchmark client reads them; the output
   token count is the server's (``stream_options.include_usage``).
 
-Both ask for exactly ``output_len`` tokens (max_tokens = min_tokens, ignore_eos) so runs compare. Each also offers
+Both ask for exactly ``output_len`` tokens (max_tokens with ignore_eos) so runs compare. Each also offers
 the server's own tokenizer (``tokenizer()``, vLLM's /tokenize and /detokenize, which the bundled backend answers over
 either endpoint), so that synthetic prompts have exactly the length asked for.
 """
@@ -59,8 +59,10 @@ class Client(Protocol):
 
 
 def sampling(output_len: int) -> dict[str, Any]:
-    """Exactly ``output_len`` tokens: the end-of-sequence token and the model's stop tokens ignored."""
-    return {"max_tokens": output_len, "min_tokens": output_len, "ignore_eos": True}
+    """Exactly ``output_len`` tokens: with ignore_eos vLLM stops neither at the end-of-sequence token nor at the other
+    end tokens of the model's generation_config. min_tokens would say the same at a cost: vLLM masks the stop tokens
+    with a logits processor at every step, which vllm bench serve does not pay either."""
+    return {"max_tokens": output_len, "ignore_eos": True}
 
 
 def make_client(endpoint: str, url: str | None, model: str, api_key: str | None = None) -> Client:
@@ -362,7 +364,9 @@ class OpenAIClient:
                         continue
                     data = line[5:].strip()
                     if data == b"[DONE]":
-                        break
+                        # Read on to the body's end (it follows at once): leaving earlier closes the connection
+                        # under the server's last write instead of keeping it for the next request.
+                        continue
                     now = time.perf_counter()
                     event = json.loads(data)
                     if "error" in event:

@@ -32,7 +32,7 @@ def nice_max(value: float) -> float:
 
 
 def _number(value: float) -> str:
-    return f"{value:g}" if value < 10_000 else f"{value:.3g}"
+    return f"{value:g}" if value < 10_000 else f"{value:.0f}"
 
 
 def panel(points: list[dict[str, Any]], key: str, title: str, slo: float | None, x0: float) -> list[str]:

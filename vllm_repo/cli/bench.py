@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from vllm_repo.cli.options import api_key_option, force_option
 from vllm_repo.errors import UsageError
 
 
@@ -102,16 +103,11 @@ def bench(
         Path | None,
         typer.Option("--plot", metavar="FILE", help="Write latency against throughput, SLO drawn (.html or .svg)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing --plot file.")] = False,
+    force: Annotated[bool, force_option("an existing --plot file")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic prompts and arrival times.")] = 0,
     warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests sent first, one at a time.")] = 1,
     wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the model to be ready first.")] = 0.0,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key", envvar="OPENAI_API_KEY", metavar="KEY", help="The OpenAI API's key, if it wants one."
-        ),
-    ] = None,
+    api_key: Annotated[str | None, api_key_option("With an OpenAI endpoint: ", client=True)] = None,
     python: Annotated[
         Path | None,
         typer.Option(
