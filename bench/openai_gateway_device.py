@@ -166,6 +166,57 @@ async def check_cancellation(base_url: str, model: str, server: TritonServer, ma
     return result
 
 
+# vLLM's benchmark client as `vllm bench serve` runs it, from its module (as tests/benchmark do where the CLI does not
+# start).
+VLLM_BENCH = (
+    "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+    "from vllm.benchmarks.serve import add_cli_args, main; "
+    "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+)
+
+
+def agreement(root: str, args: argparse.Namespace, tokenizer: Path) -> dict:
+    """`vllm-repo bench` and `vllm bench serve` one after the other on the same OpenAI endpoint and load, ``rounds``
+    times: each round's output tokens/s and median TTFT from both, and the ratios."""
+    concurrency = int(args.concurrency.split(",")[0])
+    prompts = int((args.num_prompts or "320").split(",")[0])
+    rounds = []
+    for k in range(args.rounds):
+        ours = subprocess.run(
+            [sys.executable, "-m", "vllm_repo", "bench", "--url", root, "--model", args.name, "--endpoint", "openai",
+             "--concurrency", str(concurrency), "--num-prompts", str(prompts), "--input-len", str(args.input_len),
+             "--output-len", str(args.output_len), "--seed", str(k), "--format", "json"],
+            capture_output=True, text=True, cwd=str(ROOT), timeout=900,
+        )  # fmt: skip
+        if ours.returncode != 0:
+            raise RuntimeError(f"vllm-repo bench failed: {ours.stderr[-3000:]}")
+        (point,) = json.loads(ours.stdout)["points"]
+        result = args.out / f"vllm_bench_serve_{k}.json"
+        theirs = subprocess.run(
+            [sys.executable, "-c", VLLM_BENCH, "--backend", "vllm", "--base-url", root, "--endpoint",
+             "/v1/completions", "--model", args.name, "--tokenizer", str(tokenizer), "--dataset-name", "random",
+             "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+             "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", str(k),
+             "--save-result", "--result-dir", str(args.out), "--result-filename", result.name],
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        if theirs.returncode != 0:
+            raise RuntimeError(f"vllm bench serve failed: {theirs.stdout[-2000:]} {theirs.stderr[-2000:]}")
+        vllm_result = json.loads(result.read_text())
+        row = {
+            "vllm_repo_bench": {"output_tokens_per_s": point["output_tokens_per_s"],
+                                "median_ttft_ms": point["ttft_ms"]["p50"], "failed": point["failed"]},
+            "vllm_bench_serve": {"output_tokens_per_s": vllm_result["output_throughput"],
+                                 "median_ttft_ms": vllm_result["median_ttft_ms"], "failed": vllm_result.get("failed")},
+        }  # fmt: skip
+        row["throughput_ratio"] = row["vllm_repo_bench"]["output_tokens_per_s"] / vllm_result["output_throughput"]
+        row["median_ttft_ratio"] = row["vllm_repo_bench"]["median_ttft_ms"] / vllm_result["median_ttft_ms"]
+        print(f"agreement round {k}: {json.dumps(row)}", flush=True)
+        rounds.append(row)
+    return {"concurrency": concurrency, "num_prompts": prompts, "input_len": args.input_len,
+            "output_len": args.output_len, "rounds": rounds}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", type=Path, required=True)
@@ -200,6 +251,13 @@ def main(argv: list[str] | None = None) -> int:
         "--triton-trace",
         metavar="DIR",
         help="Triton writes a trace of every request there (timestamps; bench/openai_hops.py reads it)",
+    )
+    parser.add_argument(
+        "--agreement",
+        action="store_true",
+        help="instead of the comparison with vllm serve: `vllm-repo bench` and `vllm bench serve` in turn on the "
+        "gateway, at --concurrency's first value, --num-prompts (default 320) each, --rounds times; writes "
+        "OUT/bench_agreement.json",
     )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -321,7 +379,11 @@ def main(argv: list[str] | None = None) -> int:
             bench_argv += ["--num-prompts", args.num_prompts]
         if args.max_seconds is not None:
             bench_argv += ["--max-seconds", str(args.max_seconds - (time.monotonic() - started))]
-        openai_gateway.main(bench_argv)
+        if args.agreement:
+            setup["agreement"] = agreement(f"http://127.0.0.1:{port}", args, tokenizer)
+            (args.out / "bench_agreement.json").write_text(json.dumps(setup, indent=1) + "\n")
+        else:
+            openai_gateway.main(bench_argv)
     except BaseException:
         setup["error"] = traceback.format_exc()
         print(setup["error"], flush=True)
