@@ -33,7 +33,8 @@ OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP re
   outputs openai_status (INT32 [1], the HTTP status, on every response), openai_response (STRING [1], bytes to write
           to the HTTP body as they are)
   vLLM's own OpenAI app answers them, built as ``vllm serve`` builds it (its argument parser, build_app,
-  init_app_state) on this model's engine when the first one arrives: the served model is the Triton model's name,
+  init_app_state) on this model's engine at load (with openai.json, or VLLM_REPO_OPENAI_AT_LOAD=1 in the server's
+  environment, which launch --openai-port sets), else when the first one arrives: the served model is its name,
   the LoRA adapters of multi_lora.json are its lora_modules, and ``<version>/openai.json`` ({vllm serve frontend
   option: value}, e.g. chat_template, relative to the version directory, tool_call_parser, response_role) is checked
   with vLLM's parser at load. A complete answer is one final response; a stream (``"stream": true``) sends the SSE
@@ -55,6 +56,7 @@ config.pbtxt parameters:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
@@ -201,8 +203,8 @@ class TritonPythonModel:
         self._reader = native.NativeRequestReader(self.vllm, self.lora_adapters, self.default_max_tokens)
         # Up to one output chunk of streams in flight, the engine loop sends their responses itself (_deliver).
         self._inline_sends_up_to = self.vllm.output_chunk
-        # OpenAI requests are answered by vLLM's own OpenAI layer, built on the first one (it costs the native-only
-        # startup nothing). openai.json is checked now, with vLLM's parser, so that a typo fails the load.
+        # vLLM's own OpenAI layer answers OpenAI requests: built at load with an openai.json or a gateway in front
+        # (OPENAI_AT_LOAD_ENV), else on the first one. openai.json is checked now, with vLLM's parser: a typo fails.
         self._version_dir = version_dir
         self._openai_args: Any = None
         self._openai_unavailable: str | None = None
@@ -257,6 +259,8 @@ class TritonPythonModel:
         self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
         self._watcher.start()
         log.info(f"[vllm] {environment.freeze_startup_heap()} {environment.FROZEN_HEAP_LOG}")
+        if openai_options is not None or os.environ.get(contract.OPENAI_AT_LOAD_ENV, "") in contract.TRUE_STRINGS:
+            self._build_openai_now()
         sys.setswitchinterval(ADMISSION_SWITCH_INTERVAL_S)  # for the whole process: a stub serves one model instance
         log.info(f"[vllm] {SWITCH_INTERVAL_LOG} {sys.getswitchinterval() * 1e3:g} ms: execute() admits soon")
         log.info(f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version}){self._kv_cache_text()}")
@@ -792,6 +796,11 @@ class TritonPythonModel:
         if self._openai_build is None:
             self._openai_build = asyncio.ensure_future(self._build_openai_app())
         return await asyncio.shield(self._openai_build)
+
+    def _build_openai_now(self) -> None:
+        """At load: READY means the first OpenAI request is answered at once (a failed build fails those alone)."""
+        with contextlib.suppress(openai_wire.OpenAIError):
+            asyncio.run_coroutine_threadsafe(self._openai_app(), self._loop).result()
 
     def _not_served(self, status: int, kind: str) -> openai_wire.OpenAIError:
         return openai_wire.OpenAIError(

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -237,12 +239,16 @@ def _start(running: _Running, plan: LaunchPlan, out: TextIO, ready_timeout: floa
     pgid = server.started.pid  # the leader of the server's own process group
     running.guardian = Guardian(pgid, server.shm_prefix, remove=leftovers, also=also)
     running.watch = watch = SharedMemoryWatch(pgid)
+    began = time.monotonic()
     took = _wait_ready(server, plan, out, ready_timeout, watch)
     openai_url = None
     if running.gateway is not None and plan.openai_port is not None:
         from vllm_repo.serve.openai.gateway import base_url
 
         openai_url = base_url(plan.host, plan.openai_port)
+        # Ready means ready: the gateway reaches Triton and each model answers OpenAI requests.
+        _wait_gateway(server, running.gateway, plan, openai_url, began + ready_timeout)
+        took = time.monotonic() - began
     print(f"Triton is ready ({took:.0f} s):", file=out)
     print(endpoints_text(server, plan.models, openai_url, bool(plan.openai_api_keys)), file=out, flush=True)
 
@@ -372,6 +378,41 @@ def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: fl
             print(status, file=out, flush=True)
             last_report = elapsed
         time.sleep(0.5)
+
+
+def _wait_gateway(
+    server: TritonServer, gateway: subprocess.Popen, plan: LaunchPlan, openai_url: str, deadline: float
+) -> None:
+    """Wait until the gateway's /health says 200: it reaches Triton, and every model that speaks OpenAI answers (its
+    engine lives, vLLM's OpenAI layer is built). A server's own older vLLM backend speaks no OpenAI: there the gateway
+    only has to answer."""
+    health = openai_url.removesuffix("/v1") + "/health"
+    bundled = plan.backend_directory is None
+    while True:
+        try:
+            with urllib.request.urlopen(health, timeout=10) as response:
+                if response.status == 200:
+                    return
+        except urllib.error.HTTPError as exc:
+            if not bundled:
+                return
+            exc.close()
+        except (urllib.error.URLError, OSError):
+            pass
+        if gateway.poll() is not None:
+            raise LaunchError(
+                f"the OpenAI API on port {plan.openai_port} stopped (status {gateway.returncode}) before it served",
+                hint="its error is above",
+            )
+        if not server.is_running():
+            raise server_failure(server, f"tritonserver exited (status {server.started.returncode})")
+        if time.monotonic() > deadline:
+            raise LaunchError(
+                f"Triton is ready but the OpenAI API at {health} did not answer 200 in time",
+                hint=f"see the server log: {server.log_path}",
+                log_path=server.log_path,
+            )
+        time.sleep(0.1)
 
 
 def _install_stop_handlers() -> dict:

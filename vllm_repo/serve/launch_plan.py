@@ -291,6 +291,11 @@ def prepare_launch(
     ray = ray_preflight(open_repository(repo).models, info.executable, ray_address, {**os.environ, **env})
     env.update(ray.env)
     notes.extend(ray.notes)
+    if openai_port is not None:
+        from vllm_repo.backend.vllm_repo_backend.contract import OPENAI_AT_LOAD_ENV
+
+        # The backends build vLLM's OpenAI layer while their models load, not on the gateway's first request.
+        env[OPENAI_AT_LOAD_ENV] = "1"
     return LaunchPlan(
         repository=repo.resolve(),
         models=models,

@@ -92,6 +92,11 @@ ENGINE_ARGS_FILE = "model.json"  # vLLM's engine arguments
 LORA_FILE = "multi_lora.json"  # {adapter name: path}, with "enable_lora": true
 OPENAI_FILE = "openai.json"  # vllm serve's frontend options for the model's OpenAI API
 
+# In the server's environment, "1" (or "true"): build vLLM's OpenAI layer while the model loads even without an
+# openai.json, so that a gateway in front of the server answers its first request at once (launch --openai-port sets
+# it). Without it, and without openai.json, the layer is built on the first OpenAI request.
+OPENAI_AT_LOAD_ENV = "VLLM_REPO_OPENAI_AT_LOAD"
+
 # The vLLM releases the backend drives: the oldest with the APIs it uses (AsyncLLM v1, StructuredOutputsParams,
 # RequestOutputKind.DELTA merging), and the newest it was tested with (newer ones load with a warning, since vLLM's
 # internals drift between releases).

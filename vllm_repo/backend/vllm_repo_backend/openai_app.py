@@ -1,6 +1,7 @@
 """vLLM's own OpenAI app on the model's engine, built as ``vllm serve`` builds it (its argument parser, build_app,
 init_app_state): ``<version>/openai.json``'s frontend options checked by vllm serve's own parser at load, and the app
-built on the first OpenAI request, less the middleware that has nothing to act on behind the gateway."""
+built at load (or on the first OpenAI request, without openai.json or a gateway in front), less the middleware that
+has nothing to act on behind the gateway."""
 
 from __future__ import annotations
 

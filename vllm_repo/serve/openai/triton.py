@@ -34,6 +34,8 @@ from vllm_repo.backend.vllm_repo_backend.contract import (
 
 # Seconds a readiness or index query may take before Triton counts as unreachable.
 QUERY_TIMEOUT_S = 5.0
+# How soon the channel tries again to reach a Triton it could not connect to (gRPC's default grows to 2 minutes).
+RECONNECT_BACKOFF_MS = 500
 # Without it a decoupled stream never says which response was a request's last.
 _FINAL_FLAG = "triton_final_response"
 _ENABLE_FINAL_FLAG = "triton_enable_empty_final_response"
@@ -196,6 +198,9 @@ class TritonOpenAIClient:
         self.address = grpc_address
         # Chunks are small but a whole non-streamed completion (n choices, logprobs) can pass gRPC's 4 MiB default.
         options = [("grpc.max_receive_message_length", 256 * 2**20), ("grpc.max_send_message_length", 64 * 2**20)]
+        # A Triton that is not listening yet (its models load first) is tried again within a second, not after gRPC's
+        # backoff, which grows to 20 s and more while a client polls: the gateway would answer 503 that long after.
+        options += [(f"grpc.{kind}_reconnect_backoff_ms", RECONNECT_BACKOFF_MS) for kind in ("initial", "min", "max")]
         self._channel = grpc.aio.insecure_channel(grpc_address, options=options)
         self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
         self._speaks_openai: dict[tuple[str, str], bool] = {}

@@ -1,6 +1,6 @@
 """VR7xx: openai.json, the vllm serve options of a model's OpenAI API (vllm-repo openai, launch --openai-port).
 
-The backend builds vLLM's OpenAI app from these options when the first OpenAI request comes, with vLLM's own
+The backend builds vLLM's OpenAI app from these options while the model loads, with vLLM's own
 argument parser: a key it refuses stops the model from serving OpenAI requests, and a key that configures vllm
 serve's HTTP server does nothing, since the gateway, not the backend, is the HTTP server.
 """
