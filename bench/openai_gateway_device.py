@@ -178,13 +178,26 @@ VLLM_BENCH = (
 def agreement(root: str, args: argparse.Namespace, tokenizer: Path) -> dict:
     """`vllm-repo bench` and `vllm bench serve` one after the other on the same OpenAI endpoint and load, ``rounds``
     times: each round's output tokens/s and median TTFT from both, and the ratios."""
+    import random
+
     concurrency = int(args.concurrency.split(",")[0])
     prompts = int((args.num_prompts or "320").split(",")[0])
+    # make_model.py's vocabulary is "t<id>" words: English words are all its unknown token, and prompts of them would
+    # be one sequence a prefix cache serves. Random ids, as vLLM's random dataset draws them, for bench too.
+    vocab = json.loads((args.model_dir / "config.json").read_text())["vocab_size"]
     rounds = []
     for k in range(args.rounds):
+        rng = random.Random(k)
+        dataset = args.out / f"prompts_{k}.jsonl"
+        dataset.write_text(
+            "".join(
+                json.dumps({"prompt": " ".join(f"t{rng.randrange(3, vocab)}" for _ in range(args.input_len))}) + "\n"
+                for _ in range(prompts)
+            )
+        )
         ours = subprocess.run(
             [sys.executable, "-m", "vllm_repo", "bench", "--url", root, "--model", args.name, "--endpoint", "openai",
-             "--concurrency", str(concurrency), "--num-prompts", str(prompts), "--input-len", str(args.input_len),
+             "--concurrency", str(concurrency), "--num-prompts", str(prompts), "--dataset", str(dataset),
              "--output-len", str(args.output_len), "--seed", str(k), "--format", "json"],
             capture_output=True, text=True, cwd=str(ROOT), timeout=900,
         )  # fmt: skip
@@ -205,9 +218,11 @@ def agreement(root: str, args: argparse.Namespace, tokenizer: Path) -> dict:
         vllm_result = json.loads(result.read_text())
         row = {
             "vllm_repo_bench": {"output_tokens_per_s": point["output_tokens_per_s"],
-                                "median_ttft_ms": point["ttft_ms"]["p50"], "failed": point["failed"]},
+                                "median_ttft_ms": point["ttft_ms"]["p50"], "failed": point["failed"],
+                                "input_tokens_mean": point.get("input_tokens_mean")},
             "vllm_bench_serve": {"output_tokens_per_s": vllm_result["output_throughput"],
-                                 "median_ttft_ms": vllm_result["median_ttft_ms"], "failed": vllm_result.get("failed")},
+                                 "median_ttft_ms": vllm_result["median_ttft_ms"], "failed": vllm_result.get("failed"),
+                                 "input_tokens_mean": vllm_result["total_input_tokens"] / vllm_result["completed"]},
         }  # fmt: skip
         row["throughput_ratio"] = row["vllm_repo_bench"]["output_tokens_per_s"] / vllm_result["output_throughput"]
         row["median_ttft_ratio"] = row["vllm_repo_bench"]["median_ttft_ms"] / vllm_result["median_ttft_ms"]

@@ -151,6 +151,21 @@ def test_a_synthetic_prompt_is_fitted_to_exactly_the_length_asked_with_the_speci
     assert {p.output_len for p in prompts.prompts} == {16}
 
 
+def test_a_tokenizer_that_reads_every_word_as_one_token_is_said_to_make_prompts_a_prefix_cache_serves():
+    class Unknown(RoundTripTokenizer):
+        """A made-up vocabulary with no English in it: every word is the unknown token."""
+
+        async def encode(self, text: str, special: bool) -> list[int]:
+            return ([0] if special else []) + [7] * len(text.split())
+
+        async def decode(self, ids: list[int]) -> str:
+            return " ".join("unk" for _ in ids)
+
+    repeated = asyncio.run(synthetic_prompts(3, 64, 8, seed=0, tokenizer=Unknown()))
+    assert repeated.note is not None and "1 distinct token(s) in 63" in repeated.note and "--dataset" in repeated.note
+    assert asyncio.run(synthetic_prompts(3, 64, 8, seed=0, tokenizer=RoundTripTokenizer())).note is None
+
+
 def test_a_length_the_tokenizer_cannot_reach_is_an_error_and_no_room_for_a_prompt_too():
     class Stubborn(RoundTripTokenizer):
         async def decode(self, ids: list[int]) -> str:

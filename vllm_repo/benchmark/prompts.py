@@ -77,7 +77,7 @@ async def synthetic_prompts(
                     return await fit_prompt(words, input_len, special, tokenizer, random.Random(seed * 7919 + index))
 
             texts = await asyncio.gather(*(fit(words, i) for i, words in enumerate(drafts)))
-            return PromptSet([Prompt(t, output_len) for t in texts], "exact")
+            return PromptSet([Prompt(t, output_len) for t in texts], "exact", await _repetition_note(texts, tokenizer))
     # One token per word, less one for a beginning-of-sequence token most tokenizers add.
     texts = [" ".join(words[: max(input_len - 1, 1)]) for words in drafts]
     return PromptSet(
@@ -85,6 +85,23 @@ async def synthetic_prompts(
         "approximate",
         note="the server offers no tokenizer (/tokenize): prompts are one word per intended token, so their lengths "
         "are approximate; input_tokens_mean shows what the server counted",
+    )
+
+
+# A prompt whose tokens are this repetitive reads the words as few distinct tokens (a tokenizer that knows no English,
+# such as a test model's made-up vocabulary): every prompt is then nearly one sequence that a prefix cache serves.
+REPETITIVE_SHARE = 8
+
+
+async def _repetition_note(texts: list[str], tokenizer: Tokenizer) -> str | None:
+    ids = await tokenizer.encode(texts[0], False) if texts else []
+    distinct = len(set(ids))
+    if len(ids) < 2 * REPETITIVE_SHARE or distinct * REPETITIVE_SHARE >= len(ids):
+        return None
+    return (
+        f"the model's tokenizer reads the synthetic prompts' English words as {distinct} distinct token(s) in "
+        f"{len(ids)}: the prompts are nearly one token sequence, which a prefix cache serves from memory, so TTFT and "
+        "throughput come out better than for real text; give prompts the tokenizer knows with --dataset"
     )
 
 
