@@ -106,22 +106,11 @@ def engine_options(
     engine_args: dict[str, Any], gpu: str | float, num_gpus: int, vllm_version: str | None, base: Path, name: str = ""
 ) -> list[Option]:
     """The sizes at which one engine of ``engine_args``' model starts on ``gpu``, smallest first."""
-    from vllm_repo.estimate import ArchitectureError, ModelFactsError, estimate_model, load_model_facts
-    from vllm_repo.repository.engine_settings import read_engine_settings
+    from vllm_repo.estimate import estimate_model
 
-    # plan spreads engines with tensor parallelism only
-    settings = read_engine_settings(engine_args, strict=True).replace(pipeline_parallel_size=None)
-    model = settings.model
-    if not model:
-        raise PlanError("model.json has no `model`", hint="add the model's repo id or path")
-    try:
-        facts = load_model_facts(model, offline=True, revision=settings.revision, base=base)
-        facts.arch.check_decoder_shape()
-    except (ModelFactsError, ArchitectureError) as exc:
-        raise PlanError(
-            f"can't size {model}: {getattr(exc, 'message', exc)}",
-            hint="plan reads the model's config.json offline: a local model directory or the Hugging Face cache",
-        ) from None
+    settings, facts = _settings_and_facts(engine_args, base, name)
+    settings = settings.replace(pipeline_parallel_size=None)  # plan spreads engines with tensor parallelism only
+    model = settings.model or ""  # _settings_and_facts refused a model.json without one
 
     def fitting(settings: EngineSettings) -> list[Option]:
         options = []
@@ -488,7 +477,8 @@ def _settings_and_facts(data: dict[str, Any], base: Path, name: str) -> tuple[En
 
     settings = read_engine_settings(data, strict=True)
     if not settings.model:
-        raise PlanError(f"{name}: model.json has no `model`", hint="add the model's repo id or path")
+        where = f"{name}: " if name else ""
+        raise PlanError(f"{where}model.json has no `model`", hint="add the model's repo id or path")
     try:
         facts = load_model_facts(settings.model, offline=True, revision=settings.revision, base=base)
         facts.arch.check_decoder_shape()
