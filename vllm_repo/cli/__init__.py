@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("launch", "launch"),
     "infer": ("infer", "infer"),
     "openai": ("openai", "openai"),
+    "bench": ("bench", "bench"),
     "doctor": ("doctor", "doctor"),
     # Command groups: --help lists them after the commands.
     "schema": ("schema", "schema_app"),

@@ -78,16 +78,14 @@ def host_option(exposes: str) -> Any:
     return typer.Option("--host", metavar="HOST", help=f"Address to bind (0.0.0.0 exposes {exposes}).")
 
 
-def api_key_option(when: str = "") -> Any:
-    """--api-key, read from VLLM_API_KEY as vllm serve reads it: the same option for `openai` and `launch`."""
-    return typer.Option(
-        "--api-key",
-        envvar="VLLM_API_KEY",
-        metavar="KEY",
-        help=_help(
-            when, "require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys."
-        ),
-    )
+def api_key_option(when: str = "", client: bool = False) -> Any:
+    """--api-key, read from VLLM_API_KEY as vllm serve reads it: the same option for `openai` and `launch`, and for a
+    ``client`` of the API (bench), the key it sends: the variable that set the server's key gives it too."""
+    if client:
+        text = "the key to send as `Authorization: Bearer KEY`, where the OpenAI API requires one."
+    else:
+        text = "require `Authorization: Bearer KEY` on /v1 (as vllm serve --api-key); repeat for several keys."
+    return typer.Option("--api-key", envvar="VLLM_API_KEY", metavar="KEY", help=_help(when, text))
 
 
 def cors_options(when: str = "") -> dict[str, Any]:

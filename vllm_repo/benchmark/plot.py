@@ -1,0 +1,158 @@
+"""--plot: latency against throughput, one panel per figure (TTFT, ITL, end-to-end), a marker per load point with its
+p50 and p99, the SLO as a dashed line. Written as SVG by hand (no plotting library): a .svg file, or an .html page
+that holds the SVG and the table, self-contained, for a browser."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+from vllm_repo.benchmark.errors import BenchError
+from vllm_repo.benchmark.report import label_of, to_text
+from vllm_repo.files import write_atomic
+
+PANELS = (("ttft_ms", "TTFT", "ttft_p99_ms"), ("itl_ms", "ITL", "itl_p99_ms"), ("e2e_ms", "end-to-end", "e2e_p99_ms"))
+WIDTH, HEIGHT = 360, 280  # one panel
+MARGIN = {"left": 58, "right": 14, "top": 30, "bottom": 44}
+P50_COLOUR, P99_COLOUR, SLO_COLOUR = "#1f77b4", "#d62728", "#2ca02c"
+SUFFIXES = (".html", ".htm", ".svg")
+
+
+def nice_max(value: float) -> float:
+    """The round number (1, 2 or 5 times a power of ten) at or above ``value``: the top of an axis."""
+    if value <= 0 or not math.isfinite(value):
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 5, 10):
+        if value <= step * power:
+            return float(step * power)
+    return float(10 * power)
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if value < 10_000 else f"{value:.0f}"
+
+
+def panel(points: list[dict[str, Any]], key: str, title: str, slo: float | None, x0: float) -> list[str]:
+    """One panel's SVG elements, its left edge at ``x0``."""
+    plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
+    plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
+    left, top = x0 + MARGIN["left"], MARGIN["top"]
+    measured = [p for p in points if p[key]["p50"] is not None]
+    x_max = nice_max(max((p["output_tokens_per_s"] for p in measured), default=1.0) * 1.1)
+    y_max = nice_max(max([p[key]["p99"] for p in measured] + [slo or 0.0], default=1.0) * 1.1)
+
+    def x(v: float) -> float:
+        return left + plot_w * v / x_max
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - v / y_max)
+
+    out = [
+        f'<text x="{left + plot_w / 2}" y="{top - 10}" text-anchor="middle" font-weight="bold">{title} (ms)</text>',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
+    ]
+    for i in range(6):
+        xv, yv = x_max * i / 5, y_max * i / 5
+        out.append(f'<line x1="{left}" y1="{y(yv):.1f}" x2="{left + plot_w}" y2="{y(yv):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{left - 6}" y="{y(yv) + 4:.1f}" text-anchor="end" font-size="11">{_number(yv)}</text>')
+        out.append(
+            f'<text x="{x(xv):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">{_number(xv)}</text>'
+        )
+    out.append(
+        f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle" font-size="12">'
+        "output tokens/s</text>"
+    )
+    if slo is not None:
+        out.append(
+            f'<line x1="{left}" y1="{y(slo):.1f}" x2="{left + plot_w}" y2="{y(slo):.1f}" stroke="{SLO_COLOUR}" '
+            'stroke-width="2" stroke-dasharray="6,4"/>'
+        )
+        out.append(
+            f'<text x="{left + plot_w - 4}" y="{y(slo) - 5:.1f}" text-anchor="end" font-size="11" '
+            f'fill="{SLO_COLOUR}">SLO {_number(slo)} ms</text>'
+        )
+    for stat, colour in (("p50", P50_COLOUR), ("p99", P99_COLOUR)):
+        path = " ".join(f"{x(p['output_tokens_per_s']):.1f},{y(p[key][stat]):.1f}" for p in measured)
+        if len(measured) > 1:
+            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+        for p in measured:
+            tip = html.escape(f"{label_of(p)}: {stat} {p[key][stat]:g} ms at {p['output_tokens_per_s']:g} tok/s")
+            out.append(
+                f'<circle cx="{x(p["output_tokens_per_s"]):.1f}" cy="{y(p[key][stat]):.1f}" r="4" fill="{colour}">'
+                f"<title>{tip}</title></circle>"
+            )
+    for p in measured:
+        tag = str(p.get("concurrency", f"{p.get('request_rate', 0):g}/s"))
+        out.append(
+            f'<text x="{x(p["output_tokens_per_s"]) + 6:.1f}" y="{y(p[key]["p99"]) - 6:.1f}" font-size="10" '
+            f'fill="#555">{html.escape(tag)}</text>'
+        )
+    return out
+
+
+def svg(report: dict[str, Any]) -> str:
+    points = report["points"]
+    legend_y = HEIGHT + 8
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH * 3}" height="{HEIGHT + 24}" '
+        'font-family="sans-serif" font-size="13">',
+        f'<rect width="{WIDTH * 3}" height="{HEIGHT + 24}" fill="white"/>',
+    ]
+    for i, (key, title, slo_key) in enumerate(PANELS):
+        parts += panel(points, key, title, report["slo"].get(slo_key), i * WIDTH)
+    load = "concurrency" if points and "concurrency" in points[0] else "request rate"
+    legend = [
+        (P50_COLOUR, "p50", "circle"),
+        (P99_COLOUR, "p99", "circle"),
+        (SLO_COLOUR, "SLO (p99 target)", "line"),
+    ]
+    x0 = MARGIN["left"]
+    for colour, text, shape in legend:
+        if shape == "circle":
+            parts.append(f'<circle cx="{x0}" cy="{legend_y}" r="4" fill="{colour}"/>')
+        else:
+            parts.append(
+                f'<line x1="{x0 - 8}" y1="{legend_y}" x2="{x0 + 8}" y2="{legend_y}" stroke="{colour}" '
+                'stroke-width="2" stroke-dasharray="6,4"/>'
+            )
+        parts.append(f'<text x="{x0 + 12}" y="{legend_y + 4}" font-size="12">{text}</text>')
+        x0 += 40 + 8 * len(text)
+    parts.append(f'<text x="{x0 + 10}" y="{legend_y + 4}" font-size="12" fill="#555">labels: {load}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def page(report: dict[str, Any]) -> str:
+    title = html.escape(f"vllm-repo bench: {report['model']}")
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>'
+        + title
+        + '</title></head>\n<body style="font-family: sans-serif">\n<h2>'
+        + title
+        + "</h2>\n"
+        + svg(report)
+        + "\n<pre>"
+        + html.escape(to_text(report))
+        + "</pre>\n</body></html>\n"
+    )
+
+
+def check_plot_path(path: Path, force: bool) -> None:
+    """Refuse a plot file before measuring anything, not after: a suffix bench cannot write, or a file that is
+    there already without --force."""
+    if path.suffix.lower() not in SUFFIXES:
+        raise BenchError(
+            f"--plot {path}: bench writes .html (a page with the plot and the table) or .svg",
+            hint=f"e.g. --plot {path.with_suffix('.html')}",
+        )
+    if path.exists() and not force:
+        raise BenchError(f"--plot {path} exists", hint="pass --force to replace it, or choose another file")
+    if not path.parent.is_dir():
+        raise BenchError(f"--plot {path}: no directory {path.parent}")
+
+
+def write_plot(path: Path, report: dict[str, Any]) -> None:
+    write_atomic(path, svg(report) + "\n" if path.suffix.lower() == ".svg" else page(report))

@@ -1,0 +1,167 @@
+"""`vllm-repo bench`: options in, benchmark.bench (or bench_repository) out; the report on stdout."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_repo.cli.options import api_key_option, force_option
+from vllm_repo.errors import UsageError
+
+
+class BenchFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class Endpoint(str, Enum):
+    native = "native"
+    openai = "openai"
+    openai_chat = "openai-chat"
+
+
+def _numbers(option: str, text: str | None, kind: type) -> list | None:
+    if text is None:
+        return None
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(
+            f"{option} '{text}' is not a comma-separated list of numbers", hint=f"e.g. {option} 1,8,32"
+        ) from None
+    if not values:
+        raise UsageError(f"{option} is empty", hint=f"e.g. {option} 1,8,32")
+    return values
+
+
+def bench(
+    ctx: typer.Context,
+    repo: Annotated[
+        Path | None,
+        typer.Argument(help="A model repository to launch, measure and stop (instead of --url).", show_default=False),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="The server: Triton's gRPC HOST:PORT for --endpoint native (default 127.0.0.1:8001), the OpenAI "
+            "API's http://HOST:PORT otherwise (default http://127.0.0.1:9000).",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="The model to measure (with REPO: its only model by default).")
+    ] = None,
+    endpoint: Annotated[
+        Endpoint,
+        typer.Option(
+            "--endpoint",
+            help="native: Triton's streaming gRPC; openai: /v1/completions; openai-chat: /v1/chat/completions.",
+        ),
+    ] = Endpoint.native,
+    concurrency: Annotated[
+        str | None,
+        typer.Option("--concurrency", metavar="N,...", help="Requests in flight, one load point each (default 1)."),
+    ] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option("--request-rate", metavar="R,...", help="Poisson arrivals per second, one load point each."),
+    ] = None,
+    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests per load point.")] = 100,
+    input_len: Annotated[
+        int, typer.Option("--input-len", help="Tokens per synthetic prompt (exact where the server tokenizes).")
+    ] = 1024,
+    output_len: Annotated[
+        int | None,
+        typer.Option("--output-len", help="Tokens generated per request, exactly (default 128, or the dataset's)."),
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset",
+            metavar="FILE.jsonl",
+            help='Prompts instead of synthetic ones: {"prompt": ..., "output_tokens": N} a line (vLLM\'s custom '
+            "dataset).",
+        ),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            metavar="KEY=MS,...",
+            help="Latency targets for goodput: ttft_p99_ms, itl_p99_ms, e2e_p99_ms, e.g. "
+            "ttft_p99_ms=1000,itl_p99_ms=40.",
+        ),
+    ] = None,
+    output_format: Annotated[BenchFormat, typer.Option("--format", help="Report as a table or one JSON object.")] = (
+        BenchFormat.text
+    ),
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", metavar="FILE", help="Write latency against throughput, SLO drawn (.html or .svg)."),
+    ] = None,
+    force: Annotated[bool, force_option("an existing --plot file")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic prompts and arrival times.")] = 0,
+    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests sent first, one at a time.")] = 1,
+    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the model to be ready first.")] = 0.0,
+    api_key: Annotated[str | None, api_key_option("With an OpenAI endpoint: ", client=True)] = None,
+    python: Annotated[
+        Path | None,
+        typer.Option(
+            "--python", help="With REPO: the backend's Python, as for launch (default: $VLLM_REPO_SERVING_PYTHON)."
+        ),
+    ] = None,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", help="With REPO: seconds to wait for the models to load.")
+    ] = 900.0,
+) -> None:
+    """Measure latency and throughput of MODEL at each load point (a running server at --url, or REPO launched)."""
+    from vllm_repo.benchmark import BenchSpec, bench_repository, parse_slo
+    from vllm_repo.benchmark import bench as run_bench
+    from vllm_repo.benchmark.plot import check_plot_path, write_plot
+    from vllm_repo.benchmark.report import TerminalProgress, to_json, to_text
+
+    if repo is None and not model:
+        raise UsageError(
+            "--model is required with --url", hint="e.g. vllm-repo bench --url 127.0.0.1:8001 --model my-model"
+        )
+    if repo is not None and url is not None:
+        raise UsageError("give a repository to launch or --url of a running server, not both")
+    input_len_given = getattr(ctx.get_parameter_source("input_len"), "name", "") == "COMMANDLINE"
+    if dataset is not None and input_len_given:
+        raise UsageError("--input-len is for synthetic prompts; a --dataset brings its own")
+    if plot is not None:
+        check_plot_path(plot, force)
+    spec = BenchSpec(
+        model=model or "",
+        endpoint=endpoint.value,
+        url=url,
+        concurrency=_numbers("--concurrency", concurrency, int),
+        request_rates=_numbers("--request-rate", request_rate, float),
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+        dataset=dataset,
+        slo=parse_slo(slo),
+        seed=seed,
+        warmup=warmup,
+        api_key=api_key,
+        wait_s=wait,
+    )
+    progress = TerminalProgress(sys.stderr)
+    if repo is None:
+        run = run_bench(spec, progress)
+    else:
+        run = bench_repository(
+            repo, spec, progress=progress, out=sys.stderr, python=python, ready_timeout=ready_timeout
+        )
+    report = run.report()
+    typer.echo(to_json(report) if output_format is BenchFormat.json else to_text(report))
+    if plot is not None and report["points"]:
+        write_plot(plot, report)
+        typer.echo(f"plot: {plot}", err=True)
+    if run.interrupted:
+        raise typer.Exit(130)
