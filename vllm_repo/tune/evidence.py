@@ -3,16 +3,17 @@ it sized or measured (its settings, and its measurements or why it was dropped),
 its margin over vLLM's defaults, and the settings it wrote into model.json.
 
 validate reads ``written`` back (rule VR510) to tell when model.json no longer has the tuned settings; that reading
-is this module's ``tuned_settings`` and needs nothing but the JSON module.
+is vllm_repo.repository.tune_record's, which other commands import without this package.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-TUNE_FILE = "tune.json"
+from vllm_repo.repository.tune_record import TUNE_FILE
+
+__all__ = ["FORMAT", "LATENCY", "TUNE_FILE", "candidate_record", "dumps", "measurement"]
 FORMAT = 1
 # The latency the Pareto front and the tie-break use: the p99 of end-to-end latency, which holds TTFT and ITL both.
 LATENCY = "e2e_p99_ms"
@@ -60,20 +61,3 @@ def measurement(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def dumps(evidence: dict[str, Any]) -> str:
     return json.dumps(evidence, indent=2) + "\n"
-
-
-def tuned_settings(path: Path) -> tuple[str, dict[str, Any]] | None:
-    """(the version directory, the settings tune wrote into its model.json: a value, or None for a key it removed)
-    from a tune.json; None when tune wrote nothing (a run without --write, or one stopped by Ctrl-C) or the file
-    cannot be read as tune.json."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    written = data.get("written") if isinstance(data, dict) else None
-    if not isinstance(written, dict):
-        return None
-    version, settings = written.get("version"), written.get("settings")
-    if not isinstance(version, str) or not isinstance(settings, dict):
-        return None
-    return version, settings
