@@ -173,11 +173,15 @@ class NativeClient:
         record = RequestRecord(start=time.perf_counter())
         last = record.start
         stream = self._client.stream_infer(requests(), stream_timeout=REQUEST_TIMEOUT_S)
+        ended = False
         try:
             async for result, error in stream:
                 now = time.perf_counter()
+                if ended:
+                    continue
                 if error is not None:
                     record.error = str(error.message() if hasattr(error, "message") else error)
+                    stream.cancel()
                     return record
                 tokens = _sum(result.as_numpy("num_output_tokens"))
                 if record.input_tokens is None and result.as_numpy("num_input_tokens") is not None:
@@ -190,12 +194,14 @@ class NativeClient:
                     last = now
                     record.output_tokens += tokens
                 final = result.get_response().parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
-                    break
+                # Read on to the stream's end (it follows the final response at once) rather than cancel it: Triton
+                # 2.51 keeps a model whose streams were cancelled from unloading, which tune's reloads need.
+                ended = final is not None and final.bool_param
         except Exception as exc:  # the stream broke: the server went away, a gRPC error
             record.error = _one_line(exc)
+            stream.cancel()
             return record
-        finally:
+        if not ended:
             stream.cancel()
         return _finish(record, last)
 

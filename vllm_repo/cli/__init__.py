@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("infer", "infer"),
     "openai": ("openai", "openai"),
     "bench": ("bench", "bench"),
+    "tune": ("tune", "tune"),
     "doctor": ("doctor", "doctor"),
     # Command groups: --help lists them after the commands.
     "schema": ("schema", "schema_app"),

@@ -36,6 +36,8 @@ from vllm_repo.backend.vllm_repo_backend.contract import (
 QUERY_TIMEOUT_S = 5.0
 # How soon the channel tries again to reach a Triton it could not connect to (gRPC's default grows to 2 minutes).
 RECONNECT_BACKOFF_MS = 500
+# How long a call may take to end after its final response before it is cancelled instead.
+STREAM_END_WAIT_S = 5.0
 # Without it a decoupled stream never says which response was a request's last.
 _FINAL_FLAG = "triton_final_response"
 _ENABLE_FINAL_FLAG = "triton_enable_empty_final_response"
@@ -260,15 +262,22 @@ class TritonOpenAIClient:
                     yield chunk
             return
         stream = self._stub.ModelStreamInfer(iter([request]))
+        final = False
         try:
             async for response in stream:
                 chunk = read_chunk(response)
+                final = chunk.final
                 yield chunk
-                if chunk.final:
+                if final:
                     return
         except grpc.aio.AioRpcError as exc:
             raise TritonUnavailable(f"Triton at {self.address}: {exc.details() or exc.code().name}") from exc
         finally:
-            # After the final response this only ends the call; before it, Triton cancels the request.
+            if final and not stream.done():
+                # The call ends on its own right after the final response: wait for that rather than cancel it.
+                # Triton 2.51 keeps a model whose streams were cancelled from ever unloading (a reload, tune).
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(stream.code(), STREAM_END_WAIT_S)
+            # Before the final response, cancelling is what makes Triton cancel the request.
             if not stream.done():
                 stream.cancel()

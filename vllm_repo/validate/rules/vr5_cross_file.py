@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -13,6 +14,7 @@ from vllm_repo.hf import is_repo_id
 from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.documents import JsonDocument, PbtxtDocument, Position
 from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
+from vllm_repo.repository.tune_record import TUNE_FILE, tuned_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, path_exists, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
@@ -620,3 +622,57 @@ def multi_node_engine(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
             hint="set master_addr to this host's address on the network the hosts share; each other host then runs "
             f"`vllm serve MODEL --headless --nnodes {nnodes} --node-rank K --master-addr THAT_ADDRESS`",
         )
+
+
+@rule("VR510", "untuned-settings", Severity.WARNING)
+def untuned_settings(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
+    """model.json no longer has the settings `vllm-repo tune --write` chose and recorded in tune.json.
+
+    tune measures candidates under an SLO and writes the winner into model.json, keeping the evidence (the SLO, the
+    load, every candidate's figures) beside the model in tune.json. Once model.json changes one of the tuned
+    settings, that evidence describes another engine: the goodput and latency it promises are not measured for what
+    is served. A key tune removed (vLLM's default won) counts as tuned too.
+
+    Example::
+
+        # llm/config.pbtxt
+        backend: "vllm"
+        # llm/tune.json
+        {"written": {"version": "1", "settings": {"max_num_seqs": 64, "max_num_batched_tokens": null}}}
+        # llm/1/model.json
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_num_seqs": 256}
+    """
+    path = model.path / TUNE_FILE
+    if not path.is_file():
+        return
+    tuned = tuned_settings(path)
+    if tuned is None:
+        return
+    version, settings = tuned
+    docs = [doc for v, doc in model.engine_args_documents() if v.path.name == version]
+    if not docs or not docs[0].ok or not isinstance(docs[0].data, dict):
+        return
+    doc, data = docs[0], docs[0].data
+    for key, wanted in sorted(settings.items()):
+        have = data.get(key)
+        if _same_setting(have, wanted):
+            continue
+        now = "leaves it out" if key not in data else f"sets {json.dumps(have)}"
+        chosen = "left it to vLLM's default" if wanted is None else f"chose {json.dumps(wanted)}"
+        yield Finding(
+            doc.path,
+            f"{key}: model.json {now}, but vllm-repo tune {chosen} ({path.name}): the tuned goodput and latency "
+            "were not measured for these settings",
+            doc.position_of(key) if key in data else None,
+            hint="run `vllm-repo tune --write` again for the settings you serve, or put the tuned value back "
+            f"(delete {path.name} to drop the check)",
+        )
+
+
+def _same_setting(have: Any, wanted: Any) -> bool:
+    """Whether a model.json value is the tuned one; a quoted value ("2", "true") counts as what it spells."""
+    if have == wanted and type(have) is type(wanted):
+        return True
+    if have is None or wanted is None:
+        return False
+    return str(have).strip().lower() == json.dumps(wanted).strip('"').lower()

@@ -1,0 +1,153 @@
+"""`vllm-repo tune`: options in, tune.tune out; the table (or JSON) on stdout, the diff and progress on stderr."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_repo.cli.bench import BenchFormat, _numbers
+from vllm_repo.cli.options import force_option, gpu_option, num_gpus_option
+from vllm_repo.errors import UsageError
+
+
+def tune(
+    ctx: typer.Context,
+    repo: Annotated[
+        Path, typer.Argument(help="The model repository (it is copied; nothing of it changes without --write).")
+    ],
+    model: Annotated[
+        str | None, typer.Option("--model", help="The model to tune (default: the repository's only one).")
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            metavar="KEY=MS,...",
+            help="Latency targets the goodput counts against: ttft_p99_ms, itl_p99_ms, e2e_p99_ms, e.g. "
+            "ttft_p99_ms=1000,itl_p99_ms=40.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option("--concurrency", metavar="N,...", help="Requests in flight, one load point each (default 32)."),
+    ] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option("--request-rate", metavar="R,...", help="Poisson arrivals per second, one load point each."),
+    ] = None,
+    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests per load point and candidate.")] = 100,
+    input_len: Annotated[int, typer.Option("--input-len", help="Tokens per synthetic prompt.")] = 1024,
+    output_len: Annotated[
+        int | None, typer.Option("--output-len", help="Tokens generated per request (default 128, or the dataset's).")
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option("--dataset", metavar="FILE.jsonl", help="Prompts instead of synthetic ones, as for bench."),
+    ] = None,
+    budget_minutes: Annotated[
+        float | None,
+        typer.Option("--budget-minutes", metavar="M", help="Wall time the tune may take, server start included."),
+    ] = None,
+    gpu: Annotated[
+        str | None, gpu_option("to size the candidates for", "gpu in [tool.vllm-repo], else this host's")
+    ] = None,
+    num_gpus: Annotated[int | None, num_gpus_option("of the host, for tensor parallelism against instances")] = None,
+    max_num_seqs: Annotated[
+        str | None,
+        typer.Option("--max-num-seqs", metavar="N,...", help="max_num_seqs values to try (default: from the load)."),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--max-num-batched-tokens",
+            metavar="N,...",
+            help="max_num_batched_tokens values to try (default 1024-16384).",
+        ),
+    ] = None,
+    switches: Annotated[
+        str | None,
+        typer.Option(
+            "--switches",
+            metavar="NAME,...",
+            help="Switches to try: enable_prefix_caching, enable_chunked_prefill, cudagraph, or none (default: all).",
+        ),
+    ] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="Write the winner into model.json (config.pbtxt) and tune.json beside it.")
+    ] = False,
+    output_format: Annotated[BenchFormat, typer.Option("--format", help="Report as a table or one JSON object.")] = (
+        BenchFormat.text
+    ),
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", metavar="FILE", help="Write goodput against p99 latency (.html or .svg)."),
+    ] = None,
+    force: Annotated[bool, force_option("an existing --plot file")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic prompts and arrival times.")] = 0,
+    python: Annotated[
+        Path | None,
+        typer.Option("--python", help="The backend's Python, as for launch (default: $VLLM_REPO_SERVING_PYTHON)."),
+    ] = None,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", help="Seconds to wait for the server and each candidate to load.")
+    ] = 900.0,
+    log: Annotated[Path | None, typer.Option("--log", metavar="FILE", help="Keep the server's log there.")] = None,
+) -> None:
+    """Find the engine settings that serve MODEL best under an SLO: candidates sized by the estimator, measured
+    through Triton with bench, the Pareto front and the winner shown, and written with --write."""
+    from vllm_repo.benchmark import parse_slo
+    from vllm_repo.benchmark.plot import check_plot_path
+    from vllm_repo.benchmark.report import TerminalProgress
+    from vllm_repo.tune import TuneSpec
+    from vllm_repo.tune import tune as run_tune
+    from vllm_repo.tune.report import to_json, to_text, write_plot
+    from vllm_repo.tune.write import write as write_result
+
+    if not slo:
+        raise UsageError("tune needs --slo", hint="e.g. --slo ttft_p99_ms=1000,itl_p99_ms=40")
+    input_len_given = getattr(ctx.get_parameter_source("input_len"), "name", "") == "COMMANDLINE"
+    if dataset is not None and input_len_given:
+        raise UsageError("--input-len is for synthetic prompts; a --dataset brings its own")
+    if concurrency and request_rate:
+        raise UsageError("give --concurrency or --request-rate, not both")
+    if plot is not None:
+        check_plot_path(plot, force)
+    chosen = None if switches is None else [s.strip() for s in switches.split(",") if s.strip() not in ("", "none")]
+    spec = TuneSpec(
+        repository=repo,
+        slo=parse_slo(slo),
+        model=model or "",
+        concurrency=_numbers("--concurrency", concurrency, int),
+        request_rates=_numbers("--request-rate", request_rate, float),
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+        dataset=dataset,
+        budget_minutes=budget_minutes,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        max_num_seqs=_numbers("--max-num-seqs", max_num_seqs, int),
+        max_num_batched_tokens=_numbers("--max-num-batched-tokens", max_num_batched_tokens, int),
+        switches=chosen,
+        python=python,
+        ready_timeout=ready_timeout,
+        seed=seed,
+        log_path=log,
+    )
+    result = run_tune(spec, say=lambda line: typer.echo(line, err=True), progress=TerminalProgress(sys.stderr))
+    if write:
+        written = write_result(result)
+        if written.diff:
+            typer.echo(written.diff, err=True, nl=False)
+        for path in written.paths:
+            typer.echo(f"wrote {path}", err=True)
+    evidence = result.evidence
+    typer.echo(to_json(evidence) if output_format is BenchFormat.json else to_text(evidence))
+    if plot is not None and any(c["status"] == "measured" for c in evidence["candidates"]):
+        write_plot(plot, evidence)
+        typer.echo(f"plot: {plot}", err=True)
+    if result.interrupted:
+        raise typer.Exit(130)

@@ -1,0 +1,185 @@
+"""How a tune is shown: a table of the candidates (the Pareto front marked), the winner and its margin over vLLM's
+defaults, the candidates dropped and why; and the plot, goodput against p99 latency, in bench's style (plot.py's
+axes, colours and file kinds)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from vllm_repo.benchmark.plot import MARGIN, P50_COLOUR, P99_COLOUR, SLO_COLOUR, nice_max
+from vllm_repo.files import write_atomic
+from vllm_repo.tune.evidence import LATENCY
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def load_text(evidence: dict[str, Any]) -> str:
+    ((kind, values),) = evidence["load"].items()
+    load = f"{kind.replace('_', ' ')} {', '.join(f'{v:g}' for v in values)}"
+    if evidence["dataset"]:
+        lengths = f"prompts of {evidence['dataset']}"
+    else:
+        lengths = f"{evidence['input_len']} tokens in, {evidence['output_len']} out"
+    return f"{load}; {lengths}; {evidence['num_prompts']} requests per point"
+
+
+def winner_text(evidence: dict[str, Any]) -> str:
+    winner = evidence["winner"]
+    if winner is None:
+        return "no winner: no candidate was measured to the end"
+    text = (
+        f"winner: {winner['name']}: goodput {winner['goodput_rps']:g} req/s, p99 end-to-end {_ms(winner[LATENCY])} ms"
+    )
+    defaults = evidence["defaults"]
+    if defaults is None:
+        return text + " (vLLM's defaults were not measured)"
+    if evidence["margin_over_defaults"] is None:
+        return text + f" (vLLM's defaults: goodput {defaults['goodput_rps']:g} req/s, no request within the SLO)"
+    return text + (
+        f", {evidence['margin_over_defaults']:.2f}x vLLM's defaults ({defaults['goodput_rps']:g} req/s, "
+        f"p99 end-to-end {_ms(defaults[LATENCY])} ms)"
+    )
+
+
+def to_text(evidence: dict[str, Any]) -> str:
+    lines = [
+        f"{evidence['model']} (vLLM {evidence['vllm_version']}), sized {evidence['sized']}",
+        "SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in evidence["slo"].items()),
+        "load: " + load_text(evidence),
+    ]
+    lines += [f"note: {n}" for n in evidence["notes"]]
+    lines.append("")
+    head = ["", "candidate", "stage", "goodput req/s", "TTFT p99", "ITL p99", "E2E p99", "out tok/s", "SLO"]
+    rows = [head]
+    winner = (evidence["winner"] or {}).get("name")
+    for c in evidence["candidates"]:
+        if c["status"] == "dropped":
+            continue
+        mark = ">" if c["name"] == winner else "*" if c.get("pareto") else ""
+        if c["status"] in ("measured", "interrupted") and c.get("points"):
+            figures = [
+                f"{c['goodput_rps']:.2f}",
+                _ms(c["ttft_p99_ms"]),
+                _ms(c["itl_p99_ms"]),
+                _ms(c[LATENCY]),
+                f"{c['output_tokens_per_s']:.1f}",
+                ("met" if c["slo_met"] else "missed") + (" (interrupted)" if c["status"] == "interrupted" else ""),
+            ]
+        else:
+            figures = ["-", "-", "-", "-", "-", c["status"]]
+        rows.append([mark, c["name"], c["stage"], *figures])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    for r in rows:
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            ).rstrip()
+        )
+    lines.append("(ms; > the winner, * the Pareto front of goodput against p99 end-to-end latency)")
+    for c in evidence["candidates"]:
+        if c["status"] in ("dropped", "failed"):
+            lines.append(f"{c['status']}: {c['name']}: {(c['reason'] or '').splitlines()[0] if c['reason'] else ''}")
+    lines.append("")
+    lines.append(winner_text(evidence))
+    measured = evidence["measurements"]
+    lines.append(f"{measured} candidate(s) measured in {evidence['wall_s']:.0f} s")
+    if evidence["stopped"] == "budget":
+        lines.append("the time budget was spent: the search stopped there, the winner is the best measured")
+    elif evidence["stopped"] == "interrupted":
+        lines.append("interrupted: the candidates above are those measured before the stop; nothing was written")
+    return "\n".join(lines)
+
+
+def to_json(evidence: dict[str, Any]) -> str:
+    return json.dumps(evidence, indent=2)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plot
+# ---------------------------------------------------------------------------------------------------------------------
+
+WIDTH, HEIGHT = 640, 420
+
+
+def svg(evidence: dict[str, Any]) -> str:
+    measured = [c for c in evidence["candidates"] if c["status"] == "measured" and c[LATENCY] is not None]
+    plot_w = WIDTH - MARGIN["left"] - MARGIN["right"] - 150  # room on the right for the labels
+    plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"] - 20
+    left, top = MARGIN["left"], MARGIN["top"]
+    slo = evidence["slo"].get("e2e_p99_ms")
+    x_max = nice_max(max([c[LATENCY] for c in measured] + [slo or 0.0], default=1.0) * 1.1)
+    y_max = nice_max(max((c["goodput_rps"] for c in measured), default=1.0) * 1.1)
+
+    def x(v: float) -> float:
+        return left + plot_w * v / x_max
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - v / y_max)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" '
+        'font-size="13">',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{left + plot_w / 2}" y="{top - 10}" text-anchor="middle" font-weight="bold">'
+        f"{html.escape(evidence['model'])}: goodput against p99 end-to-end latency</text>",
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
+    ]
+    for i in range(6):
+        xv, yv = x_max * i / 5, y_max * i / 5
+        out.append(f'<line x1="{left}" y1="{y(yv):.1f}" x2="{left + plot_w}" y2="{y(yv):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{left - 6}" y="{y(yv) + 4:.1f}" text-anchor="end" font-size="11">{yv:g}</text>')
+        out.append(f'<text x="{x(xv):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">{xv:g}</text>')
+    out.append(
+        f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle" font-size="12">'
+        "p99 end-to-end latency (ms)</text>"
+    )
+    out.append(
+        f'<text x="14" y="{top + plot_h / 2}" text-anchor="middle" font-size="12" '
+        f'transform="rotate(-90 14 {top + plot_h / 2})">goodput (req/s)</text>'
+    )
+    if slo is not None:
+        out.append(
+            f'<line x1="{x(slo):.1f}" y1="{top}" x2="{x(slo):.1f}" y2="{top + plot_h}" stroke="{SLO_COLOUR}" '
+            'stroke-width="2" stroke-dasharray="6,4"/>'
+        )
+    front = [c for c in sorted(measured, key=lambda c: c[LATENCY]) if c.get("pareto")]
+    if len(front) > 1:
+        path = " ".join(f"{x(c[LATENCY]):.1f},{y(c['goodput_rps']):.1f}" for c in front)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{P99_COLOUR}" stroke-width="1.5"/>')
+    winner = (evidence["winner"] or {}).get("name")
+    for c in measured:
+        colour = P99_COLOUR if c.get("pareto") else P50_COLOUR
+        radius = 6 if c["name"] == winner else 4
+        tip = html.escape(f"{c['name']}: {c['goodput_rps']:g} req/s at {c[LATENCY]:g} ms")
+        cx, cy = x(c[LATENCY]), y(c["goodput_rps"])
+        out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colour}"><title>{tip}</title></circle>')
+        label = c["name"] + (" (winner)" if c["name"] == winner else "")
+        out.append(f'<text x="{cx + 8:.1f}" y="{cy - 6:.1f}" font-size="10" fill="#555">{html.escape(label)}</text>')
+    legend_y = HEIGHT - 12
+    out.append(f'<circle cx="{left}" cy="{legend_y}" r="4" fill="{P99_COLOUR}"/>')
+    out.append(f'<text x="{left + 10}" y="{legend_y + 4}" font-size="12">Pareto front</text>')
+    out.append(f'<circle cx="{left + 120}" cy="{legend_y}" r="4" fill="{P50_COLOUR}"/>')
+    out.append(f'<text x="{left + 130}" y="{legend_y + 4}" font-size="12">other candidates</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def page(evidence: dict[str, Any]) -> str:
+    title = html.escape(f"vllm-repo tune: {evidence['model']}")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
+        f'<body style="font-family: sans-serif">\n<h2>{title}</h2>\n{svg(evidence)}\n<pre>'
+        + html.escape(to_text(evidence))
+        + "</pre>\n</body></html>\n"
+    )
+
+
+def write_plot(path: Path, evidence: dict[str, Any]) -> None:
+    write_atomic(path, svg(evidence) + "\n" if path.suffix.lower() == ".svg" else page(evidence))

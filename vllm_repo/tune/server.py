@@ -1,0 +1,151 @@
+"""The server tune measures with: a Triton server with the bundled backend on a copy of the model, in explicit
+model-control mode, so that each candidate is a reload through Triton's repository API rather than a new server.
+
+The copy holds the tuned model only: config.pbtxt and each version's model.json are copied (tune rewrites them), every
+other file is a symbolic link to the user's, so nothing of the user's repository is written before ``--write``.
+
+A reload is an unload, a wait until Triton reports the model gone, then a load of the rewritten files: loading
+over a loaded model makes Triton start the new engine before it stops the old one, and two engines sized for the
+same GPU do not fit on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE
+from vllm_repo.serve.launch_plan import LaunchPlan
+from vllm_repo.serve.server import TritonServer
+from vllm_repo.tune.errors import TuneError
+
+COPIED = (CONFIG_FILE, ENGINE_ARGS_FILE)
+# How long an unload may take before the server is restarted instead (vLLM's engine stops in seconds).
+UNLOAD_TIMEOUT_S = 60.0
+
+
+def work_copy(model_dir: Path, into: Path) -> Path:
+    """A repository under ``into`` holding a copy of ``model_dir`` (see the module's docstring); returns its root."""
+    root = into / "model_repository"
+    target = root / model_dir.name
+
+    def place(source: str, destination: str) -> None:
+        if Path(source).name in COPIED:
+            shutil.copy2(source, destination)
+        else:
+            os.symlink(os.path.abspath(source), destination)
+
+    shutil.copytree(model_dir, target, copy_function=place, ignore=shutil.ignore_patterns("tune.json"))
+    return root
+
+
+class ModelServer:
+    """One tritonserver in explicit model-control mode serving the copy of the model, named ``model``."""
+
+    def __init__(self, plan: LaunchPlan, model: str, log_path: Path | None = None) -> None:
+        self.model = model
+        self.plan, self.log_path = plan, log_path
+        self.server = self._new_server()
+        self.loaded = False
+        self.restarts = 0  # servers started anew because an unload did not finish
+
+    def _new_server(self) -> TritonServer:
+        plan = self.plan
+        return TritonServer(
+            plan.repository,
+            serving_python=plan.python,
+            triton_home=plan.server.home,
+            host=plan.host,
+            http_port=plan.http_port,
+            grpc_port=plan.grpc_port,
+            metrics_port=plan.metrics_port,
+            env=plan.env,
+            log_path=self.log_path,
+            backend_source=plan.backend_source,
+            backend_directory=plan.backend_directory,
+            extra_args=[*plan.server_args, "--model-control-mode=explicit"],
+        )
+
+    def start(self, timeout: float) -> None:
+        self.server.start()
+        self.server.wait_ready(timeout)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    @property
+    def grpc_url(self) -> str:
+        return self.server.grpc_url
+
+    def _post(self, path: str, timeout: float) -> tuple[int, str]:
+        request = urllib.request.Request(
+            f"{self.server.http_url}{path}", data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, response.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError) as exc:
+            if not self.server.is_running():
+                raise TuneError(
+                    f"the Triton server stopped (exit status {self.server.started.poll()})",
+                    hint=f"the end of its log:\n{self.server.log_tail()}",
+                ) from None
+            return 0, str(exc)
+
+    def state(self) -> str | None:
+        """The model's state in Triton's repository index (READY, UNLOADING, UNAVAILABLE...), None when absent."""
+        status, body = self._post("/v2/repository/index", 10)
+        if status != 200:
+            return None
+        entries: list[dict[str, Any]] = json.loads(body or "[]")
+        states = [e.get("state") for e in entries if e.get("name") == self.model]
+        return states[0] if states else None
+
+    def reload(self, timeout: float) -> str | None:
+        """Unload the model (when loaded) and load it from its files as they are now. Returns None when it is ready,
+        else Triton's reason it could not be loaded."""
+        name = urllib.parse.quote(self.model, safe="")
+        if self.loaded:
+            self._post(f"/v2/repository/models/{name}/unload", 60)
+            deadline = time.monotonic() + UNLOAD_TIMEOUT_S
+            while self.state() in ("READY", "UNLOADING") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.loaded = False
+            if self.state() in ("READY", "UNLOADING"):
+                # Something still holds the model (a client's cancelled stream, in Triton 2.51): a new server is
+                # the only way to free its engine's memory.
+                self.restarts += 1
+                self.server.stop()
+                self.server = self._new_server()
+                self.start(timeout)
+        status, body = self._post(f"/v2/repository/models/{name}/load", timeout)
+        if status == 200:
+            self.loaded = True
+            return None
+        try:
+            reason = str(json.loads(body).get("error", body))
+        except ValueError:
+            reason = body or f"HTTP {status}"
+        self.loaded = self.state() == "READY"
+        return reason.strip()
+
+
+def write_candidate_files(work_model: Path, version: str, engine_args: dict[str, Any], config_text: str | None) -> None:
+    """The candidate's model.json (and config.pbtxt, where its instances differ) into the work copy."""
+    (work_model / version / ENGINE_ARGS_FILE).write_text(json.dumps(engine_args, indent=2) + "\n")
+    if config_text is not None:
+        (work_model / CONFIG_FILE).write_text(config_text)
+
+
+def temporary_directory() -> Path:
+    return Path(tempfile.mkdtemp(prefix="vllm-repo-tune-"))
