@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -78,7 +78,11 @@ class _Stop(Exception):
     """Raised in the main thread by the SIGTERM/SIGHUP handler so that cleanup runs as for Ctrl-C."""
 
 
-def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
+def server_for(
+    plan: LaunchPlan, log_path: Path | None = None, extra_args: Sequence[str] = (), guard: bool = False
+) -> TritonServer:
+    """The server ``plan`` starts; ``extra_args``: more tritonserver options; ``guard``: the server has a guardian of
+    its own (run_server's stops the server and the OpenAI gateway together)."""
     return TritonServer(
         plan.repository,
         serving_python=plan.python,
@@ -91,8 +95,8 @@ def server_for(plan: LaunchPlan, log_path: Path | None = None) -> TritonServer:
         log_path=log_path,
         backend_source=plan.backend_source,
         backend_directory=plan.backend_directory,
-        extra_args=plan.server_args,
-        guard=False,  # run_server's guardian stops the server and the OpenAI gateway together
+        extra_args=[*plan.server_args, *extra_args],
+        guard=guard,
     )
 
 

@@ -58,21 +58,10 @@ class ModelServer:
         self.restarts = 0  # servers started anew because an unload did not finish
 
     def _new_server(self) -> TritonServer:
-        plan = self.plan
-        return TritonServer(
-            plan.repository,
-            serving_python=plan.python,
-            triton_home=plan.server.home,
-            host=plan.host,
-            http_port=plan.http_port,
-            grpc_port=plan.grpc_port,
-            metrics_port=plan.metrics_port,
-            env=plan.env,
-            log_path=self.log_path,
-            backend_source=plan.backend_source,
-            backend_directory=plan.backend_directory,
-            extra_args=[*plan.server_args, "--model-control-mode=explicit"],
-        )
+        from vllm_repo.serve.launch import server_for
+
+        # Explicit model control: each candidate is loaded, unloaded and loaded again through Triton's API.
+        return server_for(self.plan, self.log_path, ["--model-control-mode=explicit"], guard=True)
 
     def start(self, timeout: float) -> None:
         self.server.start()
