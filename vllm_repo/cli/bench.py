@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_repo.cli.options import api_key_option, force_option
+from vllm_repo.cli.options import api_key_option, force_option, seed_option, serving_python_option, table_format_option
 from vllm_repo.errors import UsageError
 
 
@@ -96,24 +96,17 @@ def bench(
             "ttft_p99_ms=1000,itl_p99_ms=40.",
         ),
     ] = None,
-    output_format: Annotated[BenchFormat, typer.Option("--format", help="Report as a table or one JSON object.")] = (
-        BenchFormat.text
-    ),
+    output_format: Annotated[BenchFormat, table_format_option()] = BenchFormat.text,
     plot: Annotated[
         Path | None,
         typer.Option("--plot", metavar="FILE", help="Write latency against throughput, SLO drawn (.html or .svg)."),
     ] = None,
     force: Annotated[bool, force_option("an existing --plot file")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic prompts and arrival times.")] = 0,
+    seed: Annotated[int, seed_option()] = 0,
     warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests sent first, one at a time.")] = 1,
     wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the model to be ready first.")] = 0.0,
     api_key: Annotated[str | None, api_key_option("With an OpenAI endpoint: ", client=True)] = None,
-    python: Annotated[
-        Path | None,
-        typer.Option(
-            "--python", help="With REPO: the backend's Python, as for launch (default: $VLLM_REPO_SERVING_PYTHON)."
-        ),
-    ] = None,
+    python: Annotated[Path | None, serving_python_option("With REPO: ")] = None,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="With REPO: seconds to wait for the models to load.")
     ] = 900.0,

@@ -73,6 +73,23 @@ def report_format_option() -> Any:
     return typer.Option("--format", help="Report as text, json, or github (annotations in a GitHub Actions log).")
 
 
+def table_format_option() -> Any:
+    """--format for a measurement: a table for people, one JSON object for programs (bench, tune)."""
+    return typer.Option("--format", help="Report as a table or one JSON object.")
+
+
+def seed_option() -> Any:
+    """--seed of what a measurement sends: its synthetic prompts and arrival times."""
+    return typer.Option("--seed", help="Seed of the synthetic prompts and arrival times.")
+
+
+def serving_python_option(when: str = "") -> Any:
+    """--python: the interpreter the backend runs in, as launch picks it."""
+    return typer.Option(
+        "--python", help=_help(when, "the backend's Python, as for launch (default: $VLLM_REPO_SERVING_PYTHON).")
+    )
+
+
 def host_option(exposes: str) -> Any:
     """--host: the address to bind."""
     return typer.Option("--host", metavar="HOST", help=f"Address to bind (0.0.0.0 exposes {exposes}).")

@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from vllm_repo.cli.bench import BenchFormat, _numbers
-from vllm_repo.cli.options import force_option, gpu_option, num_gpus_option
+from vllm_repo.cli.options import (
+    force_option,
+    gpu_option,
+    num_gpus_option,
+    seed_option,
+    serving_python_option,
+    table_format_option,
+)
 from vllm_repo.errors import UsageError
 
 
@@ -78,19 +85,14 @@ def tune(
     write: Annotated[
         bool, typer.Option("--write", help="Write the winner into model.json (config.pbtxt) and tune.json beside it.")
     ] = False,
-    output_format: Annotated[BenchFormat, typer.Option("--format", help="Report as a table or one JSON object.")] = (
-        BenchFormat.text
-    ),
+    output_format: Annotated[BenchFormat, table_format_option()] = BenchFormat.text,
     plot: Annotated[
         Path | None,
         typer.Option("--plot", metavar="FILE", help="Write goodput against p99 latency (.html or .svg)."),
     ] = None,
     force: Annotated[bool, force_option("an existing --plot file")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic prompts and arrival times.")] = 0,
-    python: Annotated[
-        Path | None,
-        typer.Option("--python", help="The backend's Python, as for launch (default: $VLLM_REPO_SERVING_PYTHON)."),
-    ] = None,
+    seed: Annotated[int, seed_option()] = 0,
+    python: Annotated[Path | None, serving_python_option()] = None,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the server and each candidate to load.")
     ] = 900.0,
