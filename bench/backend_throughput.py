@@ -19,8 +19,9 @@ Raw side: AsyncLLM in this process with the same engine arguments, consumed with
 loaded for the whole run; only one is busy at a time. For each measurement above concurrency 1: CPU seconds per
 process and per thread of the backend's stub (the load generator shares the machine's cores with the server, and its
 own CPU shows whether it is the limit), and responses per request (what vLLM merged into one response).
---backend-variant NAME=FILE serves one more model with another backend model.py (e.g. `git show
-REV:vllm_repo/backend/model.py`) in the same server, driven as triton_http_NAME: a before/after in one run; --once
+--backend-variant NAME=DIR serves one more model with another backend directory, model.py and its package (e.g.
+`git archive REV vllm_repo/backend | tar -x -C /tmp/REV`, then /tmp/REV/vllm_repo/backend) in the same server, driven
+as triton_http_NAME: a before/after in one run; --once
 NAME,... measures those paths in the first round only. --py-spy-at C,... records each Triton path's stub with py-spy
 (raw stacks per thread, idle included) in one more pass after the rounds, at those concurrencies.
 Targets: on a 2-core machine >= 0.8x raw throughput at concurrency 32 and <= 2 ms added median TTFT at concurrency 1;
@@ -405,8 +406,9 @@ def main(argv: list[str] | None = None) -> int:
         "--backend-variant",
         action="append",
         default=[],
-        metavar="NAME=FILE",
-        help="one more model served by backend model.py FILE (triton_http_NAME), e.g. before=/tmp/before.py",
+        metavar="NAME=DIR|FILE",
+        help="one more model served by the backend in directory DIR (model.py and its package), or by a model.py FILE "
+        "with this tree's package (triton_http_NAME), e.g. before=/tmp/before_backend",
     )
     parser.add_argument("--once", default="", help="paths measured in the first round only, e.g. triton_http_before")
     parser.add_argument("--prompt-words", type=int, default=0, help="a prompt of about this many tokens")
@@ -459,8 +461,14 @@ def main(argv: list[str] | None = None) -> int:
             name, _, source = variant.partition("=")
             variants[name] = {}
             write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", backend=f"vllm_{name}")
-            (backend_directory / f"vllm_{name}").mkdir()
-            shutil.copy2(source, backend_directory / f"vllm_{name}" / "model.py")
+            # A backend directory (model.py with its package beside it), or a model.py alone, which then imports the
+            # package of this tree's backend.
+            target = backend_directory / f"vllm_{name}"
+            if Path(source).is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copytree(ROOT / "vllm_repo" / "backend", target, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copy2(source, target / "model.py")
 
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     if "grpc" in clients:
@@ -493,9 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         "backend_variants": args.backend_variant,
         # Which code served: the bundled model.py (or the one that replaced it) and each variant's.
         "backend_sha256": {
-            name: hashlib.sha256(Path(source).read_bytes()).hexdigest()
+            name: backend_sha256(Path(source))
             for name, source in [
-                ("bundled", ROOT / "vllm_repo" / "backend" / "model.py"),
+                ("bundled", ROOT / "vllm_repo" / "backend"),
                 *(v.split("=", 1) for v in args.backend_variant),
             ]
         },
@@ -625,6 +633,16 @@ def main(argv: list[str] | None = None) -> int:
     if "summary" in results:
         (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
     return 0
+
+
+def backend_sha256(source: Path) -> str:
+    """One digest of the backend's Python files (model.py and its package), or of a model.py given alone."""
+    files = sorted(source.rglob("*.py")) if source.is_dir() else [source]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(source) if source.is_dir() else path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def children_of(pid: int) -> list[int]:

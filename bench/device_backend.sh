@@ -9,12 +9,13 @@
 #      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs | xz -6) > .gpuroute/triton/triton.tar.xz
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #      --platform manylinux1_x86_64 -d .gpuroute/whl numpy==1.26.4 py-spy
-#   backend model.py files to compare with, in .gpuroute/variants/ (e.g. git show REV:vllm_repo/backend/model.py)
+#   backend directories to compare with, in .gpuroute/variants/NAME/ (e.g. git archive REV vllm_repo/backend | tar -x)
 # Then, on the device:
 #   1. carry [.gpuroute/chunks/00, .gpuroute/remote]:                  bash bench/device_backend.sh part 00
 #   2. carry [.gpuroute/chunks/01, .gpuroute/remote, .gpuroute/whl]:  bash bench/device_backend.sh unpack
 #   3. carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/variants]: bash bench/device_backend.sh run [bench args]
-#      (BACKEND=FILE before it serves the bundled model with FILE instead of this tree's model.py)
+#      (BACKEND=DIR before it serves the bundled model with the backend in DIR instead of this tree's; HOPS=1 before it
+#      times each request's hops with bench/native_hops.py, in this tree and in each .gpuroute/variants/NAME/ directory)
 #      (the benchmark runs in the background; this call follows it for up to WAIT seconds, default 560)
 #      or, for bench/pack_gpu.py, the same carry:                  bash bench/device_backend.sh pack [pack args]
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
@@ -24,8 +25,12 @@ set -uo pipefail
 stage=${1:?part NN | unpack | run | pack | wait}; shift
 RUN=/tmp/backend-bench
 collect() {
-  # What the benchmark wrote so far, and its log, come back under $OUT.
-  mkdir -p "${OUT:?}" && cp -r "$RUN"/out/. "$OUT"/ 2>/dev/null; cp "$RUN"/run.log "$OUT"/ 2>/dev/null
+  # What the benchmark wrote so far, and its log, come back under $OUT; HOPS=1's events as one xz file, and its report.
+  if [ -d "$RUN"/out/hops ] && [ -f "$RUN"/tree/bench/native_hops.py ]; then
+    "$PY" "$RUN"/tree/bench/native_hops.py report "$RUN"/out/hops --json "$RUN"/out/hops_report.json
+    tar -C "$RUN"/out -cJf "$RUN"/out/hops.tar.xz hops
+  fi
+  mkdir -p "${OUT:?}" && (cd "$RUN"/out && tar -cf - --exclude=./hops . | tar -xf - -C "$OUT"); cp "$RUN"/run.log "$OUT"/ 2>/dev/null
   tail -c 6000 "$RUN"/run.log | grep -v "^(EngineCore\|^INFO\|^WARNING\|^\[" | tail -40
 }
 follow() {
@@ -64,8 +69,14 @@ run|pack)
     follow
     exit
   fi
-  # BACKEND=FILE: serve with that model.py instead of this tree's (e.g. the code before a change, without raw's rival)
-  [ -n "${BACKEND:-}" ] && { cp "$BACKEND" vllm_repo/backend/model.py || exit 1; }
+  # BACKEND=DIR: serve with that backend directory instead of this tree's (e.g. the code before a change, alone)
+  [ -n "${BACKEND:-}" ] && { rm -rf vllm_repo/backend && cp -r "$BACKEND" vllm_repo/backend || exit 1; }
+  # HOPS=1: bench/native_hops.py's timestamps in this copy and in each variant's backend directory (report at the end)
+  if [ -n "${HOPS:-}" ]; then
+    rm -rf .git  # this copy is the benchmark's own, never committed from
+    variants=(); for v in .gpuroute/variants/*/; do [ -f "$v/model.py" ] && variants+=(--backend "$v"); done
+    "$PY" bench/native_hops.py instrument . "$RUN"/out/hops "${variants[@]}" || exit 1
+  fi
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
   export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
   setsid nohup "$PY" bench/backend_throughput.py --device gpu --model /tmp/m --clients http --tokens 128 \

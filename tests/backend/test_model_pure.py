@@ -1188,7 +1188,8 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
         model = backend.TritonPythonModel.__new__(backend.TritonPythonModel)
         model._loop = asyncio.get_running_loop()
         model._live, model._metrics, model._render = {}, None, None
-        model._sends = sends.SendThread()
+        model._edge_sends = [sends.SendThread(f"vllm-sends-edge-{i}") for i in range(2)]
+        model._sends = model._edge_sends[0]
         model._stream_sends = [sends.SendThread(f"vllm-sends-{i}") for i in range(2)]
         model._inline_sends_up_to = chunk
         model.engine = _MergingEngine(tokens, step_s=0.002, chunk=chunk)  # chunk 2: 4 chunks a step, 3 yields
@@ -1197,12 +1198,13 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
         model._live = {job.request_id: job for job in in_flight}  # as _spawn() keeps them
         for i, job in enumerate(in_flight):
             job.stream_sends = model._stream_sends[i % 2]
+            job.edge_sends = model._edge_sends[(i // 2) % 2]
         engine = asyncio.ensure_future(model.engine.run(streams))
         try:
             await asyncio.wait_for(asyncio.gather(*(model._generate(job) for job in in_flight)), 30)
             await asyncio.wait_for(engine, 5)
         finally:
-            for thread in (model._sends, *model._stream_sends):
+            for thread in (*model._edge_sends, *model._stream_sends):
                 thread.stop()
         return in_flight
 
@@ -1213,9 +1215,10 @@ def test_responses_per_request_fall_when_sends_are_slower_than_the_engine(chunk,
         assert [flags for _, flags, _ in job.sender.responses] == [0] * (len(counts) - 1) + [1]  # the final one last
         threads = [thread for _, _, thread in job.sender.responses]
         if chunk < streams:  # send threads while more streams than a chunk are live (the last few: the loop)
-            assert threads[0] == "vllm-sends"
+            assert threads[0] == f"vllm-sends-edge-{(i // 2) % 2}"  # the first: the request's own edge thread
             assert f"vllm-sends-{i % 2}" in threads[1:-1]
-            assert not {f"vllm-sends-{(i + 1) % 2}"} & set(threads)  # one stream thread per request
+            # one stream thread and one edge thread per request
+            assert not {f"vllm-sends-{(i + 1) % 2}", f"vllm-sends-edge-{(i // 2 + 1) % 2}"} & set(threads)
         else:
             assert set(threads) == {threading.main_thread().name}
     per_request = sum(len(job.sender.responses) for job in in_flight) / streams

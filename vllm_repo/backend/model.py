@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -212,7 +212,8 @@ class TritonPythonModel:
         # Stream socket path -> the connection to that gateway (None: it could not be reached), made once, on the loop.
         self._stream_links: dict[str, asyncio.Future] = {}
         # First and final responses (and OpenAI finals): the start or end of a request, which a client waits on.
-        self._sends = sends.SendThread()
+        self._edge_sends = [sends.SendThread(f"vllm-sends-edge-{i}") for i in range(sends.EDGE_SEND_THREADS)]
+        self._sends = self._edge_sends[0]  # for answers that belong to no stream (OpenAI finals, errors)
         self._stream_sends = [sends.SendThread(f"vllm-sends-{i}") for i in range(sends.STREAM_SEND_THREADS)]
         self._spawned = 0
         openai_options = openai_app.load_openai_options(version_dir)
@@ -244,7 +245,7 @@ class TritonPythonModel:
         except BaseException:
             self._stop_loop()
             raise
-        self._render = self._prompt_renderer()
+        self._render = environment.prompt_renderer(self.engine)
         self._metrics = None
         if self._accumulator is not None:
             try:
@@ -275,26 +276,6 @@ class TritonPythonModel:
         return f"; KV cache {blocks * size} tokens ({blocks} blocks of {size})"
 
     # -- the engine loop ------------------------------------------------------------------------------------------
-    def _prompt_renderer(self) -> Callable[[dict[str, Any]], Any] | None:
-        """How to turn a prompt into the engine input generate() takes, where vLLM deprecates raw prompts (0.32 logs
-        a warning for each one, which reads like a fault); None where raw prompts are what the release takes."""
-        try:  # where 0.32 has it, and where its own deprecation text says it is
-            modules = ("vllm.renderers.inputs.preprocess", "vllm.inputs")
-            parse_model_prompt = environment.import_first(modules, "parse_model_prompt")
-        except ImportError:
-            return None
-        render = getattr(getattr(self.engine, "renderer", None), "render_cmpl_async", None)
-        if render is None:
-            return None
-        model_config = self.engine.model_config
-
-        async def rendered(prompt: dict[str, Any]) -> Any:
-            # What vLLM's input processor does itself with a raw prompt, default tokenization included.
-            (engine_input,) = await render([parse_model_prompt(model_config, prompt)])
-            return engine_input
-
-        return rendered
-
     def _run_loop(self) -> None:
         log.name_os_thread("vllm-engine-loop")
         asyncio.set_event_loop(self._loop)
@@ -443,11 +424,12 @@ class TritonPythonModel:
     def _spawn(self, job: jobs.Job) -> None:
         self._live[job.request_id] = job
         job.stream_sends = self._stream_sends[self._spawned % len(self._stream_sends)]
+        job.edge_sends = self._edge_sends[self._spawned % len(self._edge_sends)]
         self._spawned += 1
         if self._metrics is not None:
             assert self._accumulator is not None  # the metrics are made only around an accumulator
             self._accumulator.expect(job.request_id, job.options.n)
-        job.task = self._loop.create_task(self._generate(job))
+        job.task = environment.start_task(self._loop, self._generate(job))
 
     async def _generate(self, job: jobs.Job) -> None:
         try:
@@ -522,7 +504,7 @@ class TritonPythonModel:
                 self._send_response(job, output, first)
             else:
                 job.sent = self._loop.create_future()
-                job.last_sends = self._sends if first or job.stream_sends is None else job.stream_sends
+                job.last_sends = (job.edge_sends or self._sends) if first or not job.stream_sends else job.stream_sends
                 job.last_sends.submit(functools.partial(self._send_response, job, output, first), job.sent)
         elif self._metrics is not None:
             # The final response goes out from the metrics thread, after the request's stats have been reported:
@@ -534,8 +516,8 @@ class TritonPythonModel:
         elif inline:
             self._send_final(job, output, first)
         else:
-            job.last_sends = self._sends
-            self._sends.submit(functools.partial(self._send_final, job, output, first))
+            job.last_sends = job.edge_sends or self._sends
+            job.last_sends.submit(functools.partial(self._send_final, job, output, first))
 
     def _send_response(self, job: jobs.Job, output: Any, first: bool) -> None:
         job.sender.send(self._response(job, output, first), flags=0)
@@ -550,7 +532,8 @@ class TritonPythonModel:
 
     def _deliver_error(self, job: jobs.Job, message: str, code: str) -> None:
         # Behind any response of the request still queued: the error is its final one.
-        (job.last_sends or self._sends).submit(functools.partial(self._send_error, job.sender, message, code))
+        thread = job.last_sends or job.edge_sends or self._sends
+        thread.submit(functools.partial(self._send_error, job.sender, message, code))
 
     @staticmethod
     def _response(job: jobs.Job, output: Any, first: bool) -> Any:
@@ -638,7 +621,7 @@ class TritonPythonModel:
 
     def _spawn_openai(self, job: jobs.OpenAIJob) -> None:
         self._live[job.request_id] = job
-        job.task = self._loop.create_task(self._serve_openai(job))
+        job.task = environment.start_task(self._loop, self._serve_openai(job))
 
     async def _serve_openai(self, job: jobs.OpenAIJob) -> None:
         sent_body = False
@@ -865,7 +848,7 @@ class TritonPythonModel:
                     await asyncio.wait(tasks, timeout=10)
                 # Then the final responses of the cancelled requests, and the connections to gateways: each one's
                 # reader ends, and the gateway sees EOF.
-                threads = [t for t in (getattr(self, "_sends", None), *getattr(self, "_stream_sends", ())) if t]
+                threads = [*getattr(self, "_edge_sends", ()), *getattr(self, "_stream_sends", ())]
                 for thread in threads:
                     thread.stop()
                 if threads:

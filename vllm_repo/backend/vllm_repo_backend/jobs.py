@@ -38,6 +38,7 @@ class Job:
     # Resolves once the last response queued for sending has been sent (sends.SendThread.submit).
     sent: asyncio.Future | None = None
     stream_sends: sends.SendThread | None = None  # the thread that sends its responses between the first and the final
+    edge_sends: sends.SendThread | None = None  # the thread that sends its first and final responses
     last_sends: sends.SendThread | None = None  # the thread its last response was queued on
     finished: bool = False  # its final response is being or has been sent; set through _finish()
     # Held by the watcher thread around is_cancelled(), and by _finish(): Triton frees a request's response factory

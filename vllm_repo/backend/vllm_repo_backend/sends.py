@@ -14,8 +14,15 @@ from . import log
 # Threads that send the responses between a native request's first and its final (SendThread), each request on one
 # of them. The server answers sends from a pool of threads, but on the H200 two or four of these gave no more than one
 # (0.92-0.93x raw at 256 streams either way): each is one more thread for the GIL. A request's first and final
-# responses go out from a thread of their own, never queued behind other streams' tokens: a client waits on each.
+# responses go out from threads of their own (EDGE_SEND_THREADS), never queued behind other streams' tokens: a client
+# waits on each.
 STREAM_SEND_THREADS = 1
+
+# Threads that send requests' first and final responses, each request's on one of them. With one, a burst of requests
+# queued their first responses behind each other, one round trip and one wait for the GIL apiece: on the H200 the
+# 512th stream's first token waited about half a second for it. Several overlap their round trips to the server, and
+# one that gets the GIL back finds the others' sends ready to go.
+EDGE_SEND_THREADS = 4
 
 # Sends made before the send thread hands their completions to the engine loop at once (SendThread), unless its queue
 # runs dry first.
