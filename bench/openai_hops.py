@@ -27,6 +27,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling source_edits.py
+from source_edits import apply_edits
+
 # Appended after each instrumented module's `from __future__ import annotations`.
 RECORDER = """
 import os as _hops_os, time as _hops_time
@@ -151,21 +154,7 @@ def triton_trace_args(directory: str) -> list[str]:
 
 
 def instrument(root: Path, hops_dir: str) -> None:
-    if (root / ".git").exists():
-        sys.exit(f"{root} is a git checkout: instrument a copy of it (git archive HEAD | tar -x -C COPY)")
-    for relative, edits in EDITS:
-        path = root / relative
-        text = path.read_text()
-        anchor = "from __future__ import annotations\n"
-        if anchor not in text:
-            sys.exit(f"{relative}: no `{anchor.strip()}` to put the recorder after")
-        text = text.replace(anchor, anchor + RECORDER.format(dir=hops_dir), 1)
-        for old, new in edits:
-            if text.count(old) != 1:
-                sys.exit(f"{relative}: this edit no longer applies, the code it expects is gone:\n{old}")
-            text = text.replace(old, new, 1)
-        path.write_text(text)
-        print(f"instrumented {relative}")
+    apply_edits(root, EDITS, RECORDER.format(dir=hops_dir))
 
 
 def read_events(hops_dir: str) -> dict[str, dict[str, list[int]]]:
