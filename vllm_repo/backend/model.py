@@ -121,9 +121,11 @@ SWITCH_INTERVAL_LOG = "the GIL switch interval is"
 # How often in-flight requests are checked for client cancellation and the engine for death.
 WATCH_INTERVAL_S = 0.1
 # At most this many cancellation checks a second, taken in turn: each is a round trip to the server and a wait for the
-# GIL when it returns, and checking every request every interval was 5,000 a second at 512 streams. Beyond 100 requests
-# in flight a client's cancellation is seen within (requests / 1000) s instead of 0.1 s.
-WATCH_CHECKS_PER_S = 1000
+# GIL when it returns, and checking every request every interval was 5,000 a second at 512 streams. At 1,000 a second
+# the checks were still a third of the stub's GIL hand-offs above 128 streams (with ~2,300 sends), where that one GIL
+# is what limits the stub. Beyond 25 requests in flight a client's cancellation is seen within (requests / 250) s
+# instead of 0.1 s: 1 s at 256 streams, while each of those requests runs for about 1.6 s on an H200.
+WATCH_CHECKS_PER_S = 250
 
 
 def _input(request: Any, name: str) -> np.ndarray | None:
