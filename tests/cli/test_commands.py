@@ -95,7 +95,10 @@ def test_the_options_several_commands_take_are_declared_once():
     """--vllm-version, --gpu and the like come from cli/options.py's factories: one wording, one default rule."""
     import vllm_repo.cli as cli
 
-    shared = ("--vllm-version", "--gpu", "--num-gpus", "--force", "--diff", "--host", "--tp", "--api-key")
+    shared = (
+        *("--vllm-version", "--gpu", "--num-gpus", "--force", "--diff", "--host", "--tp", "--api-key"),
+        *("--slo", "--request-rate", "--output-len", "--dataset", "--seed"),
+    )
     for path in Path(cli.__file__).parent.glob("*.py"):
         text = path.read_text()
         declared = [flag for flag in shared if re.search(rf"""typer\.Option\(\s*["']{flag}["']""", text)]
@@ -110,3 +113,22 @@ def test_every_vllm_version_option_states_the_same_default_rule():
         text = " ".join(done.stdout.split()).replace("vllm- version", "vllm-version")  # as help wraps the name
         assert "--vllm-version X.Y.Z vLLM release" in text, name
         assert "vllm-version in [tool.vllm-repo], else the serving Python's vLLM, else the installed one" in text, name
+
+
+def test_bench_and_tune_refuse_the_same_load_mistakes_as_usage_errors(tmp_path):
+    """The load options are read by one function for both commands: the same refusal, exit 2, before anything runs."""
+    commands = {
+        "bench": ["bench", "--url", "127.0.0.1:1", "--model", "m"],
+        "tune": ["tune", str(tmp_path), "--slo", "ttft_p99_ms=1000"],
+    }
+    mistakes = {
+        "not both": ["--concurrency", "1", "--request-rate", "2"],
+        "a --dataset brings its own": ["--dataset", str(tmp_path / "prompts.jsonl"), "--input-len", "5"],
+    }
+    for command in commands.values():
+        for words, extra in mistakes.items():
+            done = subprocess.run(
+                [sys.executable, "-m", "vllm_repo", *command, *extra], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 2, (command, done.stderr)
+            assert words in done.stderr

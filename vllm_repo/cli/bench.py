@@ -5,11 +5,22 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from vllm_repo.cli.options import api_key_option, force_option, seed_option, serving_python_option, table_format_option
+from vllm_repo.cli.options import (
+    api_key_option,
+    concurrency_option,
+    dataset_option,
+    force_option,
+    output_len_option,
+    request_rate_option,
+    seed_option,
+    serving_python_option,
+    slo_option,
+    table_format_option,
+)
 from vllm_repo.errors import UsageError
 
 
@@ -38,6 +49,31 @@ def _numbers(option: str, text: str | None, kind: type) -> list | None:
     return values
 
 
+def load_fields(
+    ctx: typer.Context,
+    concurrency: str | None,
+    request_rate: str | None,
+    num_prompts: int,
+    input_len: int,
+    output_len: int | None,
+    dataset: Path | None,
+) -> dict[str, Any]:
+    """The load options of bench and tune, checked, as the keyword arguments of their specs."""
+    input_len_given = getattr(ctx.get_parameter_source("input_len"), "name", "") == "COMMANDLINE"
+    if dataset is not None and input_len_given:
+        raise UsageError("--input-len is for synthetic prompts; a --dataset brings its own")
+    if concurrency and request_rate:
+        raise UsageError("give --concurrency or --request-rate, not both")
+    return {
+        "concurrency": _numbers("--concurrency", concurrency, int),
+        "request_rates": _numbers("--request-rate", request_rate, float),
+        "num_prompts": num_prompts,
+        "input_len": input_len,
+        "output_len": output_len,
+        "dataset": dataset,
+    }
+
+
 def bench(
     ctx: typer.Context,
     repo: Annotated[
@@ -62,40 +98,15 @@ def bench(
             help="native: Triton's streaming gRPC; openai: /v1/completions; openai-chat: /v1/chat/completions.",
         ),
     ] = Endpoint.native,
-    concurrency: Annotated[
-        str | None,
-        typer.Option("--concurrency", metavar="N,...", help="Requests in flight, one load point each (default 1)."),
-    ] = None,
-    request_rate: Annotated[
-        str | None,
-        typer.Option("--request-rate", metavar="R,...", help="Poisson arrivals per second, one load point each."),
-    ] = None,
+    concurrency: Annotated[str | None, concurrency_option(1)] = None,
+    request_rate: Annotated[str | None, request_rate_option()] = None,
     num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests per load point.")] = 100,
     input_len: Annotated[
         int, typer.Option("--input-len", help="Tokens per synthetic prompt (exact where the server tokenizes).")
     ] = 1024,
-    output_len: Annotated[
-        int | None,
-        typer.Option("--output-len", help="Tokens generated per request, exactly (default 128, or the dataset's)."),
-    ] = None,
-    dataset: Annotated[
-        Path | None,
-        typer.Option(
-            "--dataset",
-            metavar="FILE.jsonl",
-            help='Prompts instead of synthetic ones: {"prompt": ..., "output_tokens": N} a line (vLLM\'s custom '
-            "dataset).",
-        ),
-    ] = None,
-    slo: Annotated[
-        str | None,
-        typer.Option(
-            "--slo",
-            metavar="KEY=MS,...",
-            help="Latency targets for goodput: ttft_p99_ms, itl_p99_ms, e2e_p99_ms, e.g. "
-            "ttft_p99_ms=1000,itl_p99_ms=40.",
-        ),
-    ] = None,
+    output_len: Annotated[int | None, output_len_option()] = None,
+    dataset: Annotated[Path | None, dataset_option()] = None,
+    slo: Annotated[str | None, slo_option("for goodput")] = None,
     output_format: Annotated[BenchFormat, table_format_option()] = BenchFormat.text,
     plot: Annotated[
         Path | None,
@@ -123,21 +134,14 @@ def bench(
         )
     if repo is not None and url is not None:
         raise UsageError("give a repository to launch or --url of a running server, not both")
-    input_len_given = getattr(ctx.get_parameter_source("input_len"), "name", "") == "COMMANDLINE"
-    if dataset is not None and input_len_given:
-        raise UsageError("--input-len is for synthetic prompts; a --dataset brings its own")
+    load = load_fields(ctx, concurrency, request_rate, num_prompts, input_len, output_len, dataset)
     if plot is not None:
         check_plot_path(plot, force)
     spec = BenchSpec(
         model=model or "",
         endpoint=endpoint.value,
         url=url,
-        concurrency=_numbers("--concurrency", concurrency, int),
-        request_rates=_numbers("--request-rate", request_rate, float),
-        num_prompts=num_prompts,
-        input_len=input_len,
-        output_len=output_len,
-        dataset=dataset,
+        **load,
         slo=parse_slo(slo),
         seed=seed,
         warmup=warmup,

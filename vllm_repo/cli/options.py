@@ -127,3 +127,35 @@ def cors_options(when: str = "") -> dict[str, Any]:
             "--allowed-headers", metavar="JSON", help=_help(when, """headers they may send (default '["*"]').""")
         ),
     }
+
+
+# The load a measurement sends (bench, tune): the same options with the same meaning in both.
+def slo_option(counted: str) -> Any:
+    """--slo: the latency targets the goodput (``counted``) is counted against."""
+    return typer.Option(
+        "--slo",
+        metavar="KEY=MS,...",
+        help=f"Latency targets {counted}: ttft_p99_ms, itl_p99_ms, e2e_p99_ms, e.g. ttft_p99_ms=1000,itl_p99_ms=40.",
+    )
+
+
+def concurrency_option(default: int) -> Any:
+    return typer.Option(
+        "--concurrency", metavar="N,...", help=f"Requests in flight, one load point each (default {default})."
+    )
+
+
+def request_rate_option() -> Any:
+    return typer.Option("--request-rate", metavar="R,...", help="Poisson arrivals per second, one load point each.")
+
+
+def output_len_option() -> Any:
+    return typer.Option("--output-len", help="Tokens generated per request, exactly (default 128, or the dataset's).")
+
+
+def dataset_option() -> Any:
+    return typer.Option(
+        "--dataset",
+        metavar="FILE.jsonl",
+        help='Prompts instead of synthetic ones: {"prompt": ..., "output_tokens": N} a line (vLLM\'s custom dataset).',
+    )

@@ -8,13 +8,18 @@ from typing import Annotated
 
 import typer
 
-from vllm_repo.cli.bench import BenchFormat, _numbers
+from vllm_repo.cli.bench import BenchFormat, _numbers, load_fields
 from vllm_repo.cli.options import (
+    concurrency_option,
+    dataset_option,
     force_option,
     gpu_option,
     num_gpus_option,
+    output_len_option,
+    request_rate_option,
     seed_option,
     serving_python_option,
+    slo_option,
     table_format_option,
 )
 from vllm_repo.errors import UsageError
@@ -28,32 +33,13 @@ def tune(
     model: Annotated[
         str | None, typer.Option("--model", help="The model to tune (default: the repository's only one).")
     ] = None,
-    slo: Annotated[
-        str | None,
-        typer.Option(
-            "--slo",
-            metavar="KEY=MS,...",
-            help="Latency targets the goodput counts against: ttft_p99_ms, itl_p99_ms, e2e_p99_ms, e.g. "
-            "ttft_p99_ms=1000,itl_p99_ms=40.",
-        ),
-    ] = None,
-    concurrency: Annotated[
-        str | None,
-        typer.Option("--concurrency", metavar="N,...", help="Requests in flight, one load point each (default 32)."),
-    ] = None,
-    request_rate: Annotated[
-        str | None,
-        typer.Option("--request-rate", metavar="R,...", help="Poisson arrivals per second, one load point each."),
-    ] = None,
+    slo: Annotated[str | None, slo_option("the goodput counts against")] = None,
+    concurrency: Annotated[str | None, concurrency_option(32)] = None,
+    request_rate: Annotated[str | None, request_rate_option()] = None,
     num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests per load point and candidate.")] = 100,
     input_len: Annotated[int, typer.Option("--input-len", help="Tokens per synthetic prompt.")] = 1024,
-    output_len: Annotated[
-        int | None, typer.Option("--output-len", help="Tokens generated per request (default 128, or the dataset's).")
-    ] = None,
-    dataset: Annotated[
-        Path | None,
-        typer.Option("--dataset", metavar="FILE.jsonl", help="Prompts instead of synthetic ones, as for bench."),
-    ] = None,
+    output_len: Annotated[int | None, output_len_option()] = None,
+    dataset: Annotated[Path | None, dataset_option()] = None,
     budget_minutes: Annotated[
         float | None,
         typer.Option("--budget-minutes", metavar="M", help="Wall time the tune may take, server start included."),
@@ -110,11 +96,7 @@ def tune(
 
     if not slo:
         raise UsageError("tune needs --slo", hint="e.g. --slo ttft_p99_ms=1000,itl_p99_ms=40")
-    input_len_given = getattr(ctx.get_parameter_source("input_len"), "name", "") == "COMMANDLINE"
-    if dataset is not None and input_len_given:
-        raise UsageError("--input-len is for synthetic prompts; a --dataset brings its own")
-    if concurrency and request_rate:
-        raise UsageError("give --concurrency or --request-rate, not both")
+    load = load_fields(ctx, concurrency, request_rate, num_prompts, input_len, output_len, dataset)
     if plot is not None:
         check_plot_path(plot, force)
     chosen = None if switches is None else [s.strip() for s in switches.split(",") if s.strip() not in ("", "none")]
@@ -122,12 +104,7 @@ def tune(
         repository=repo,
         slo=parse_slo(slo),
         model=model or "",
-        concurrency=_numbers("--concurrency", concurrency, int),
-        request_rates=_numbers("--request-rate", request_rate, float),
-        num_prompts=num_prompts,
-        input_len=input_len,
-        output_len=output_len,
-        dataset=dataset,
+        **load,
         budget_minutes=budget_minutes,
         gpu=gpu,
         num_gpus=num_gpus,
