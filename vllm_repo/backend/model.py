@@ -78,6 +78,7 @@ if TYPE_CHECKING or __package__:
     from .vllm_repo_backend import (
         configuration,
         contract,
+        engine_stop,
         environment,
         errors,
         jobs,
@@ -96,6 +97,7 @@ else:
     from vllm_repo_backend import (
         configuration,
         contract,
+        engine_stop,
         environment,
         errors,
         jobs,
@@ -117,6 +119,10 @@ else:
 ADMISSION_SWITCH_INTERVAL_S = 0.001
 # The log line's words before the interval (tests look for them).
 SWITCH_INTERVAL_LOG = "the GIL switch interval is"
+
+# How long finalize waits for vLLM's engine to stop in order before killing what is left of its processes
+# (engine_stop.py): on the CPU its orderly teardown took 4-5 s, past Triton's exit timeout.
+ENGINE_STOP_GRACE_S = 1.0
 
 # How often in-flight requests are checked for client cancellation and the engine for death.
 WATCH_INTERVAL_S = 0.1
@@ -872,8 +878,13 @@ class TritonPythonModel:
                 # Stopped first, or it reports the engine core it is reading from as dead while it shuts down.
                 loop.call_soon_threadsafe(handler.cancel)
             try:
-                # Stops the EngineCore process and its workers, and vLLM's IPC.
-                engine.shutdown()
+                # Stops the EngineCore process and its workers, and vLLM's IPC; what is left after the grace is killed.
+                killed, removed = engine_stop.stop_within(engine.shutdown, ENGINE_STOP_GRACE_S)
+                if killed:
+                    log.info(
+                        f"[vllm] the engine had not stopped after {ENGINE_STOP_GRACE_S:g} s: {len(killed)} of its "
+                        f"processes killed, {len(removed)} shared-memory segments of theirs removed"
+                    )
             except Exception as exc:
                 log.warn(f"[vllm] engine shutdown: {exc}")
             self.engine = None

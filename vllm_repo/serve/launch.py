@@ -161,9 +161,11 @@ def start_openai_gateway(plan: LaunchPlan) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def stop_openai_gateway(gateway: subprocess.Popen, timeout: float = 10.0) -> None:
-    """SIGTERM to its group (it closes its connections and exits), SIGKILL to what is left after ``timeout``."""
-    signal_group(gateway.pid, signal.SIGTERM)
+def stop_openai_gateway(gateway: subprocess.Popen, timeout: float = 10.0, *, signalled: bool = False) -> None:
+    """SIGTERM to its group (it closes its connections and exits; ``signalled``: sent already), SIGKILL to what is
+    left after ``timeout``."""
+    if not signalled:
+        signal_group(gateway.pid, signal.SIGTERM)
     try:
         gateway.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -283,11 +285,14 @@ def _serve(running: _Running, plan: LaunchPlan, out: TextIO, stop_event: threadi
 
 
 def _shut_down(running: _Running, out: TextIO) -> None:
-    """Stop the gateway, then the server's whole group, and remove the shared memory it left."""
+    """Stop the gateway and the server's whole group, and remove the shared memory it left. The gateway is told first
+    (it stops taking requests) and both stop side by side: one after the other, Ctrl-C took their sum."""
     server, watch = running.server, running.watch
     if running.gateway is not None:
-        stop_openai_gateway(running.gateway)
+        signal_group(running.gateway.pid, signal.SIGTERM)
     if server.process is None:
+        if running.gateway is not None:
+            stop_openai_gateway(running.gateway, signalled=True)
         server.stop()  # nothing ran; removes the work directory
         return
     print("stopping Triton ...", file=out, flush=True)
@@ -299,6 +304,8 @@ def _shut_down(running: _Running, out: TextIO) -> None:
         with watch.polling():
             server.stop(timeout=20)
         removed = watch.remove_leftovers()
+    if running.gateway is not None:
+        stop_openai_gateway(running.gateway, signalled=True)
     if running.guardian is not None:
         running.guardian.release()
     print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)

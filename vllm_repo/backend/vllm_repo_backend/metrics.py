@@ -305,6 +305,18 @@ class TritonMetrics:
         self._stop.set()
         self._acc.wake.set()
         self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            return
+        # The metrics and their families go now, while the stub runs: a family deletes its metrics through the stub's
+        # shared memory, and left to the interpreter's exit (where a traceback kept this object) that came after the
+        # stub had let go of it, a SIGSEGV in Metric::Clear that held the model's unload up by about a second.
+        families = self._families
+        for name, value in list(vars(self).items()):
+            if name != "_families" and not isinstance(value, (threading.Thread, threading.Event, MetricsAccumulator)):
+                setattr(self, name, None)
+        self._reason_counters = {}
+        self._families = []
+        families.clear()
 
 
 def make_stat_logger_class(accumulator: MetricsAccumulator) -> type:
