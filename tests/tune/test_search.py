@@ -193,3 +193,45 @@ def test_the_concurrency_a_request_rate_puts_on_the_server_by_littles_law():
     assert load_concurrency(spec) == 24
     assert load_concurrency(TuneSpec(repository=None, slo=Slo(ttft_p99_ms=1), concurrency=[2, 16])) == 16  # type: ignore[arg-type]
     assert load_concurrency(TuneSpec(repository=None, slo=Slo(ttft_p99_ms=1), request_rates=[3])) is None  # type: ignore[arg-type]
+
+
+def test_the_grid_measures_every_candidate_of_the_space_and_the_search_far_fewer():
+    # One peak at max_num_seqs 8, max_num_batched_tokens 4096, prefix caching off: both find it.
+    def score(c):
+        s = c.settings
+        return (
+            {8: 4, 4: 2}.get(s.get("max_num_seqs"), 1)
+            + {4096: 2, 2048: 1}.get(s.get("max_num_batched_tokens"), 0)
+            + (1 if s.get("enable_prefix_caching") is False else 0)
+        )
+
+    def axes():
+        return Axes(
+            [2, 4, 8, 16],
+            [1024, 2048, 4096, 8192],
+            [
+                Switch("enable_prefix_caching", lambda best: False),
+                Switch("cudagraph_capture_sizes", lambda best: None),  # nothing to try: never combined
+            ],
+            [],
+        )
+
+    measured_grid: list[str] = []
+
+    def measure(c):
+        measured_grid.append(c.name)
+        return Outcome(score(c), 100.0 - score(c))
+
+    grid = Search(axes(), lambda c: None, measure)
+    best_of_grid = grid.grid()
+    # (4 + vLLM's default) x (4 + default) batching pairs, each with prefix caching as it is and off.
+    assert len(measured_grid) == len(set(measured_grid)) == 5 * 5 * 2
+    assert best_of_grid is not None
+    assert best_of_grid.settings == {
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 4096,
+        "enable_prefix_caching": False,
+    }
+    best, measured, _ = run_search(axes(), score)
+    assert best is not None and score(best) == score(best_of_grid)
+    assert len(measured) * 3 <= len(measured_grid)  # at most a third of the grid's measurements

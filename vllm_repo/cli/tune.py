@@ -78,6 +78,14 @@ def tune(
     ] = None,
     force: Annotated[bool, force_option("an existing --plot file")] = False,
     seed: Annotated[int, seed_option()] = 0,
+    grid: Annotated[
+        bool,
+        typer.Option(
+            "--grid",
+            help="Measure every candidate of the space instead of searching it (what a brute-force tuner does), "
+            "to check the search against.",
+        ),
+    ] = False,
     python: Annotated[Path | None, serving_python_option()] = None,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the server and each candidate to load.")
@@ -111,6 +119,7 @@ def tune(
         max_num_seqs=_numbers("--max-num-seqs", max_num_seqs, int),
         max_num_batched_tokens=_numbers("--max-num-batched-tokens", max_num_batched_tokens, int),
         switches=chosen,
+        grid=grid,
         python=python,
         ready_timeout=ready_timeout,
         seed=seed,

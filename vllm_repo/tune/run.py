@@ -70,6 +70,7 @@ class TuneSpec:
     max_num_seqs: list[int] | None = None
     max_num_batched_tokens: list[int] | None = None
     switches: list[str] | None = None
+    grid: bool = False  # measure every candidate of the space instead of searching it (Search.grid)
     python: Path | None = None
     ready_timeout: float = 900.0
     seed: int = 0
@@ -513,7 +514,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
         search = Search(axes, size, measure)
         stopped: str | None = None
         try:
-            search.run()
+            search.grid() if spec.grid else search.run()
         except SearchStopped as stop:
             stopped = stop.reason
         except KeyboardInterrupt:
@@ -596,6 +597,7 @@ def _evidence(
         "finished": stopped is None,
         "stopped": stopped,
         "notes": notes,
+        "search": "grid" if spec.grid else "coarse to fine",
         "measurements": len([c for c in candidates if c["status"] in ("measured", "failed", "interrupted")]),
         "candidates": candidates,
         "pareto_front": front,

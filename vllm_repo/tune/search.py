@@ -10,13 +10,16 @@ The search measures as few points as it can, one axis at a time from the best ca
 4. each switch tried the other way on the best candidate, kept where it is better;
 5. the layouts (tensor parallelism against more instances) with the best settings, where the host has the GPUs.
 
-A candidate is better than another when its goodput is higher, or equal with a lower p99 latency. A candidate the
-estimator drops is never measured; one measured twice (the same settings proposed by two stages) is measured once.
+``grid()`` measures every candidate of the same space instead (what a brute-force tuner does), to check the search
+against. A candidate is better than another when its goodput is higher, or equal with a lower p99 latency. A
+candidate the estimator drops is never measured; one measured twice (the same settings proposed by two stages) is
+measured once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 
 from vllm_repo.tune.space import BATCHING, Axes, Candidate
@@ -77,6 +80,29 @@ class Search:
         for tp, instances in self.axes.layouts:
             base = self.best or defaults
             self.visit(base.with_changes("layout", instances=instances, tensor_parallel_size=tp))
+        return self.best
+
+    def grid(self) -> Candidate | None:
+        """Measure every candidate of the space instead: each pair of batching values (vLLM's default for either
+        included) with every combination of the switches, on every layout. What a brute-force tuner measures, to
+        check run() against: the same axes, so the same best can be found, with many more measurements."""
+        self.visit(Candidate())
+        for seqs in [None, *self.axes.max_num_seqs]:
+            for tokens in [None, *self.axes.max_num_batched_tokens]:
+                base = Candidate.of({"max_num_seqs": seqs, "max_num_batched_tokens": tokens}, stage="grid")
+                for chosen in itertools.product((False, True), repeat=len(self.axes.switches)):
+                    candidate: Candidate | None = base
+                    for switch, on in zip(self.axes.switches, chosen, strict=True):
+                        value = switch.value_for(candidate) if on and candidate is not None else None
+                        if on and value is None:
+                            candidate = None  # nothing to try that way: the combination without it stands for it
+                        elif on and candidate is not None:
+                            candidate = candidate.with_changes("grid", **{switch.key: value})
+                    if candidate is None:
+                        continue
+                    self.visit(candidate)
+                    for tp, instances in self.axes.layouts:
+                        self.visit(candidate.with_changes("grid", instances=instances, tensor_parallel_size=tp))
         return self.best
 
     def visit(self, candidate: Candidate) -> Outcome | None:
