@@ -18,11 +18,13 @@
 #      times each request's hops with bench/native_hops.py, in this tree and in each .gpuroute/variants/NAME/ directory)
 #      (the benchmark runs in the background; this call follows it for up to WAIT seconds, default 560)
 #      or, for bench/pack_gpu.py, the same carry:                  bash bench/device_backend.sh pack [pack args]
+#      or, for bench/tune_gpu.py, carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/tc] (tritonclient's wheels):
+#                                                                     bash bench/device_backend.sh tune [tune_gpu args]
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
 # The report's run: run --rounds 3 --concurrency 1,32,128,256,512 --requests 6,2,2,2,2 --prompt-words 128 ...
 set -uo pipefail
-stage=${1:?part NN | unpack | run | pack | wait}; shift
+stage=${1:?part NN | unpack | run | pack | tune | wait}; shift
 RUN=/tmp/backend-bench
 collect() {
   # What the benchmark wrote so far, and its log, come back under $OUT; HOPS=1's events as one xz file, and its report.
@@ -53,7 +55,7 @@ unpack)
   echo "import sys; sys.path.insert(0, '/tmp/site')" > "$SP/zz_vllm_bundle.pth"
   [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m llama3-8b || exit 1
   "$PY" -c "import numpy, vllm; print('numpy', numpy.__version__, 'vllm', vllm.__version__)" ;;
-run|pack)
+run|pack|tune)
   source .gpuroute/remote/install.sh /tmp/vp /tmp/site || exit 1
   mkdir -p /tmp/triton && "$PY" -c "import tarfile,sys;tarfile.open(sys.argv[1]).extractall(sys.argv[2],filter='tar')" \
     .gpuroute/triton/triton.tar.xz /tmp/triton || exit 1
@@ -65,6 +67,18 @@ run|pack)
     ln -sfn ../schemas vllm_repo/_schemas
     setsid nohup "$PY" bench/pack_gpu.py --kit "$RUN"/tree/.gpuroute/remote --out "$RUN"/out "$@" \
       > "$RUN"/run.log 2>&1 &
+    echo $! > "$RUN"/pid
+    follow
+    exit
+  fi
+  if [ "$stage" = tune ]; then
+    # bench/tune_gpu.py: tune on the Llama-3-8B shape, the winner measured again, the full grid with --grid (tune.md)
+    export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
+    ln -sfn ../schemas vllm_repo/_schemas
+    # bench's native client is tritonclient's gRPC one
+    "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
+      "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl || exit 1
+    setsid nohup "$PY" bench/tune_gpu.py --model /tmp/m --out "$RUN"/out "$@" > "$RUN"/run.log 2>&1 &
     echo $! > "$RUN"/pid
     follow
     exit

