@@ -118,7 +118,13 @@ class ResponseSender:
 
 class Request:
     def __init__(
-        self, prompt: str, sampling: dict | None = None, parameters: dict | None = None, on_final=None, **flags: Any
+        self,
+        prompt: str,
+        sampling: dict | None = None,
+        parameters: dict | None = None,
+        on_final=None,
+        requested_outputs: tuple[str, ...] = (),
+        **flags: Any,
     ):
         self.inputs = {"text_input": np.array([prompt.encode()], dtype=np.object_)}
         if sampling is not None:
@@ -126,6 +132,7 @@ class Request:
         for name, value in flags.items():
             self.inputs[name] = np.array([value], dtype=bool)
         self._parameters = json.dumps(parameters or {})
+        self._requested_outputs = list(requested_outputs)  # none: the client asked for every output
         self.sender = ResponseSender(on_final)
 
     def get_response_sender(self) -> ResponseSender:
@@ -133,6 +140,9 @@ class Request:
 
     def parameters(self) -> str:
         return self._parameters
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested_outputs
 
 
 def _get_input_tensor_by_name(request: Request, name: str) -> Tensor | None:

@@ -82,14 +82,22 @@ def is_final(result) -> bool:
     return bool(param and param.bool_param)
 
 
-def grpc_stream(server, prompt: str, sampling: dict | None = None, timeout: float = 60, **flags):
+def grpc_stream(
+    server, prompt: str, sampling: dict | None = None, timeout: float = 60, outputs: tuple[str, ...] = (), **flags
+):
     """All responses of one request over a gRPC stream, until the one flagged final. With
-    enable_empty_final_response the client would show a separate empty final response if the backend sent one."""
+    enable_empty_final_response the client would show a separate empty final response if the backend sent one.
+    ``outputs``: the outputs to ask for (none: every one)."""
     responses: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
     try:
-        client.async_stream_infer(MODEL, tensor_inputs(prompt, sampling, **flags), enable_empty_final_response=True)
+        client.async_stream_infer(
+            MODEL,
+            tensor_inputs(prompt, sampling, **flags),
+            outputs=[grpcclient.InferRequestedOutput(name) for name in outputs] or None,
+            enable_empty_final_response=True,
+        )
         results = []
         while True:
             result, error = responses.get(timeout=timeout)
@@ -263,6 +271,19 @@ def test_grpc_stream_every_additional_output_and_final_flag_on_last_data_respons
     total = sum(next(iter(p.values()))["logprob"] for p in positions)
     final_cumulative = float(results[-1].as_numpy("cumulative_logprob")[0])
     assert final_cumulative < 0 and math.isclose(final_cumulative, total, rel_tol=1e-4, abs_tol=1e-3)
+
+
+def test_a_client_asking_for_some_outputs_gets_only_those(triton):
+    # bench's native client asks for the token counts only. The backend must not build the others: Triton's stub
+    # would prune them with the GIL released, and freeing their arrays there crashed the stub under load.
+    flags = {"return_num_input_tokens": True, "return_num_output_tokens": True}
+    results, error = grpc_stream(
+        triton, "Hello", {"max_tokens": 8, "ignore_eos": True}, stream=True, outputs=("num_output_tokens",), **flags
+    )
+    assert error is None, error
+    assert len(results) > 1 and is_final(results[-1])
+    assert all(r.as_numpy("text_output") is None and r.as_numpy("num_input_tokens") is None for r in results)
+    assert sum(int(r.as_numpy("num_output_tokens")[0]) for r in results) == 8
 
 
 def test_logprob_outputs_without_logprobs_in_the_sampling_parameters_are_null_and_nan(triton):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import sys
@@ -398,6 +399,18 @@ def test_every_additional_output():
     ]
     assert out["num_input_tokens"].dtype == np.uint32 and out["num_input_tokens"].tolist() == [3]
     assert out["num_output_tokens"].dtype == np.uint32 and out["num_output_tokens"].tolist() == [2]
+
+
+def test_only_the_requested_outputs_are_built():
+    options = dataclasses.replace(every_output(), requested=frozenset({"num_output_tokens", "finish_reason"}))
+    out = as_dict(native.assemble_outputs(request_output(completion(text="a", token_ids=(4,))), options, first=True))
+    assert sorted(out) == ["finish_reason", "num_output_tokens"]
+    asked_for_more = dataclasses.replace(native.OutputOptions(stream=True, prepend_prompt=False), requested=frozenset(
+        {"text_output", "num_output_tokens"}
+    ))  # fmt: skip
+    # an output asked for but not switched on by its return_* input stays out, as before
+    out = as_dict(native.assemble_outputs(request_output(completion(text="a")), asked_for_more, first=True))
+    assert list(out) == ["text_output"]
 
 
 def test_unfinished_and_missing_values():

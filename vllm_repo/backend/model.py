@@ -416,7 +416,9 @@ class TritonPythonModel:
             self._spawn(job)
 
     def _parse(self, request: Any, sender: Any) -> jobs.Job:
-        read = self._reader.read(functools.partial(_input, request), request.parameters())
+        read = self._reader.read(
+            functools.partial(_input, request), request.parameters(), request.requested_output_names()
+        )
         split_tokens = self.one_response_per_token and read.options.stream
         return jobs.Job(
             request=request,

@@ -36,6 +36,31 @@ REQUEST_TIMEOUT_S = 3600.0
 TOKENIZE_TIMEOUT_S = 60.0
 
 
+class Activity:
+    """When the client last heard from the server, and how many requests are waiting for it: a server whose process
+    died mid-stream (Triton's stub, a crashed engine) may leave streams open that never end, and the benchmark must
+    notice that rather than wait out REQUEST_TIMEOUT_S (run.guard)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last = time.monotonic()
+
+    def begin(self) -> None:
+        if self.in_flight == 0:
+            self.last = time.monotonic()  # idle time before a request is not the server's silence
+        self.in_flight += 1
+
+    def heard(self) -> None:
+        self.last = time.monotonic()
+
+    def end(self) -> None:
+        self.in_flight -= 1
+
+    def silent_for(self) -> float:
+        """Seconds since the server last answered anything while requests were waiting (0 when none waits)."""
+        return time.monotonic() - self.last if self.in_flight else 0.0
+
+
 class Tokenizer(Protocol):
     async def encode(self, text: str, special: bool) -> list[int]: ...
 
@@ -46,6 +71,7 @@ class Client(Protocol):
     endpoint: str
     url: str
     model: str
+    activity: Activity
 
     async def open(self) -> None: ...
 
@@ -100,6 +126,7 @@ class NativeClient:
     def __init__(self, url: str, model: str) -> None:
         self.url = grpc_address(url)
         self.model = model
+        self.activity = Activity()
         self._client: Any = None
         self._openai: Any = None
 
@@ -165,6 +192,13 @@ class NativeClient:
         return [grpcclient.InferRequestedOutput(n) for n in ("num_input_tokens", "num_output_tokens")]
 
     async def send(self, prompt: str, output_len: int) -> RequestRecord:
+        self.activity.begin()
+        try:
+            return await self._send(prompt, output_len)
+        finally:
+            self.activity.end()
+
+    async def _send(self, prompt: str, output_len: int) -> RequestRecord:
         request = {"model_name": self.model, "inputs": self._inputs(prompt, output_len), "outputs": self._outputs()}
 
         async def requests() -> Any:
@@ -177,6 +211,7 @@ class NativeClient:
         try:
             async for result, error in stream:
                 now = time.perf_counter()
+                self.activity.heard()
                 if ended:
                     continue
                 if error is not None:
@@ -297,6 +332,7 @@ class OpenAIClient:
         self.endpoint = "openai-chat" if chat else "openai"
         self.route = "/v1/chat/completions" if chat else "/v1/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.activity = Activity()
         self._session: Any = None
 
     async def open(self) -> None:
@@ -356,6 +392,13 @@ class OpenAIClient:
         return body
 
     async def send(self, prompt: str, output_len: int) -> RequestRecord:
+        self.activity.begin()
+        try:
+            return await self._send(prompt, output_len)
+        finally:
+            self.activity.end()
+
+    async def _send(self, prompt: str, output_len: int) -> RequestRecord:
         record = RequestRecord(start=time.perf_counter())
         last = record.start
         counted = 0  # output-bearing chunks, the count where the server sends no usage
@@ -365,6 +408,7 @@ class OpenAIClient:
                     record.error = f"HTTP {response.status}: {_error_text(await response.read())}"
                     return record
                 async for raw in response.content:
+                    self.activity.heard()
                     line = raw.strip()
                     if not line.startswith(b"data:"):
                         continue

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, TypeVar
 
 from vllm_repo.benchmark.clients import ENDPOINTS, Client, make_client
 from vllm_repo.benchmark.errors import BenchError
@@ -25,6 +25,7 @@ DEFAULT_INPUT_LEN = 1024
 DEFAULT_OUTPUT_LEN = 128
 DEFAULT_NUM_PROMPTS = 100
 DEFAULT_WARMUP = 1
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -46,6 +47,9 @@ class BenchSpec:
     warmup: int = DEFAULT_WARMUP
     api_key: str | None = None
     wait_s: float = 0.0  # how long to wait for the model to be ready first
+    # How long the server may say nothing at all while requests wait before the run fails (guard): any response to
+    # any request counts, so only a dead or hung server is that silent under load.
+    stall_s: float = 180.0
 
     def loads(self) -> list[dict[str, Any]]:
         if self.request_rates:
@@ -139,16 +143,17 @@ async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) ->
             if progress:
                 progress.note(prompt_set.note)
         prompts = prompt_set.prompts
-        await _warm_up(client, prompts[: spec.warmup], progress)
+        await guard(_warm_up(client, prompts[: spec.warmup], progress), client, spec.stall_s)
         for i, load in enumerate(loads):
             chosen = take(prompts, spec.warmup + i * spec.num_prompts, spec.num_prompts)
             if progress:
                 progress.start_point(label(load), len(chosen))
             on_done = progress.request_done if progress else None
             if "concurrency" in load:
-                records, wall = await run_concurrency(client, chosen, load["concurrency"], on_done)
+                measured = run_concurrency(client, chosen, load["concurrency"], on_done)
             else:
-                records, wall = await run_rate(client, chosen, load["request_rate"], spec.seed + i, on_done)
+                measured = run_rate(client, chosen, load["request_rate"], spec.seed + i, on_done)
+            records, wall = await guard(measured, client, spec.stall_s)
             point = summarize(records, wall, load, spec.slo)
             run.points.append(point)
             if progress:
@@ -156,6 +161,28 @@ async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) ->
         run.finished = True
     finally:
         await client.close()
+
+
+async def guard(work: Coroutine[Any, Any, T], client: Client, stall_s: float) -> T:
+    """``work``, unless the server stops answering: no response to any request in flight for ``stall_s`` seconds
+    (its process died mid-stream, it hangs) ends it with an error instead of a wait of REQUEST_TIMEOUT_S."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=min(5.0, stall_s))
+            if done:
+                return task.result()
+            silent = client.activity.silent_for()
+            if silent >= stall_s:
+                raise BenchError(
+                    f"the server at {client.url} has not answered for {silent:.0f} s with "
+                    f"{client.activity.in_flight} request(s) waiting: it died or hangs",
+                    hint="see the server's log",
+                )
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 async def _prompts(spec: BenchSpec, client: Client, count: int) -> PromptSet:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm_repo.benchmark import BenchSpec, Slo, bench
+from vllm_repo.benchmark import BenchError, BenchSpec, Slo, bench
 from vllm_repo.benchmark.run import DEFAULT_OUTPUT_LEN, Progress
 from vllm_repo.repository import ModelDirectory, VersionDirectory, open_repository
 from vllm_repo.repository.engine_settings import read_engine_settings
@@ -494,7 +494,15 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
                 output_len=spec.output_len, dataset=spec.dataset, slo=spec.slo, seed=spec.seed, warmup=spec.warmup,
                 wait_s=60.0,
             )  # fmt: skip
-            run = bench(bench_spec, bench_progress)
+            try:
+                run = bench(bench_spec, bench_progress)
+            except BenchError as exc:  # the server stopped answering mid-measurement: the next one gets a new one
+                record(candidate, "failed", reason=f"{exc}", load_s=round(loaded_s, 1))
+                note(f"  failed: {exc}; starting a new server")
+                server.stop()
+                server = None
+                durations.append(time.monotonic() - began)
+                return None
             figures = ev.measurement(run.points)
             timing = {"load_s": round(loaded_s, 1), "measure_s": round(time.monotonic() - began - loaded_s, 1)}
             if run.interrupted:

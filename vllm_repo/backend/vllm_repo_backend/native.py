@@ -10,7 +10,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -282,6 +282,10 @@ class OutputOptions:
     return_logprobs: bool = False
     return_num_input_tokens: bool = False
     return_num_output_tokens: bool = False
+    # The outputs the client asked for (None: it named none, so every one). Only these are built: the stub prunes
+    # the others in ResponseSender.send after releasing the GIL, and freeing a numpy array there crashes the stub
+    # (python_backend's response_sender.cc; seen on the H200 under load, a client asking for the token counts only).
+    requested: frozenset[str] | None = None
 
 
 def _logprobs_json(position_logprobs: Any) -> bytes:
@@ -335,6 +339,8 @@ def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -
     if options.return_num_output_tokens:
         counts = [len(c.token_ids) if c is not None else 0 for c in by_index]
         tensors.append(("num_output_tokens", np.array(counts, dtype=np.uint32)))
+    if options.requested is not None:
+        tensors = [(name, value) for name, value in tensors if name in options.requested]
     return tensors
 
 
@@ -397,9 +403,15 @@ class NativeRequestReader:
         self.sampling_keys = sampling_param_keys(vllm.SamplingParams)
         self.structured_keys = [f.name for f in dataclasses.fields(vllm.StructuredOutputsParams)]
 
-    def read(self, tensor: Callable[[str], np.ndarray | None], parameters: str | Mapping | None) -> NativeRequest:
+    def read(
+        self,
+        tensor: Callable[[str], np.ndarray | None],
+        parameters: str | Mapping | None,
+        requested_outputs: Sequence[str] = (),
+    ) -> NativeRequest:
         """The request whose input tensors ``tensor(name)`` gives (None for an absent one), with its Triton request
-        parameters (JSON). Raises RequestError naming the field at fault."""
+        parameters (JSON) and the outputs its client asked for (none named: all of them). Raises RequestError naming
+        the field at fault."""
         text = first_element(tensor("text_input"))
         if text is None:
             raise RequestError("text_input", "is required")
@@ -447,5 +459,6 @@ class NativeRequestReader:
         images = tensor("image")
         if images is not None and images.size:
             prompt["multi_modal_data"] = {"image": decode_images(images)}
-        options = OutputOptions(stream=stream, prepend_prompt=not exclude, n=sampling_params.n, **flags)
+        requested = frozenset(requested_outputs) if requested_outputs else None
+        options = OutputOptions(stream, not exclude, sampling_params.n, **flags, requested=requested)
         return NativeRequest(prompt, sampling_params, lora_request, options)
