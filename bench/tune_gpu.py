@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import sys
 import time
@@ -56,6 +57,18 @@ def write_repository(repo: Path, model: Path, device: str) -> None:
     (repo / MODEL_NAME / "1" / "model.json").write_text(json.dumps(args, indent=2) + "\n")
 
 
+def vocabulary_prompts(path: Path, count: int, input_len: int, output_len: int, seed: int = 0) -> Path:
+    """Prompts in the GPU bundle's tokenizer's own words. Its vocabulary is t3, t4, ... (make_model.py): it reads
+    English words as one unknown token, so bench's synthetic prompts would all be the same token sequence there, served
+    from vLLM's prefix cache, and nothing would prefill. One word is one token; one is left for a start token."""
+    rng = random.Random(seed)
+    with path.open("w") as f:
+        for _ in range(count):
+            words = " ".join(f"t{rng.randrange(3, 32000)}" for _ in range(max(input_len - 1, 1)))
+            f.write(json.dumps({"prompt": words, "output_tokens": output_len}) + "\n")
+    return path
+
+
 def numbers(text: str | None, kind: type) -> list | None:
     return None if not text else [kind(v) for v in text.split(",") if v.strip()]
 
@@ -84,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
 
     repo = out / "repo"
     write_repository(repo, args.model, args.device)
+    dataset = None
+    if args.device == "gpu":
+        points = len(numbers(args.concurrency, int) or [1])
+        dataset = vocabulary_prompts(out / "prompts.jsonl", 1 + args.num_prompts * points, args.input_len,
+                                     args.output_len)  # fmt: skip
     switches = None if args.switches is None else [s for s in args.switches.split(",") if s not in ("", "none")]
     spec = TuneSpec(
         repository=repo,
@@ -93,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         num_prompts=args.num_prompts,
         input_len=args.input_len,
         output_len=args.output_len,
+        dataset=dataset,
         gpu="H200" if args.device == "gpu" else None,
         max_num_seqs=numbers(args.max_num_seqs, int),
         max_num_batched_tokens=numbers(args.max_num_batched_tokens, int),
@@ -144,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             num_prompts=spec.num_prompts,
             input_len=spec.input_len,
             output_len=spec.output_len,
+            dataset=spec.dataset,
             slo=spec.slo,
         )
         run = bench_repository(repo, bench_spec, out=sys.stderr, log_path=out / "remeasure_server.log")
