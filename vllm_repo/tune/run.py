@@ -503,6 +503,10 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
                 server = None
                 durations.append(time.monotonic() - began)
                 return None
+            for line in run.notes:  # what bench found about the prompts (the same for every candidate): once
+                if line not in notes:
+                    notes.append(line)
+                    note(line)
             figures = ev.measurement(run.points)
             timing = {"load_s": round(loaded_s, 1), "measure_s": round(time.monotonic() - began - loaded_s, 1)}
             if run.interrupted:
