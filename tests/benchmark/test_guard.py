@@ -20,16 +20,13 @@ class FakeClient:
 
     async def request(self, responses: int, gap_s: float) -> int:
         """A request whose server answers ``responses`` times, ``gap_s`` apart (never, for responses < 0)."""
-        self.activity.begin()
-        try:
+        with self.activity.waiting():
             if responses < 0:
                 await asyncio.Event().wait()
             for _ in range(responses):
                 await asyncio.sleep(gap_s)
                 self.activity.heard()
             return responses
-        finally:
-            self.activity.end()
 
 
 def test_a_server_that_stops_answering_fails_the_run_and_leaves_no_request_waiting():
@@ -59,5 +56,6 @@ def test_time_with_nothing_in_flight_is_not_silence():
     activity = Activity()
     activity.last -= 100  # long idle between load points
     assert activity.silent_for() == 0.0
-    activity.begin()
-    assert activity.silent_for() < 1
+    with activity.waiting():
+        assert activity.silent_for() < 1
+    assert activity.in_flight == 0

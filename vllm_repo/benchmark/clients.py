@@ -15,9 +15,11 @@ either endpoint), so that synthetic prompts have exactly the length asked for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from vllm_repo.benchmark.errors import BenchError
@@ -45,16 +47,19 @@ class Activity:
         self.in_flight = 0
         self.last = time.monotonic()
 
-    def begin(self) -> None:
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Around one request, from sending it to its last response."""
         if self.in_flight == 0:
             self.last = time.monotonic()  # idle time before a request is not the server's silence
         self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
 
     def heard(self) -> None:
         self.last = time.monotonic()
-
-    def end(self) -> None:
-        self.in_flight -= 1
 
     def silent_for(self) -> float:
         """Seconds since the server last answered anything while requests were waiting (0 when none waits)."""
@@ -192,11 +197,8 @@ class NativeClient:
         return [grpcclient.InferRequestedOutput(n) for n in ("num_input_tokens", "num_output_tokens")]
 
     async def send(self, prompt: str, output_len: int) -> RequestRecord:
-        self.activity.begin()
-        try:
+        with self.activity.waiting():
             return await self._send(prompt, output_len)
-        finally:
-            self.activity.end()
 
     async def _send(self, prompt: str, output_len: int) -> RequestRecord:
         request = {"model_name": self.model, "inputs": self._inputs(prompt, output_len), "outputs": self._outputs()}
@@ -392,11 +394,8 @@ class OpenAIClient:
         return body
 
     async def send(self, prompt: str, output_len: int) -> RequestRecord:
-        self.activity.begin()
-        try:
+        with self.activity.waiting():
             return await self._send(prompt, output_len)
-        finally:
-            self.activity.end()
 
     async def _send(self, prompt: str, output_len: int) -> RequestRecord:
         record = RequestRecord(start=time.perf_counter())
