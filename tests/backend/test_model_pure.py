@@ -405,6 +405,22 @@ def test_only_the_requested_outputs_are_built():
     options = dataclasses.replace(every_output(), requested=frozenset({"num_output_tokens", "finish_reason"}))
     out = as_dict(native.assemble_outputs(request_output(completion(text="a", token_ids=(4,))), options, first=True))
     assert sorted(out) == ["finish_reason", "num_output_tokens"]
+
+    class Unreadable:
+        """A value the response must not touch: an output built only to be pruned costs the GIL on every send."""
+
+        def __getattr__(self, name):
+            raise AssertionError(f"built an output nobody asked for (read .{name})")
+
+        def __add__(self, other):
+            raise AssertionError("built text_output, which nobody asked for")
+
+        __radd__ = __add__
+
+    untouched = completion(text=Unreadable(), token_ids=(4, 5), logprobs=[{7: Unreadable()}], finish_reason="length")
+    untouched.cumulative_logprob = Unreadable()
+    out = as_dict(native.assemble_outputs(request_output(untouched), options, first=True))
+    assert out["num_output_tokens"].tolist() == [2] and out["finish_reason"].tolist() == [b"length"]
     asked_for_more = dataclasses.replace(native.OutputOptions(stream=True, prepend_prompt=False), requested=frozenset(
         {"text_output", "num_output_tokens"}
     ))  # fmt: skip

@@ -319,28 +319,34 @@ def assemble_outputs(request_output: Any, options: OutputOptions, first: bool) -
         if 0 <= index < n:
             by_index[index] = completion
 
-    prefix = (request_output.prompt or "") if (options.prepend_prompt and first) else ""
-    texts = [(prefix + (c.text if c is not None else "")).encode("utf-8") for c in by_index]
-    tensors = [("text_output", np.array(texts, dtype=np.object_))]
-    if options.return_finish_reason:
+    requested = options.requested
+
+    def wanted(name: str, switched_on: bool = True) -> bool:
+        # An output the client did not name is never built: each costs the stub's GIL on every response.
+        return switched_on and (requested is None or name in requested)
+
+    tensors: list[tuple[str, np.ndarray]] = []
+    if wanted("text_output"):
+        prefix = (request_output.prompt or "") if (options.prepend_prompt and first) else ""
+        texts = [(prefix + (c.text if c is not None else "")).encode("utf-8") for c in by_index]
+        tensors.append(("text_output", np.array(texts, dtype=np.object_)))
+    if wanted("finish_reason", options.return_finish_reason):
         reasons = [str(c.finish_reason).encode() if c is not None else b"None" for c in by_index]
         tensors.append(("finish_reason", np.array(reasons, dtype=np.object_)))
-    if options.return_cumulative_logprob:
+    if wanted("cumulative_logprob", options.return_cumulative_logprob):
         values = [
             c.cumulative_logprob if c is not None and c.cumulative_logprob is not None else float("nan")
             for c in by_index
         ]
         tensors.append(("cumulative_logprob", np.array(values, dtype=np.float32)))
-    if options.return_logprobs:
+    if wanted("logprobs", options.return_logprobs):
         rows = [_logprobs_json(c.logprobs) if c is not None else b"[]" for c in by_index]
         tensors.append(("logprobs", np.array(rows, dtype=np.object_)))
-    if options.return_num_input_tokens:
+    if wanted("num_input_tokens", options.return_num_input_tokens):
         tensors.append(("num_input_tokens", np.array([len(request_output.prompt_token_ids or ())], dtype=np.uint32)))
-    if options.return_num_output_tokens:
+    if wanted("num_output_tokens", options.return_num_output_tokens):
         counts = [len(c.token_ids) if c is not None else 0 for c in by_index]
         tensors.append(("num_output_tokens", np.array(counts, dtype=np.uint32)))
-    if options.requested is not None:
-        tensors = [(name, value) for name, value in tensors if name in options.requested]
     return tensors
 
 
