@@ -13,8 +13,10 @@ the script out. Into OUT, each step's raw output:
 1. tune_search.json: `tune` on a repository of that one model (tune.json's content), and tune_search.html, its plot;
 2. remeasure.json: the winner written into the repository (`--write`), launched in a fresh server and measured with
    bench at the same load;
-3. with --grid, tune_grid.json: `tune --grid` over the same axes from the same starting model.json (--grid-against
-   an earlier run's tune_search.json measures only the grid, and compares it with that search);
+3. with --grid, tune_grid.json: `tune --grid` over the same axes from the same starting model.json, resumed from the
+   search's tune_search.json: the candidates the search measured on this machine minutes before are taken as they
+   are, as a grid that measured each point once would have them (--grid-against an earlier run's tune_search.json
+   measures the whole grid, as that search ran on another lease, and compares the two);
 4. summary.json: the winner's margin over vLLM's defaults, the fresh measurement over tune's, and the search's best and
    measurement count against the grid's.
 """
@@ -150,18 +152,22 @@ def main(argv: list[str] | None = None) -> int:
         say("tune --grid: every candidate of the same space")
         grid_repo = out / "grid_repo"
         write_repository(grid_repo, args.model, args.device)
-        grid_spec = TuneSpec(**{**vars(spec), "repository": grid_repo, "grid": True, "log_path": out / "grid.log"})
+        resume = out / "tune_search.json" if searched is not None else None
+        grid_spec = TuneSpec(
+            **{**vars(spec), "repository": grid_repo, "grid": True, "log_path": out / "grid.log", "resume": resume}
+        )
         grid = tune(grid_spec, say=say).evidence
         (out / "tune_grid.json").write_text(json.dumps(grid, indent=1) + "\n")
         best = grid["winner"]["goodput_rps"] if grid["winner"] else None
         found = evidence["winner"]["goodput_rps"] if evidence["winner"] else None
+        grid_points = grid["measurements"] + grid.get("reused", 0)  # every candidate the grid has figures for
         summary["grid"] = {
             "measurements": grid["measurements"],
+            "taken_from_the_search": grid.get("reused", 0),
+            "candidates_measured": grid_points,
             "winner": grid["winner"],
             "search_best_over_grid_best": round(found / best, 3) if found and best else None,
-            "search_measurements_over_grid": round(evidence["measurements"] / grid["measurements"], 3)
-            if grid["measurements"]
-            else None,
+            "search_measurements_over_grid": round(evidence["measurements"] / grid_points, 3) if grid_points else None,
             "wall_s": grid["wall_s"],
         }
 

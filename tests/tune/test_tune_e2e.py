@@ -155,7 +155,7 @@ def test_tune_measures_the_candidates_writes_the_winner_and_validate_accepts_it(
     assert "VR510" in checked.stdout + checked.stderr
 
 
-def test_ctrl_c_mid_search_stops_the_server_and_keeps_a_partial_tune_json(repo):
+def test_ctrl_c_mid_search_stops_the_server_and_keeps_a_partial_tune_json_that_resume_finishes(repo, tmp_path):
     model_json = repo / "tiny" / "1" / "model.json"
     before = model_json.read_text()
     tune = Tune(str(repo), *SPACE, "--write", "--format", "json")
@@ -175,3 +175,28 @@ def test_ctrl_c_mid_search_stops_the_server_and_keeps_a_partial_tune_json(repo):
     assert evidence["candidates"][statuses.index("measured")]["goodput_rps"] > 0
     assert model_json.read_text() == before  # nothing but the evidence is written
     assert json.loads(out)["stopped"] == "interrupted"
+
+    # --resume takes what was measured and measures only the rest: one load per candidate not measured before.
+    measured_before = {c["name"]: c for c in evidence["candidates"] if c["status"] == "measured"}
+    log = tmp_path / "resumed.log"
+    resumed = Tune(str(repo), *SPACE, "--resume", "--write", "--format", "json", "--log", str(log))
+    out, err = resumed.finish(600)
+    assert resumed.proc.returncode == 0, err
+    report = json.loads(out)
+    measured = [c for c in report["candidates"] if c["status"] == "measured"]
+    assert len(measured) == 3 and report["finished"] is True
+    for c in measured:
+        assert c.get("reused", False) == (c["name"] in measured_before)
+        if c["name"] in measured_before:
+            assert c["goodput_rps"] == measured_before[c["name"]]["goodput_rps"]
+    assert report["reused"] == len(measured_before) and report["measurements"] == 3 - len(measured_before)
+    loads = [line for line in log.read_text().splitlines() if "Initializing a V1 LLM engine" in line]
+    assert len(loads) == report["measurements"]
+    assert json.loads((repo / "tiny" / "tune.json").read_text())["written"] is not None
+    # The model.json --write changed is another starting point: that tune.json is not resumed from.
+    if json.loads(model_json.read_text()) != json.loads(before):
+        again = subprocess.run(
+            [sys.executable, "-m", "vllm_repo", "tune", str(repo), *SPACE, "--resume"], capture_output=True, text=True
+        )
+        assert again.returncode != 0 and "measured another run: base_args" in again.stderr
+        assert "Traceback" not in again.stderr

@@ -86,6 +86,15 @@ def tune(
             "to check the search against.",
         ),
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Take the candidates the model's tune.json has measured (a run stopped by Ctrl-C or its budget, or a "
+            "search before --grid) instead of measuring them again; the run's SLO, load and model.json must be the "
+            "same.",
+        ),
+    ] = False,
     python: Annotated[Path | None, serving_python_option()] = None,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the server and each candidate to load.")
@@ -120,6 +129,7 @@ def tune(
         max_num_batched_tokens=_numbers("--max-num-batched-tokens", max_num_batched_tokens, int),
         switches=chosen,
         grid=grid,
+        resume=resume,
         python=python,
         ready_timeout=ready_timeout,
         seed=seed,

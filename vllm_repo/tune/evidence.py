@@ -13,10 +13,19 @@ from typing import Any
 
 from vllm_repo.repository.tune_record import TUNE_FILE
 
-__all__ = ["FORMAT", "LATENCY", "TUNE_FILE", "candidate_record", "dumps", "measurement"]
+__all__ = ["FORMAT", "LATENCY", "RUN_KEYS", "TUNE_FILE", "candidate_record", "dumps", "measurement", "reusable"]
 FORMAT = 1
 # The latency the Pareto front and the tie-break use: the p99 of end-to-end latency, which holds TTFT and ITL both.
 LATENCY = "e2e_p99_ms"
+# What makes two runs' measurements comparable: the same model.json to start from, engine release, GPU, SLO, load and
+# prompts. A run resumed from a tune.json takes its measured candidates only where every one of these is the same.
+RUN_KEYS = (
+    "model", "version", "base_args", "vllm_version", "sized", "slo", "load", "input_len", "output_len", "dataset",
+    "num_prompts", "seed",
+)  # fmt: skip
+# A measured candidate's figures, as measurement() makes them.
+MEASURED_KEYS = ("goodput_rps", LATENCY, "ttft_p99_ms", "itl_p99_ms", "output_tokens_per_s", "slo_met", "failed",
+                 "points", "load_s", "measure_s")  # fmt: skip
 
 
 def candidate_record(
@@ -61,3 +70,12 @@ def measurement(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def dumps(evidence: dict[str, Any]) -> str:
     return json.dumps(evidence, indent=2) + "\n"
+
+
+def reusable(previous: dict[str, Any], run: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The measured candidates of an earlier run's evidence that this run (its RUN_KEYS values) may take as they are,
+    and, where it may take none, what differs."""
+    differing = [key for key in RUN_KEYS if previous.get(key) != run.get(key)]
+    if differing:
+        return [], differing
+    return [c for c in previous.get("candidates", []) if c.get("status") == "measured"], []

@@ -89,7 +89,9 @@ def to_text(evidence: dict[str, Any]) -> str:
     lines.append("")
     lines.append(winner_text(evidence))
     measured = evidence["measurements"]
-    lines.append(f"{measured} candidate(s) measured in {evidence['wall_s']:.0f} s")
+    taken = evidence.get("reused") or 0
+    taken_text = f", {taken} taken as measured in {evidence.get('resumed_from')}" if taken else ""
+    lines.append(f"{measured} candidate(s) measured in {evidence['wall_s']:.0f} s{taken_text}")
     if evidence["stopped"] == "budget":
         lines.append("the time budget was spent: the search stopped there, the winner is the best measured")
     elif evidence["stopped"] == "interrupted":

@@ -3,7 +3,8 @@ search's order by reloading the model through Triton's model-control API, stop t
 
 ``tune(spec)`` returns a TuneResult: the evidence (tune.json's content), the winner, and the files ``--write`` changes
 (write.py makes and writes them). Ctrl-C and the time budget end the search between (or during) candidates: the
-server's process group is stopped, and the evidence holds what was measured.
+server's process group is stopped, and the evidence holds what was measured. A run resumed from that evidence
+(``spec.resume``) takes its measured candidates as they are and measures only the others.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import json
 import math
 import os
 import shutil
@@ -71,6 +73,8 @@ class TuneSpec:
     max_num_batched_tokens: list[int] | None = None
     switches: list[str] | None = None
     grid: bool = False  # measure every candidate of the space instead of searching it (Search.grid)
+    # An earlier run's tune.json (True: the model's own), whose measured candidates are taken, not measured again.
+    resume: Path | bool | None = None
     python: Path | None = None
     ready_timeout: float = 900.0
     seed: int = 0
@@ -425,6 +429,11 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
         notes += axis_notes
         if approximate:
             notes.append("the dataset's prompts are counted at about four bytes a token for the KV-cache check")
+        run_keys = _run_keys(spec, model, version, original, vllm_version, sizer)
+        resume = model.path / ev.TUNE_FILE if spec.resume is True else spec.resume or None
+        earlier = _resumed(resume, run_keys) if resume is not None else {}
+        if resume is not None:
+            notes.append(f"resumed from {resume}: its {len(earlier)} measured candidate(s) are not measured again")
         records: dict[tuple, dict[str, Any]] = {}
 
         def record(candidate: Candidate, status: str, **extra: Any) -> dict[str, Any]:
@@ -463,6 +472,15 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
 
         def measure(candidate: Candidate) -> Outcome | None:
             nonlocal server
+            taken = earlier.get(candidate.key())
+            if taken is not None:
+                figures = {k: taken[k] for k in ev.MEASURED_KEYS if k in taken}
+                record(candidate, "measured", **figures, reused=True)
+                note(
+                    f"{candidate.name} ({candidate.stage}): measured before ({resume}): goodput "
+                    f"{figures['goodput_rps']:g} req/s"
+                )
+                return Outcome(figures["goodput_rps"], figures[ev.LATENCY])
             now = time.monotonic()
             if deadline is not None:
                 expected = sum(durations) / len(durations) if durations else 0.0
@@ -535,7 +553,8 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
             if server is not None:
                 note("stopping the server")
                 server.stop()
-        evidence = _evidence(spec, model, version, vllm_version, sizer, records, search, stopped, notes, started_at)
+        evidence = _evidence(spec, run_keys, records, search, stopped, notes, started_at)
+        evidence["resumed_from"] = str(resume) if resume is not None else None
         evidence["server_restarts"] = server.restarts if server is not None else 0
         winner = search.best if stopped != "interrupted" else None
         if stopped == "interrupted":
@@ -568,12 +587,60 @@ def _gpu(project: Any, has_gpu: bool) -> tuple[Any, int, list[str]]:
     return gpu, num_gpus, notes
 
 
-def _evidence(
+def _run_keys(
     spec: TuneSpec,
     model: ModelDirectory,
     version: VersionDirectory,
+    original: dict[str, Any],
     vllm_version: str | None,
     sizer: Sizer,
+) -> dict[str, Any]:
+    """The evidence's ev.RUN_KEYS: what a run's measurements depend on besides the candidate's own settings."""
+    return {
+        "model": model.name,
+        "version": version.path.name,
+        "base_args": original,
+        "vllm_version": vllm_version,
+        "sized": sizer.where,
+        "slo": spec.slo.given(),
+        "load": spec.loads(),
+        "input_len": None if spec.dataset else spec.input_len,
+        "output_len": spec.output_len if spec.dataset else spec.output_tokens,
+        "dataset": str(spec.dataset) if spec.dataset else None,
+        "num_prompts": spec.num_prompts,
+        "seed": spec.seed,
+    }
+
+
+def _resumed(path: Path, run_keys: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """The measured candidates of the tune.json at ``path`` that this run takes, by candidate key."""
+    try:
+        previous = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TuneError(f"{path}: no such file to resume from", hint="run tune without --resume first") from None
+    except (OSError, ValueError) as exc:
+        raise TuneError(f"{path}: not a tune.json that can be read ({exc})", hint="run without --resume") from None
+    if not isinstance(previous, dict) or previous.get("format") != ev.FORMAT:
+        raise TuneError(f"{path}: not a tune.json of this vllm-repo", hint="run without --resume")
+    # JSON's view of this run, as it would be written: tuples become lists, as in the file.
+    taken, differing = ev.reusable(previous, json.loads(json.dumps(run_keys)))
+    if differing:
+        shown = ", ".join(f"{key} ({_short(previous.get(key))} there)" for key in differing)
+        raise TuneError(
+            f"{path} measured another run: {shown}",
+            hint="resume with the options of that run, or run without --resume to measure afresh",
+        )
+    return {Candidate.of(c.get("settings") or {}, int(c.get("instances") or 1)).key(): c for c in taken}
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _evidence(
+    spec: TuneSpec,
+    run_keys: dict[str, Any],
     records: dict[tuple, dict[str, Any]],
     search: Search,
     stopped: str | None,
@@ -593,16 +660,7 @@ def _evidence(
         margin = round(winner["goodput_rps"] / defaults["goodput_rps"], 3)
     return {
         "format": ev.FORMAT,
-        "model": model.name,
-        "version": version.path.name,
-        "vllm_version": vllm_version,
-        "sized": sizer.where,
-        "slo": spec.slo.given(),
-        "load": spec.loads(),
-        "input_len": None if spec.dataset else spec.input_len,
-        "output_len": spec.output_len if spec.dataset else spec.output_tokens,
-        "dataset": str(spec.dataset) if spec.dataset else None,
-        "num_prompts": spec.num_prompts,
+        **run_keys,
         "latency": ev.LATENCY,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(time.monotonic() - started_at, 1),
@@ -610,7 +668,10 @@ def _evidence(
         "stopped": stopped,
         "notes": notes,
         "search": "grid" if spec.grid else "coarse to fine",
-        "measurements": len([c for c in candidates if c["status"] in ("measured", "failed", "interrupted")]),
+        "measurements": len(
+            [c for c in candidates if c["status"] in ("measured", "failed", "interrupted") and not c.get("reused")]
+        ),
+        "reused": len([c for c in candidates if c.get("reused")]),
         "candidates": candidates,
         "pareto_front": front,
         "winner": None

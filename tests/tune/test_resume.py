@@ -1,0 +1,86 @@
+"""Resuming a tune from its tune.json: which measured candidates a run takes as they are, and what it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_repo.tune import evidence as ev
+from vllm_repo.tune.errors import TuneError
+from vllm_repo.tune.run import _resumed
+from vllm_repo.tune.space import Candidate
+
+RUN = {
+    "model": "tiny",
+    "version": "1",
+    "base_args": {"model": "/models/tiny", "max_model_len": 512},
+    "vllm_version": "0.26.0",
+    "sized": "on H200",
+    "slo": {"ttft_p99_ms": 1000.0, "itl_p99_ms": 40.0},
+    "load": {"concurrency": [8, 16]},
+    "input_len": 1024,
+    "output_len": 128,
+    "dataset": None,
+    "num_prompts": 160,
+    "seed": 0,
+}
+
+
+def candidate(name, settings, status="measured", goodput=3.0):
+    entry = ev.candidate_record(name, "coarse", settings, 1, status)
+    if status == "measured":
+        entry.update(goodput_rps=goodput, e2e_p99_ms=900.0, points=[])
+    return entry
+
+
+def tune_json(tmp_path, **changes):
+    doc = {
+        "format": ev.FORMAT,
+        **RUN,
+        "candidates": [
+            candidate("defaults", {"max_num_seqs": None, "max_num_batched_tokens": None}, goodput=2.0),
+            candidate("max_num_seqs=8", {"max_num_seqs": 8}, goodput=3.5),
+            candidate("max_num_seqs=16", {"max_num_seqs": 16}, status="interrupted"),
+            candidate("max_num_batched_tokens=99999", {"max_num_batched_tokens": 99999}, status="dropped"),
+        ],
+        **changes,
+    }
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_same_run_takes_only_the_measured_candidates_by_their_settings(tmp_path):
+    taken = _resumed(tune_json(tmp_path), RUN)
+    assert set(taken) == {Candidate().key(), Candidate.of({"max_num_seqs": 8}).key()}
+    assert taken[Candidate.of({"max_num_seqs": 8}, stage="max_num_seqs fine").key()]["goodput_rps"] == 3.5
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("slo", {"ttft_p99_ms": 500.0, "itl_p99_ms": 40.0}),
+        ("load", {"concurrency": [32]}),
+        ("base_args", {"model": "/models/tiny", "max_model_len": 512, "max_num_seqs": 8}),  # --write changed it
+        ("vllm_version", "0.27.0"),
+        ("num_prompts", 100),
+    ],
+)
+def test_another_run_takes_nothing_and_says_what_differs(tmp_path, key, value):
+    path = tune_json(tmp_path, **{key: value})
+    with pytest.raises(TuneError) as refused:
+        _resumed(path, RUN)
+    assert str(path) in refused.value.message and key in refused.value.message
+    assert refused.value.hint and "--resume" in refused.value.hint
+
+
+def test_no_file_or_not_a_tune_json_is_a_clear_error(tmp_path):
+    with pytest.raises(TuneError, match="no such file"):
+        _resumed(tmp_path / "tune.json", RUN)
+    (tmp_path / "other.json").write_text('{"format": 99}')
+    with pytest.raises(TuneError, match=r"not a tune\.json"):
+        _resumed(tmp_path / "other.json", RUN)
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(TuneError, match="be read"):
+        _resumed(tmp_path / "broken.json", RUN)
