@@ -84,3 +84,31 @@ def test_no_file_or_not_a_tune_json_is_a_clear_error(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(TuneError, match="be read"):
         _resumed(tmp_path / "broken.json", RUN)
+
+
+def evidence(**changes):
+    measured = candidate("max_num_seqs=8", {"max_num_seqs": 8}, goodput=3.5)
+    measured.update(ttft_p99_ms=120.0, itl_p99_ms=20.0, output_tokens_per_s=900.0, slo_met=True, points=[{}])
+    doc = {
+        **RUN,
+        "notes": [],
+        "candidates": [measured],
+        "winner": {"name": "max_num_seqs=8", "goodput_rps": 3.5, "e2e_p99_ms": 900.0},
+        "defaults": None,
+        "margin_over_defaults": None,
+        "measurements": 1,
+        "wall_s": 80.0,
+        "stopped": None,
+        "reused": 0,
+        "resumed_from": None,
+    }
+    return {**doc, **changes}
+
+
+def test_the_report_says_what_a_resumed_run_took_from_the_earlier_one():
+    from vllm_repo.tune.report import to_text
+
+    fresh = to_text(evidence())
+    assert "1 candidate(s) measured in 80 s" in fresh and "taken" not in fresh
+    resumed = to_text(evidence(reused=5, resumed_from="m/tune.json"))
+    assert "1 candidate(s) measured in 80 s, 5 taken as measured in m/tune.json" in resumed
