@@ -112,3 +112,12 @@ def test_the_report_says_what_a_resumed_run_took_from_the_earlier_one():
     assert "1 candidate(s) measured in 80 s" in fresh and "taken" not in fresh
     resumed = to_text(evidence(reused=5, resumed_from="m/tune.json"))
     assert "1 candidate(s) measured in 80 s, 5 taken as measured in m/tune.json" in resumed
+
+
+def test_entries_without_their_figures_are_measured_again(tmp_path):
+    path = tune_json(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["candidates"][1].pop("goodput_rps")  # edited by hand
+    doc["candidates"].append({"status": "measured", "settings": "max_num_seqs=4"})
+    path.write_text(json.dumps(doc))
+    assert set(_resumed(path, RUN)) == {Candidate().key()}

@@ -13,7 +13,10 @@ from typing import Any
 
 from vllm_repo.repository.tune_record import TUNE_FILE
 
-__all__ = ["FORMAT", "LATENCY", "RUN_KEYS", "TUNE_FILE", "candidate_record", "dumps", "measurement", "reusable"]
+__all__ = [
+    "FORMAT", "LATENCY", "MEASURED_KEYS", "RUN_KEYS", "TUNE_FILE",
+    "candidate_record", "dumps", "measurement", "reusable",
+]  # fmt: skip
 FORMAT = 1
 # The latency the Pareto front and the tie-break use: the p99 of end-to-end latency, which holds TTFT and ITL both.
 LATENCY = "e2e_p99_ms"
@@ -78,4 +81,16 @@ def reusable(previous: dict[str, Any], run: dict[str, Any]) -> tuple[list[dict[s
     differing = [key for key in RUN_KEYS if previous.get(key) != run.get(key)]
     if differing:
         return [], differing
-    return [c for c in previous.get("candidates", []) if c.get("status") == "measured"], []
+    candidates = previous.get("candidates")
+    return [c for c in candidates if _measured(c)] if isinstance(candidates, list) else [], []
+
+
+def _measured(candidate: Any) -> bool:
+    """A measured candidate's entry with what a search needs of it (a file edited by hand may lack it)."""
+    return (
+        isinstance(candidate, dict)
+        and candidate.get("status") == "measured"
+        and isinstance(candidate.get("settings"), dict)
+        and isinstance(candidate.get("goodput_rps"), (int, float))
+        and isinstance(candidate.get(LATENCY), (int, float))
+    )
