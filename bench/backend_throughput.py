@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         stubs = stub_pids(server_pids)
         results["stub_pids"] = stubs
         # The raw path's server is this process (vLLM's frontend) and its EngineCore, the process's children.
-        raw_server = [os.getpid(), *children_of(os.getpid())]
+        raw_server = [os.getpid(), *(p for p in children_of(os.getpid()) if p not in server_pids)]
         tritonserver = [p for p in server_pids if names.get(p, ("", 0))[0] == "tritonserver"]
         # Warm-up: first requests pay one-off costs on both sides.
         concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -568,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         def run_one(name: str, c: int, per: int, spy_to: Path | None = None) -> dict:
             model = paths[name].model if isinstance(paths[name], HttpPath) else MODEL_NAME
             stub = stubs.get(model) if name != "raw" else None
-            # Server side: tritonserver, the model's stub and its EngineCore (the stub's child); for raw, this
+            # Server side: tritonserver, the model's stub and the processes below it (its EngineCore); for raw, this
             # process (vLLM's frontend, and the client) and its EngineCore.
             own = [*tritonserver, stub, *children_of(stub)] if stub else raw_server
             spy = None
@@ -646,9 +646,16 @@ def backend_sha256(source: Path) -> str:
 
 
 def children_of(pid: int) -> list[int]:
+    """Every process below ``pid``: its EngineCore, and a backend's own helper processes with theirs."""
     from vllm_repo.serve.processes import process_table
 
-    return [child for child, _, fields in process_table() if int(fields[1]) == pid]  # fields: state, ppid, ...
+    parents = {child: int(fields[1]) for child, _, fields in process_table()}  # fields: state, ppid, ...
+    found, frontier = [], [pid]
+    while frontier:
+        below = [child for child, parent in parents.items() if parent in frontier]
+        found += below
+        frontier = below
+    return found
 
 
 def _process_group(pgid: int | None) -> list[int]:
