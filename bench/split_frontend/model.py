@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import queue
 import secrets
 import subprocess
 import sys
@@ -37,6 +38,10 @@ READY_TIMEOUT_S = 900.0
 # As the bundled backend: at most this many cancellation checks a second, in turn.
 WATCH_CHECKS_PER_S = 250
 WATCH_INTERVAL_S = 0.1
+# Threads that send the responses, each request on one of them (its order kept). On two CPU cores four were worse
+# than one (0.597x raw at 32 streams against 0.658-0.678x, 62.6 responses per request against 50-54): overlapping
+# sends let requests read their next outputs sooner, so vLLM merged less, as with the bundled backend's send pool.
+SEND_THREADS = 1
 
 INPUTS = (
     ("text_input", "TYPE_STRING", [1], False),
@@ -100,6 +105,9 @@ class TritonPythonModel:
         self._keys = itertools.count()
         self.sends = 0
         self._closing = False
+        self._queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(SEND_THREADS)]
+        for i, work in enumerate(self._queues):
+            threading.Thread(target=self._send_loop, args=(work,), name=f"frontend-send-{i}", daemon=True).start()
         self._receiver = threading.Thread(target=self._receive, name="frontend-receive", daemon=True)
         self._receiver.start()
         self._stop_watching = threading.Event()
@@ -124,16 +132,37 @@ class TritonPythonModel:
         return None
 
     def _receive(self) -> None:
-        """Each message is one frontend loop turn's outputs: send them, then tell the frontend which requests may
-        read their next output."""
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        """Each message is one frontend loop turn's outputs: each goes to its request's send thread."""
         while True:
             try:
                 batch = self._conn.recv()
             except (EOFError, OSError):
                 break
+            shares: list[list[tuple]] = [[] for _ in self._queues]
+            for item in batch:
+                shares[item[0] % len(shares)].append(item)
+            for work, share in zip(self._queues, shares, strict=True):
+                if share:
+                    work.put(share)
+        for work in self._queues:
+            work.put(None)
+        if not self._closing:
+            pb_utils.Logger.log_error("[split] the frontend process is gone")
+            with self._live_lock:
+                orphans, self._senders = self._senders, {}
+            for sender in orphans.values():
+                error = pb_utils.InferenceResponse(error=pb_utils.TritonError("the frontend process is gone"))
+                sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def _send_loop(self, work: queue.SimpleQueue) -> None:
+        """Send a share of a loop turn's outputs, then tell the frontend which requests may read their next output."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        while True:
+            share = work.get()
+            if share is None:
+                return
             sent = []
-            for key, text, tokens, finished, error in batch:
+            for key, text, tokens, finished, error in share:
                 if finished or error is not None:
                     with self._live_lock:
                         sender = self._senders.pop(key, None)
@@ -163,13 +192,6 @@ class TritonPythonModel:
                     sent.append(key)
             if sent and not self._closing:
                 self._post(("sent", sent))
-        if not self._closing:
-            pb_utils.Logger.log_error("[split] the frontend process is gone")
-            with self._live_lock:
-                orphans, self._senders = self._senders, {}
-            for sender in orphans.values():
-                error = pb_utils.InferenceResponse(error=pb_utils.TritonError("the frontend process is gone"))
-                sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _watch(self) -> None:
         budget = max(1, int(WATCH_CHECKS_PER_S * WATCH_INTERVAL_S))
