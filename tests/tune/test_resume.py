@@ -8,7 +8,7 @@ import pytest
 
 from vllm_repo.tune import evidence as ev
 from vllm_repo.tune.errors import TuneError
-from vllm_repo.tune.run import _resumed
+from vllm_repo.tune.run import resumed_candidates
 from vllm_repo.tune.space import Candidate
 
 RUN = {
@@ -52,7 +52,7 @@ def tune_json(tmp_path, **changes):
 
 
 def test_the_same_run_takes_only_the_measured_candidates_by_their_settings(tmp_path):
-    taken = _resumed(tune_json(tmp_path), RUN)
+    taken = resumed_candidates(tune_json(tmp_path), RUN)
     assert set(taken) == {Candidate().key(), Candidate.of({"max_num_seqs": 8}).key()}
     assert taken[Candidate.of({"max_num_seqs": 8}, stage="max_num_seqs fine").key()]["goodput_rps"] == 3.5
 
@@ -70,20 +70,20 @@ def test_the_same_run_takes_only_the_measured_candidates_by_their_settings(tmp_p
 def test_another_run_takes_nothing_and_says_what_differs(tmp_path, key, value):
     path = tune_json(tmp_path, **{key: value})
     with pytest.raises(TuneError) as refused:
-        _resumed(path, RUN)
+        resumed_candidates(path, RUN)
     assert str(path) in refused.value.message and key in refused.value.message
     assert refused.value.hint and "--resume" in refused.value.hint
 
 
 def test_no_file_or_not_a_tune_json_is_a_clear_error(tmp_path):
     with pytest.raises(TuneError, match="no such file"):
-        _resumed(tmp_path / "tune.json", RUN)
+        resumed_candidates(tmp_path / "tune.json", RUN)
     (tmp_path / "other.json").write_text('{"format": 99}')
     with pytest.raises(TuneError, match=r"not a tune\.json"):
-        _resumed(tmp_path / "other.json", RUN)
+        resumed_candidates(tmp_path / "other.json", RUN)
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(TuneError, match="be read"):
-        _resumed(tmp_path / "broken.json", RUN)
+        resumed_candidates(tmp_path / "broken.json", RUN)
 
 
 def evidence(**changes):
@@ -120,4 +120,4 @@ def test_entries_without_their_figures_are_measured_again(tmp_path):
     doc["candidates"][1].pop("goodput_rps")  # edited by hand
     doc["candidates"].append({"status": "measured", "settings": "max_num_seqs=4"})
     path.write_text(json.dumps(doc))
-    assert set(_resumed(path, RUN)) == {Candidate().key()}
+    assert set(resumed_candidates(path, RUN)) == {Candidate().key()}

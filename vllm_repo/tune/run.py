@@ -431,7 +431,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
             notes.append("the dataset's prompts are counted at about four bytes a token for the KV-cache check")
         run_keys = _run_keys(spec, model, version, original, vllm_version, sizer)
         resume = model.path / ev.TUNE_FILE if spec.resume is True else spec.resume or None
-        earlier = _resumed(resume, run_keys) if resume is not None else {}
+        earlier = resumed_candidates(resume, run_keys) if resume is not None else {}
         if resume is not None:
             notes.append(f"resumed from {resume}: its {len(earlier)} measured candidate(s) are not measured again")
         records: dict[tuple, dict[str, Any]] = {}
@@ -612,7 +612,7 @@ def _run_keys(
     }
 
 
-def _resumed(path: Path, run_keys: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+def resumed_candidates(path: Path, run_keys: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
     """The measured candidates of the tune.json at ``path`` that this run takes, by candidate key."""
     try:
         previous = json.loads(path.read_text())
