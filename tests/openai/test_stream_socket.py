@@ -35,13 +35,15 @@ class LocalBackend:
     """Triton with a backend on this host: streamed answers go to the socket the request names, as ``frames``; the
     Triton side yields ``triton`` (its final response last). ``final_first`` sends the final before the frames."""
 
-    def __init__(self, frames=(), triton=(FINAL_WITHOUT_BYTES,), final_first=False, hold=False):
+    def __init__(self, frames=(), triton=(FINAL_WITHOUT_BYTES,), final_first=False, hold=False, end_after_final=0.0):
         self.frames = list(frames)
         self.triton = list(triton)
         self.final_first = final_first
-        self.hold = hold  # keep the request open after the frames, until the gateway cancels it
+        self.hold = hold  # keep the request open after the frames until the gateway's CANCEL frame, then end it
+        self.end_after_final = end_after_final  # how long the call takes to end after its final response
         self.stream_to: dict | None = None
-        self.cancelled = asyncio.Event()
+        self.cancelled = asyncio.Event()  # the gateway cancelled the call (gave up on it) rather than let it end
+        self.ended = asyncio.Event()  # the call ended by itself
         self.shared: list[bool] = []  # per request: whether the gateway sent it on its shared Triton stream
         self.from_gateway: list[tuple[int, int, int]] = []  # frame headers the gateway wrote to this backend
         self.frame_from_gateway = asyncio.Event()
@@ -88,10 +90,12 @@ class LocalBackend:
         try:
             if self.frames and not self.final_first:
                 await self._write_frames(stream_to)
-            if self.hold:
-                await asyncio.sleep(30)
+            if self.hold:  # the bundled backend ends a request the gateway cancels over the socket at once
+                await asyncio.wait_for(self.frame_from_gateway.wait(), 30)
             for chunk in self.triton:
                 yield chunk
+            await asyncio.sleep(self.end_after_final)
+            self.ended.set()
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled.set()
             raise
@@ -211,7 +215,7 @@ def test_a_triton_error_mid_stream_ends_a_socket_stream_with_an_error_event():
     asyncio.run(scenario())
 
 
-def test_a_client_that_goes_away_cancels_its_stream_over_the_socket_and_its_triton_side():
+def test_a_client_that_goes_away_cancels_its_stream_over_the_socket_and_the_backend_ends_its_triton_call():
     async def scenario():
         triton = LocalBackend(frames=SSE[:1], hold=True)
         client, streams = await _client(triton)
@@ -220,12 +224,65 @@ def test_a_client_that_goes_away_cancels_its_stream_over_the_socket_and_its_trit
             assert await response.content.readuntil(b"\n\n") == b"data: 1\n\n"
             assert not triton.from_gateway  # nothing but the hello while the client reads
             response.close()
-            await asyncio.wait_for(triton.cancelled.wait(), 5)
             await asyncio.wait_for(triton.frame_from_gateway.wait(), 5)
             assert triton.from_gateway == [(triton.stream_to["id"], contract.STREAM_FRAME_CANCEL, 0)]
             assert not streams._inboxes  # later frames of that stream are dropped
+            # Told over the socket, the backend ends the request; its gRPC call is not cancelled under it (a call
+            # cancelled while Triton 2.51 completes it can crash the server).
+            await asyncio.wait_for(triton.ended.wait(), 5)
+            assert not triton.cancelled.is_set()
         finally:
             await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_goes_away_before_the_backend_wrote_to_the_socket_has_its_triton_call_cancelled():
+    async def scenario():
+        held = asyncio.Event()
+        triton = LocalBackend(frames=[(WAIT, held), *SSE])
+        client, streams = await _client(triton)
+        try:
+            asking = asyncio.ensure_future(client.post("/v1/chat/completions", json=STREAM))
+            while triton.stream_to is None:
+                await asyncio.sleep(0.01)
+            asking.cancel()  # the client leaves before any header: nothing shows that this backend reads CANCEL
+            await asyncio.gather(asking, return_exceptions=True)
+            await asyncio.wait_for(triton.cancelled.wait(), 5)
+            assert not triton.ended.is_set()
+        finally:
+            held.set()
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_call_that_had_its_final_response_is_left_to_end_and_the_client_is_not_held_for_it():
+    async def scenario():
+        triton = LocalBackend(frames=SSE, end_after_final=0.5)
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert await response.read() == b"".join(payload for _, payload in SSE)
+            assert not triton.ended.is_set()  # the answer was complete before the call's end
+            await asyncio.wait_for(triton.ended.wait(), 5)
+            assert not triton.cancelled.is_set()
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_call_still_ending_when_the_gateway_stops_is_cancelled_then():
+    async def scenario():
+        triton = LocalBackend(frames=SSE, end_after_final=60)
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert await response.read() == b"".join(payload for _, payload in SSE)
+        finally:
+            await asyncio.wait_for(_stop(client, streams), 5)
+        assert triton.cancelled.is_set() and not triton.ended.is_set()
 
     asyncio.run(scenario())
 

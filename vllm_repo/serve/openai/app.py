@@ -37,6 +37,9 @@ NO_MODEL_READY = "no model that speaks OpenAI is ready on Triton"
 # How long a stream whose Triton side has ended may wait for the rest of its bytes on the stream socket: the backend
 # writes them before its final response, so they are at most a moment behind.
 STREAM_SOCKET_GRACE_S = 10.0
+# How long a request's Triton call may take to end after its client has the answer or went away, before it is
+# cancelled: its backend was told (the final response is out, or CANCEL reached it) and ends it within a second.
+CALL_END_LIMIT_S = 60.0
 # How long /metrics waits for Triton's metrics endpoint: a Prometheus scrape's own timeout is 10 s by default.
 METRICS_TIMEOUT_S = 8.0
 # Inbox entries beside the socket's frames: a response from Triton, or Triton's failure.
@@ -215,6 +218,8 @@ class OpenAIGateway:
         # Models whose backend has written to the stream socket, so reads the CANCEL frames there too: their streamed
         # requests share one Triton stream, which cannot cancel them one by one.
         self._socket_readers: set[str] = set()
+        # Requests whose client has its answer (or went away) while their Triton call has yet to end (_let_end).
+        self._ending: set[asyncio.Task] = set()
 
     def application(self) -> web.Application:
         middlewares = [ApiKeyCheck(self.api_keys).middleware] if self.api_keys else []
@@ -238,6 +243,9 @@ class OpenAIGateway:
         return app
 
     async def _close(self, app: web.Application) -> None:
+        for task in list(self._ending):
+            task.cancel()
+        await asyncio.gather(*self._ending, return_exceptions=True)
         await self.triton.close()
         if self._http is not None:
             await self._http.close()
@@ -445,13 +453,31 @@ class OpenAIGateway:
                 self._socket_readers.add(model)
             elif relay.status == 200 and relay.bytes_from_triton:
                 self._socket_readers.discard(model)  # this backend answered through Triton: it cannot reach the socket
-            # Before Triton's final response (the client went away), this cancels the request in the engine: the
-            # socket tells the backend at once, and Triton's cancellation follows the gRPC call's (of a request on a
-            # stream of its own; on the shared stream, this only stops listening).
+            # Before Triton's final response (the client went away), the socket's CANCEL frame tells the backend at
+            # once; a backend that reads the socket then ends the request itself, and its call ends as calls do.
+            # Cancelling a call while Triton completes it crashes Triton 2.51's gRPC frontend (SIGSEGV in
+            # ModelStreamInferHandler::Process, triton-inference-server/server#7840 and #8078), so only a request
+            # whose backend has not shown that it reads the socket is cancelled through its call (on the shared
+            # stream, that only stops listening). A call that has had its final response ends right after it.
             if not triton_done:
                 inbox.cancel()
-            triton_side.cancel()
-            await asyncio.gather(triton_side, return_exceptions=True)
+            if triton_done or socket_used:
+                self._let_end(triton_side)
+            else:
+                triton_side.cancel()
+                await asyncio.gather(triton_side, return_exceptions=True)
+
+    def _let_end(self, task: asyncio.Task) -> None:
+        """Let ``task`` (a request's Triton side) run to its call's end without anyone waiting for it; it is
+        cancelled after CALL_END_LIMIT_S, or when the gateway stops."""
+        self._ending.add(task)
+        limit = asyncio.get_running_loop().call_later(CALL_END_LIMIT_S, task.cancel)
+
+        def ended(done: asyncio.Task) -> None:
+            limit.cancel()
+            self._ending.discard(done)
+
+        task.add_done_callback(ended)
 
     @staticmethod
     def _bytes_may_follow(relay: Relay, socket_used: bool) -> bool:
