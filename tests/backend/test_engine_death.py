@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from vllm_repo.backend import model as backend
-from vllm_repo.backend.vllm_repo_backend import stub
+from vllm_repo.backend.vllm_repo_backend import environment, stub
 
 
 class _TritonError(Exception):
@@ -63,7 +63,10 @@ def _dead_model(health_check: bool, monkeypatch) -> backend.TritonPythonModel:
     model = backend.TritonPythonModel.__new__(backend.TritonPythonModel)
     model.model_name, model.health_check = "tiny", health_check
     model._dead_reason, model._closing, model._live, model._metrics = None, False, {}, None
-    monkeypatch.setattr(model, "_death_cause", lambda: "Engine core proc EngineCore_DP0 died (log: /tmp/t.log)")
+    model._log_start = 0
+    monkeypatch.setattr(
+        environment, "death_cause_in_server_log", lambda start: "Engine core proc EngineCore_DP0 died (log: /tmp/t.log)"
+    )
     model._on_engine_dead()
     return model
 

@@ -289,6 +289,38 @@ def test_a_client_that_disconnects_mid_stream_stops_its_request_in_the_engine(cl
     assert metric(gateway, "vllm:generation_tokens_total") == generated
 
 
+def test_a_client_that_gives_up_on_an_answer_not_streamed_stops_its_request_in_the_engine(client, gateway):
+    """A client's timeout on a long non-streamed request: the gateway tells the backend over its stream socket (the
+    request went on the shared Triton stream, whose call is never cancelled) and the engine stops generating."""
+    # A streamed answer first, so the gateway knows this backend reads its socket whatever ran before.
+    assert len(streamed_chunks(client, 4)) >= 1
+    # Eight answers of the whole context: many seconds of generation however fast the machine.
+    choices, each = 8, MAX_MODEL_LEN - 48
+    asked = choices * each
+    aborted = "cancelled by the client: aborted in the engine"
+    aborts_before = gateway.server_log.read_text().count(aborted)
+    before = metric(gateway, "vllm:generation_tokens_total")
+    impatient = client.with_options(timeout=1.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.chat.completions.create(
+            model="tiny", messages=CHAT, max_tokens=each, n=choices, temperature=1, extra_body={"ignore_eos": True}
+        )
+    deadline = time.monotonic() + 15
+    while gateway.server_log.read_text().count(aborted) == aborts_before:
+        assert time.monotonic() < deadline, "the request the client gave up on was not aborted in the engine"
+        time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while metric(gateway, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert metric(gateway, "vllm:num_requests_running") == 0
+    generated = metric(gateway, "vllm:generation_tokens_total")
+    assert generated - before < asked
+    time.sleep(1)
+    assert metric(gateway, "vllm:generation_tokens_total") == generated
+    # The gateway goes on answering.
+    assert client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=4).choices[0].message
+
+
 def test_the_api_key_is_required_and_health_is_open(gateway):
     keyless = openai.OpenAI(base_url=gateway.base_url, api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

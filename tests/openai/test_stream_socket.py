@@ -156,14 +156,54 @@ def test_a_backend_that_cannot_reach_the_socket_answers_through_triton():
     asyncio.run(scenario())
 
 
-def test_answers_that_are_not_streamed_are_not_offered_the_socket():
+def test_answers_that_are_not_streamed_name_the_socket_only_to_a_backend_known_to_read_it_and_share_its_stream():
     async def scenario():
-        triton = LocalBackend(triton=(Chunk(200, b'{"id": 1}', True),))
+        answer = Chunk(200, b'{"id": 1}', True)
+        triton = LocalBackend(triton=(answer,))
         client, streams = await _client(triton)
         try:
             response = await client.post("/v1/completions", json={"model": "tiny", "prompt": "x"})
             assert await response.json() == {"id": 1}
-            assert triton.stream_to is None
+            assert triton.stream_to is None and triton.shared == [False]
+            # A streamed answer that took the socket shows that this backend reads it (and its CANCEL frames).
+            triton.frames, triton.triton = SSE, [FINAL_WITHOUT_BYTES]
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert await response.read() == b"".join(payload for _, payload in SSE)
+            # From then on a request whose answer comes through Triton names the socket too, for cancellation
+            # alone, on the shared stream; its answer is whole, and the backend stays a reader of the socket.
+            triton.frames, triton.triton = [], [answer]
+            for _ in range(2):
+                response = await client.post("/v1/completions", json={"model": "tiny", "prompt": "x"})
+                assert await response.json() == {"id": 1}
+                assert triton.stream_to is not None
+            assert triton.shared == [False, False, True, True]
+        finally:
+            await _stop(client, streams)
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_leaves_before_an_answer_not_streamed_cancels_it_over_the_socket_not_its_triton_call():
+    async def scenario():
+        triton = LocalBackend(frames=SSE)
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            assert await response.read() == b"".join(payload for _, payload in SSE)
+            reader, writer = await asyncio.open_unix_connection(streams.path)  # the backend, listening
+            assert await reader.readexactly(len(contract.STREAM_SOCKET_HELLO)) == contract.STREAM_SOCKET_HELLO
+            triton.frames, triton.hold, triton.triton = [], True, [Chunk(200, b'{"id": 1}', True)]
+            asking = asyncio.ensure_future(client.post("/v1/completions", json={"model": "tiny", "prompt": "x"}))
+            while len(triton.shared) < 2:
+                await asyncio.sleep(0.01)
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+            header = openai_wire.STREAM_FRAME
+            frame = await asyncio.wait_for(reader.readexactly(header.size), 5)
+            assert header.unpack(frame) == (triton.stream_to["id"], contract.STREAM_FRAME_CANCEL, 0)
+            # It went on the shared stream, where the gateway's giving up only stops listening: no call is cancelled.
+            assert triton.shared == [False, True]
+            writer.close()
         finally:
             await _stop(client, streams)
 
@@ -565,7 +605,8 @@ async def _serve_with_app(
         stream_to=openai_wire.StreamTo(streams.path, inbox.id) if use_socket else None,
         headers=headers,
     )
-    return inbox, asyncio.ensure_future(model._serve_openai(job)), finals
+    job.task = asyncio.ensure_future(model._serve_openai(job))
+    return inbox, job.task, finals
 
 
 @pytest.mark.parametrize("streamed", [True, False], ids=["event-stream", "json"])
@@ -595,6 +636,53 @@ def test_the_backend_says_start_when_vllm_begins_a_streamed_answer_before_its_fi
                 assert await asyncio.wait_for(inbox.queue.get(), 5) == (END, b"")
             await asyncio.wait_for(serving, 5)
             assert len(finals) == 1 and inbox.queue.empty()
+        finally:
+            await streams.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("listens", [True, False], ids=["app-listens", "app-ignores-the-disconnect"])
+def test_a_cancelled_openai_request_is_told_to_vllms_app_as_a_disconnect_and_its_late_answer_goes_nowhere(
+    listens, monkeypatch
+):
+    """vllm serve's routes (with_cancellation) generate in a task of their own and stop it when receive() says
+    http.disconnect, then answer anyway; cancelling the app's own task would leave that task generating."""
+    monkeypatch.setattr(backend, "OPENAI_DISCONNECT_GRACE_S", 0.3)
+    generating = asyncio.Event()
+    work_cancelled = asyncio.Event()
+
+    async def generate():
+        generating.set()
+        try:
+            await asyncio.sleep(30)  # the engine making a long non-streamed answer
+        except asyncio.CancelledError:
+            work_cancelled.set()
+            raise
+
+    async def app(scope, receive, send):
+        await receive()  # the body
+        work = asyncio.ensure_future(generate())
+        if listens:
+            disconnect = asyncio.ensure_future(receive())
+            await asyncio.wait([work, disconnect], return_when=asyncio.FIRST_COMPLETED)
+            assert disconnect.result() == {"type": "http.disconnect"}
+            work.cancel()
+        else:
+            await work
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"null", "more_body": False})
+
+    async def scenario():
+        streams = await StreamSocket().start()
+        try:
+            inbox, serving, finals = await _serve_with_app(streams, app, monkeypatch, endpoint="/v1/completions")
+            await asyncio.wait_for(generating.wait(), 5)
+            inbox.cancel()  # the client went away: the gateway's CANCEL frame
+            await asyncio.wait_for(work_cancelled.wait(), 5)
+            await asyncio.wait_for(serving, 5)
+            # One final response, the cancellation's error, not the app's late answer.
+            assert len(finals) == 1 and finals[0].args[1:] == ("request was cancelled", "CANCELLED")
         finally:
             await streams.close()
 

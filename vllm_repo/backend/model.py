@@ -132,6 +132,9 @@ WATCH_INTERVAL_S = 0.1
 # is what limits the stub. Beyond 25 requests in flight a client's cancellation is seen within (requests / 250) s
 # instead of 0.1 s: 1 s at 256 streams, while each of those requests runs for about 1.6 s on an H200.
 WATCH_CHECKS_PER_S = 250
+# How long vLLM's app has to end an OpenAI request after it was told the client went away, before its task is
+# cancelled.
+OPENAI_DISCONNECT_GRACE_S = 1.0
 
 
 def _input(request: Any, name: str) -> np.ndarray | None:
@@ -336,15 +339,22 @@ class TritonPythonModel:
     def _cancel(self, job: jobs.Job | jobs.OpenAIJob, reason: str) -> None:
         if job.finished or job.task is None or job.task.done():
             return
-        job.cancel_reason = job.cancel_reason or reason
-        if job.cancel_reason == "request was cancelled":
+        if job.cancel_reason is None and reason == "request was cancelled":
             log.info(f"[vllm] Cancelling the request {job.request_id}")
+        job.cancel_reason = job.cancel_reason or reason
+        if isinstance(job, jobs.OpenAIJob) and not job.disconnected.is_set():
+            # vLLM's app is told as uvicorn tells vllm serve's: http.disconnect. Its routes run their work in a task
+            # of their own (with_cancellation) that stops only then; cancelling the app's task instead left that task
+            # generating a non-streamed answer to its end. A route that does not listen is cancelled after a grace.
+            job.disconnected.set()
+            self._loop.call_later(OPENAI_DISCONNECT_GRACE_S, self._cancel, job, reason)
+            return
         job.task.cancel()
 
     def _on_engine_dead(self) -> None:
         if self._dead_reason is not None or self._closing:
             return
-        cause = self._death_cause()
+        cause = environment.death_cause_in_server_log(self._log_start)
         unloaded = False
         if self.health_check:
             try:
@@ -367,20 +377,6 @@ class TritonPythonModel:
         if self._metrics is not None:
             assert self._accumulator is not None  # the metrics are made only around an accumulator
             self._accumulator.release_held()  # no stats will come from a dead engine
-
-    def _death_cause(self) -> str:
-        """What killed the engine, read from the server log that vLLM's processes write to, and where that log is."""
-        path = environment.server_log_file()
-        if path is None:
-            return "see the Triton server log for the cause"
-        cause = None
-        # vLLM logs the death from the process that saw it; the line can land a moment after the client notices.
-        for _ in range(10):
-            cause = environment.engine_death_cause(environment.read_log_tail(path, start=self._log_start))
-            if cause is not None:
-                break
-            time.sleep(0.1)
-        return f"{cause or 'no cause in the log'} (log: {path})"
 
     # -- execute --------------------------------------------------------------------------------------------------
     def execute(self, requests: Sequence[Any]) -> None:
@@ -645,6 +641,8 @@ class TritonPythonModel:
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
+            if job.cancel_reason is not None:
+                return  # what the app answers once the client went away goes nowhere
             if message["type"] == "http.response.start":
                 job.status = int(message["status"])
                 headers = dict(message.get("headers") or ())
@@ -684,6 +682,8 @@ class TritonPythonModel:
             else:
                 scope = openai_wire.asgi_scope(job.method, job.endpoint, job.query, job.headers, job.body)
                 await app(scope, receive, send)
+                if job.cancel_reason is not None:  # the app ended at the disconnect _cancel gave it
+                    raise asyncio.CancelledError
         except asyncio.CancelledError:
             # Cancelling the app's task closes vLLM's serving generator, which aborts the request in the engine.
             reason = job.cancel_reason or "request was cancelled"

@@ -42,8 +42,9 @@ INPUTS: tuple[Tensor, ...] = (
     # "?" allowed), "body": {...}, optionally "stream_to": {"socket": PATH, "id": N} and "headers": [[NAME, VALUE],
     # ...]}; when present the request is an OpenAI request and every other input is ignored (text_input is still
     # sent, as ""). With stream_to, a streamed 200 response's bytes go to the Unix socket PATH as frames of stream N
-    # (below) instead of in Triton responses, if the backend can reach it. headers are the client's, for vLLM's app;
-    # without them it gets Content-Type JSON.
+    # (below) instead of in Triton responses, if the backend can reach it; a CANCEL frame for stream N there cancels
+    # the request, whatever its answer. headers are the client's, for vLLM's app; without them it gets Content-Type
+    # JSON.
     Tensor(OPENAI_REQUEST_INPUT, "TYPE_STRING", (1,), optional=True),
 )
 

@@ -18,6 +18,7 @@ import re
 import signal
 import stat
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -286,3 +287,19 @@ def read_log_tail(path: str, size: int = 256 * 1024, start: int = 0) -> str:
             return log.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def death_cause_in_server_log(start: int) -> str:
+    """What killed the engine, read from the server log that vLLM's processes write to (from ``start`` on), and where
+    that log is."""
+    path = server_log_file()
+    if path is None:
+        return "see the Triton server log for the cause"
+    cause = None
+    # vLLM logs the death from the process that saw it; the line can land a moment after the client notices.
+    for _ in range(10):
+        cause = engine_death_cause(read_log_tail(path, start=start))
+        if cause is not None:
+            break
+        time.sleep(0.1)
+    return f"{cause or 'no cause in the log'} (log: {path})"

@@ -215,8 +215,8 @@ class OpenAIGateway:
         self.catalog = ModelCatalog(triton)
         self.api_keys = [k for k in api_keys or () if k]
         self.streams = streams
-        # Models whose backend has written to the stream socket, so reads the CANCEL frames there too: their streamed
-        # requests share one Triton stream, which cannot cancel them one by one.
+        # Models whose backend has written to the stream socket, so reads the CANCEL frames there too: their requests
+        # share one Triton stream, which cannot cancel them one by one.
         self._socket_readers: set[str] = set()
         # Requests whose client has its answer (or went away) while their Triton call has yet to end (_let_end).
         self._ending: set[asyncio.Task] = set()
@@ -383,7 +383,11 @@ class OpenAIGateway:
         self, request: web.Request, model: str, body: dict[str, Any] | str | None, streamed: bool
     ) -> web.StreamResponse:
         relay = Relay(request, streamed)
-        inbox = self.streams.open() if streamed and self.streams is not None else None
+        # A streamed answer is offered the socket. Any other request to a backend known to read the socket names it
+        # too, for the CANCEL frame alone (its answer comes through Triton): it then goes on the shared stream, and
+        # no gRPC call is cancelled when its client goes away.
+        offered = streamed or model in self._socket_readers
+        inbox = self.streams.open() if offered and self.streams is not None else None
         headers = forwarded_headers(request)
         try:
             if inbox is None:
@@ -451,8 +455,8 @@ class OpenAIGateway:
         finally:
             if socket_used:
                 self._socket_readers.add(model)
-            elif relay.status == 200 and relay.bytes_from_triton:
-                self._socket_readers.discard(model)  # this backend answered through Triton: it cannot reach the socket
+            elif relay.streamed and relay.status == 200 and relay.bytes_from_triton:
+                self._socket_readers.discard(model)  # it streamed through Triton: this backend cannot reach the socket
             # Before Triton's final response (the client went away), the socket's CANCEL frame tells the backend at
             # once; a backend that reads the socket then ends the request itself, and its call ends as calls do.
             # Cancelling a call while Triton completes it crashes Triton 2.51's gRPC frontend (SIGSEGV in
@@ -482,7 +486,7 @@ class OpenAIGateway:
     @staticmethod
     def _bytes_may_follow(relay: Relay, socket_used: bool) -> bool:
         """Triton's side has ended without bytes for a streamed 200 answer: they took the socket, not yet read."""
-        return not socket_used and relay.status == 200 and not relay.bytes_from_triton
+        return relay.streamed and not socket_used and relay.status == 200 and not relay.bytes_from_triton
 
     async def _refused(self, model: str, exc: TritonUnavailable) -> web.Response:
         """Triton refused the request itself: most often the model was unloaded since the last look (its engine died
