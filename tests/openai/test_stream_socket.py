@@ -277,6 +277,38 @@ def test_a_client_that_goes_away_cancels_its_stream_over_the_socket_and_the_back
     asyncio.run(scenario())
 
 
+def test_a_client_gone_when_its_next_chunk_is_written_is_cancelled_and_no_error_is_logged(caplog, monkeypatch):
+    """aiohttp raises ConnectionResetError on a write to a client that went away, often before it cancels the
+    handler: that is the client leaving, not a gateway error (uvicorn logs none for vllm serve). The backend is told,
+    and nothing is logged."""
+    writes = []
+
+    async def write_to_a_gone_client(relay, data):
+        writes.append(data)
+        if len(writes) > 1:
+            raise ConnectionResetError("Cannot write to closing transport")
+        await (await relay._stream()).write(data)
+
+    monkeypatch.setattr(gateway_app.Relay, "from_socket", write_to_a_gone_client)
+
+    async def scenario():
+        triton = LocalBackend(frames=SSE, hold=True)
+        client, streams = await _client(triton)
+        try:
+            response = await client.post("/v1/chat/completions", json=STREAM)
+            await response.read()
+            await asyncio.wait_for(triton.frame_from_gateway.wait(), 5)
+            assert triton.from_gateway == [(triton.stream_to["id"], contract.STREAM_FRAME_CANCEL, 0)]
+            await asyncio.wait_for(triton.ended.wait(), 5)  # the backend ended it: its call was not cancelled
+        finally:
+            await _stop(client, streams)
+
+    with caplog.at_level("ERROR"):
+        asyncio.run(scenario())
+    assert len(writes) == 2
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
 def test_a_client_that_goes_away_before_the_backend_wrote_to_the_socket_has_its_triton_call_cancelled():
     async def scenario():
         held = asyncio.Event()

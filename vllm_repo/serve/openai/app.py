@@ -390,19 +390,27 @@ class OpenAIGateway:
         inbox = self.streams.open() if offered and self.streams is not None else None
         headers = forwarded_headers(request)
         try:
-            if inbox is None:
-                async for chunk in self.triton.call(model, request.path, body, headers=headers):
-                    await relay.from_triton(chunk)
-            else:
-                await self._relay_with_socket(model, request.path, body, headers, inbox, relay)
-        except TritonUnavailable as exc:
-            if relay.response is None:
-                return await self._refused(model, exc)
-            await relay.failed(exc)
-        finally:
-            if inbox is not None:
-                inbox.close()
-        return await relay.finish()
+            try:
+                if inbox is None:
+                    async with contextlib.aclosing(self.triton.call(model, request.path, body, headers=headers)) as it:
+                        async for chunk in it:
+                            await relay.from_triton(chunk)
+                else:
+                    await self._relay_with_socket(model, request.path, body, headers, inbox, relay)
+            except TritonUnavailable as exc:
+                if relay.response is None:
+                    return await self._refused(model, exc)
+                await relay.failed(exc)
+            finally:
+                if inbox is not None:
+                    inbox.close()
+            return await relay.finish()
+        except ConnectionResetError:
+            # The client went away mid-stream: aiohttp says so on a write, before it cancels the handler, and the
+            # request was cancelled on the way out. Not an error to log (vllm serve logs none): the stream that was
+            # begun is all aiohttp needs, and it knows the client is gone.
+            assert relay.response is not None  # only a begun stream writes
+            return relay.response
 
     async def _relay_with_socket(
         self,
