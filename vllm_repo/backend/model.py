@@ -685,7 +685,7 @@ class TritonPythonModel:
                 if job.cancel_reason is not None:  # the app ended at the disconnect _cancel gave it
                     raise asyncio.CancelledError
         except asyncio.CancelledError:
-            # Cancelling the app's task closes vLLM's serving generator, which aborts the request in the engine.
+            # The app ended at the disconnect, or its task was cancelled: vLLM's generator closed, aborting the request.
             reason = job.cancel_reason or "request was cancelled"
             code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
             if code == "CANCELLED":
