@@ -32,7 +32,11 @@ collect() {
     "$PY" "$RUN"/tree/bench/native_hops.py report "$RUN"/out/hops --json "$RUN"/out/hops_report.json
     tar -C "$RUN"/out -cJf "$RUN"/out/hops.tar.xz hops
   fi
-  mkdir -p "${OUT:?}" && (cd "$RUN"/out && tar -cf - --exclude=./hops . | tar -xf - -C "$OUT"); cp "$RUN"/run.log "$OUT"/ 2>/dev/null
+  # Everything in one archive (what comes back is at most 8 files, 2 folders down: a tune run writes more), and the
+  # top-level files beside it, the first 6 by name.
+  mkdir -p "${OUT:?}" && tar -C "$RUN"/out -cJf "$OUT"/out.tar.xz --exclude=./hops --exclude=./prompts.jsonl .
+  find "$RUN"/out -maxdepth 1 -type f ! -name prompts.jsonl | sort | head -6 | xargs -r cp -t "$OUT"/
+  cp "$RUN"/run.log "$OUT"/ 2>/dev/null
   tail -c 6000 "$RUN"/run.log | grep -v "^(EngineCore\|^INFO\|^WARNING\|^\[" | tail -40
 }
 follow() {

@@ -13,7 +13,7 @@ the script out. Into OUT, each step's raw output:
 1. tune_search.json: `tune` on a repository of that one model (tune.json's content); tune_search.txt, the table tune
    prints; tune_search.html and tune_search.svg, its plot;
 2. remeasure.json: the winner written into the repository (`--write`), launched in a fresh server and measured with
-   bench at the same load;
+   bench at the same load (before the grid, so that a lease ending during the grid keeps it);
 3. with --grid, tune_grid.json: `tune --grid` over the same axes from the same starting model.json, resumed from the
    search's tune_search.json: the candidates the search measured on this machine minutes before are taken as they
    are, as a grid that measured each point once would have them (--grid-against an earlier run's tune_search.json
@@ -153,29 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": evidence["wall_s"],
     }
 
-    if args.grid or args.grid_against:
-        say("tune --grid: every candidate of the same space")
-        grid_repo = out / "grid_repo"
-        write_repository(grid_repo, args.model, args.device)
-        resume = out / "tune_search.json" if searched is not None else None
-        grid_spec = TuneSpec(
-            **{**vars(spec), "repository": grid_repo, "grid": True, "log_path": out / "grid.log", "resume": resume}
-        )
-        grid = tune(grid_spec, say=say).evidence
-        (out / "tune_grid.json").write_text(json.dumps(grid, indent=1) + "\n")
-        best = grid["winner"]["goodput_rps"] if grid["winner"] else None
-        found = evidence["winner"]["goodput_rps"] if evidence["winner"] else None
-        grid_points = grid["measurements"] + grid.get("reused", 0)  # every candidate the grid has figures for
-        summary["grid"] = {
-            "measurements": grid["measurements"],
-            "taken_from_the_search": grid.get("reused", 0),
-            "candidates_measured": grid_points,
-            "winner": grid["winner"],
-            "search_best_over_grid_best": round(found / best, 3) if found and best else None,
-            "search_measurements_over_grid": round(evidence["measurements"] / grid_points, 3) if grid_points else None,
-            "wall_s": grid["wall_s"],
-        }
-
+    # The winner's fresh measurement before the grid: a lease that ends during the grid still has it.
     if searched is not None and searched.winner is not None:
         say("the winner written, launched in a fresh server and measured again")
         written = write(searched)
@@ -198,6 +176,30 @@ def main(argv: list[str] | None = None) -> int:
             "goodput_rps": fresh,
             "tune_reported_goodput_rps": reported,
             "ratio": round(fresh / reported, 3) if reported else None,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")  # kept if the grid is cut short
+
+    if args.grid or args.grid_against:
+        say("tune --grid: every candidate of the same space")
+        grid_repo = out / "grid_repo"
+        write_repository(grid_repo, args.model, args.device)
+        resume = out / "tune_search.json" if searched is not None else None
+        grid_spec = TuneSpec(
+            **{**vars(spec), "repository": grid_repo, "grid": True, "log_path": out / "grid.log", "resume": resume}
+        )
+        grid = tune(grid_spec, say=say).evidence
+        (out / "tune_grid.json").write_text(json.dumps(grid, indent=1) + "\n")
+        best = grid["winner"]["goodput_rps"] if grid["winner"] else None
+        found = evidence["winner"]["goodput_rps"] if evidence["winner"] else None
+        grid_points = grid["measurements"] + grid.get("reused", 0)  # every candidate the grid has figures for
+        summary["grid"] = {
+            "measurements": grid["measurements"],
+            "taken_from_the_search": grid.get("reused", 0),
+            "candidates_measured": grid_points,
+            "winner": grid["winner"],
+            "search_best_over_grid_best": round(found / best, 3) if found and best else None,
+            "search_measurements_over_grid": round(evidence["measurements"] / grid_points, 3) if grid_points else None,
+            "wall_s": grid["wall_s"],
         }
 
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
