@@ -22,9 +22,11 @@
 #                                                                     bash bench/device_backend.sh tune [tune_gpu args]
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
+#   5. no carry: bash bench/device_backend.sh cachepack   (vLLM's compile cache back in pieces, for the next lease's
+#      carry [.gpuroute/compile_cache]: bash bench/device_backend.sh cacheunpack, after unpack)
 # The report's run: run --rounds 3 --concurrency 1,32,128,256,512 --requests 6,2,2,2,2 --prompt-words 128 ...
 set -uo pipefail
-stage=${1:?part NN | unpack | run | pack | tune | wait}; shift
+stage=${1:?part NN | unpack | run | pack | tune | wait | cachepack | cacheunpack}; shift
 RUN=/tmp/backend-bench
 collect() {
   # What the benchmark wrote so far, and its log, come back under $OUT; HOPS=1's events as one xz file, and its report.
@@ -103,4 +105,15 @@ run|pack|tune)
   follow ;;
 wait)
   follow ;;
+cachepack)
+  # vLLM's torch.compile cache (a load with a new compile range or CUDA-graph sizes compiles for 20-40 s), in pieces
+  # that come back (at most 8 files of 16 MiB); the next lease's cacheunpack puts it back, so its loads skip compiling.
+  du -sh ~/.cache/vllm/torch_compile_cache || exit 1
+  mkdir -p "${OUT:?}" && tar -C ~/.cache/vllm -cf - torch_compile_cache | xz -6 -T8 |
+    split -b 15M -d -a 1 - "$OUT"/compile_cache.tar.xz.
+  ls -la "$OUT" ;;
+cacheunpack)
+  # carry [.gpuroute/compile_cache] (cachepack's pieces)
+  mkdir -p ~/.cache/vllm && cat .gpuroute/compile_cache/compile_cache.tar.xz.* | xz -dc | tar -C ~/.cache/vllm -xf - &&
+    du -sh ~/.cache/vllm/torch_compile_cache ;;
 esac
