@@ -111,7 +111,9 @@ cachepack)
   du -sh ~/.cache/vllm/torch_compile_cache || exit 1
   mkdir -p "${OUT:?}" && tar -C ~/.cache/vllm -cf - torch_compile_cache | xz -6 -T8 |
     split -b 15M -d -a 1 - "$OUT"/compile_cache.tar.xz.
-  ls -la "$OUT" ;;
+  ls -la "$OUT"
+  # more pieces than come back would be a cache cacheunpack cannot read: say so rather than lose the tail
+  [ "$(ls "$OUT"/compile_cache.tar.xz.* | wc -l)" -le 8 ] || { echo "compile cache over 8 pieces: not brought back"; exit 1; } ;;
 cacheunpack)
   # carry [.gpuroute/compile_cache] (cachepack's pieces)
   mkdir -p ~/.cache/vllm && cat .gpuroute/compile_cache/compile_cache.tar.xz.* | xz -dc | tar -C ~/.cache/vllm -xf - &&

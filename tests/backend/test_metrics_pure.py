@@ -14,8 +14,6 @@ from vllm_repo.backend.vllm_repo_backend import (
     native,
 )
 
-# -- metrics ---------------------------------------------------------------------------------------------------------
-
 
 def _finished(request_id="r1", generation_tokens=4, reason="length"):
     return SimpleNamespace(

@@ -16,8 +16,6 @@ from vllm_repo.backend.vllm_repo_backend import (
     openai_wire,
 )
 
-# -- OpenAI requests -------------------------------------------------------------------------------------------------
-
 
 def test_openai_tensors_are_in_the_contract():
     assert contract.INPUTS_BY_NAME["openai_request"] == ("openai_request", "TYPE_STRING", (1,), True)
