@@ -3,7 +3,7 @@ and load, the winner measured again in a fresh server, and the search against th
 Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpreter and VLLM_REPO_TRITON_HOME set:
 
     python bench/tune_gpu.py --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
-        [--output-len 128] [--concurrency 16,32] [--num-prompts 160] [--max-num-seqs 16,32]
+        [--output-len 128] [--concurrency 16,32] [--num-prompts 320] [--max-num-seqs 16,32]
         [--max-num-batched-tokens 512,1024] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
 
 --model is a model directory with its tokenizer in tok/ (the GPU bundle's make_model.py writes one: config.json and
@@ -88,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     # 32 streams: where vLLM's defaults miss the ITL target (every step carries a 2,048-token prefill chunk) and a
     # smaller chunk may not; 16: where the defaults may still meet it (tune.md).
     parser.add_argument("--concurrency", default="16,32")
-    parser.add_argument("--num-prompts", type=int, default=160)
+    # 320: at 32 streams the first wave (every stream's prefill at once, the slowest steps of a measurement) is a tenth
+    # of the requests. With 160 it was a fifth, and goodput moved by up to a quarter between measurements of the same
+    # engine work (bench/results/tune.md), about as many requests as that wave has.
+    parser.add_argument("--num-prompts", type=int, default=320)
     parser.add_argument("--max-num-seqs")
     parser.add_argument("--max-num-batched-tokens")
     parser.add_argument("--switches", help="comma-separated, or none")
@@ -198,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             "candidates_measured": grid_points,
             "winner": grid["winner"],
             "search_best_over_grid_best": round(found / best, 3) if found and best else None,
+            "search_winner_is_grid_winner": bool(grid["winner"] and evidence["winner"])
+            and grid["winner"]["name"] == evidence["winner"]["name"],
             "search_measurements_over_grid": round(evidence["measurements"] / grid_points, 3) if grid_points else None,
             "wall_s": grid["wall_s"],
         }

@@ -109,9 +109,9 @@ def test_the_report_says_what_a_resumed_run_took_from_the_earlier_one():
     from vllm_repo.tune.report import to_text
 
     fresh = to_text(evidence())
-    assert "1 candidate(s) measured in 80 s" in fresh and "taken" not in fresh
+    assert "1 measurement(s) in 80 s" in fresh and "taken" not in fresh
     resumed = to_text(evidence(reused=5, resumed_from="m/tune.json"))
-    assert "1 candidate(s) measured in 80 s, 5 taken as measured in m/tune.json" in resumed
+    assert "1 measurement(s) in 80 s, 5 taken as measured in m/tune.json" in resumed
 
 
 def test_entries_without_their_figures_are_measured_again(tmp_path):
@@ -121,3 +121,16 @@ def test_entries_without_their_figures_are_measured_again(tmp_path):
     doc["candidates"].append({"status": "measured", "settings": "max_num_seqs=4"})
     path.write_text(json.dumps(doc))
     assert set(resumed_candidates(path, RUN)) == {Candidate().key()}
+
+
+def test_a_candidate_measured_again_keeps_each_run_and_is_scored_by_their_mean():
+    entry = candidate("max_num_seqs=8", {"max_num_seqs": 8}, goodput=3.0)
+    entry.update(ttft_p99_ms=500.0, points=[{"concurrency": 8}])
+    ev.add_run(entry, "measured", goodput_rps=4.0, e2e_p99_ms=1100.0, ttft_p99_ms=450.0, points=[{"x": 1}])
+    assert [r["goodput_rps"] for r in entry["runs"]] == [3.0, 4.0]
+    assert entry["runs"][0]["ttft_p99_ms"] == 500.0 and "points" not in entry["runs"][1]
+    assert entry["goodput_rps"] == 3.5 and entry["e2e_p99_ms"] == 1000.0
+    assert entry["points"] == [{"concurrency": 8}]  # the first run's load points stay the entry's own
+    ev.add_run(entry, "failed", reason="did not load")
+    assert entry["runs"][2] == {"reason": "did not load", "status": "failed", "goodput_rps": 0.0, "e2e_p99_ms": 900.0}
+    assert entry["goodput_rps"] == round(7.0 / 3, 4)

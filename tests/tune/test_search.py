@@ -235,3 +235,60 @@ def test_the_grid_measures_every_candidate_of_the_space_and_the_search_far_fewer
     best, measured, _ = run_search(axes(), score)
     assert best is not None and score(best) == score(best_of_grid)
     assert len(measured) * 3 <= len(measured_grid)  # at most a third of the grid's measurements
+
+
+def confirming_search(first: dict[str, float], again: dict[str, float | None], confirmations: int):
+    """A search over max_num_seqs 2, 4, 8 whose measurements give ``first`` the first time and ``again`` after
+    (None: the repeat fails), returning the search and the names measured, in order."""
+    measured: list[str] = []
+
+    def measure(c):
+        measured.append(f"{c.name} ({c.stage})")
+        goodput = (again if c.stage == "confirm" else first)[c.name]
+        return None if goodput is None else Outcome(goodput, 100.0)
+
+    search = Search(Axes([2, 4, 8], [], [], []), lambda c: None, measure, confirmations=confirmations)
+    search.run()
+    return search, measured
+
+
+def test_the_best_is_measured_again_and_scored_by_the_mean():
+    first = {"defaults": 1.0, "max_num_seqs=2": 3.0, "max_num_seqs=8": 5.0, "max_num_seqs=4": 4.0}
+    search, measured = confirming_search(first, {"max_num_seqs=8": 4.6}, confirmations=1)
+    assert measured[-1] == "max_num_seqs=8 (confirm)" and len(measured) == 5
+    assert search.best is not None and search.best.name == "max_num_seqs=8"
+    assert search.outcomes[search.best.key()] == Outcome(4.8, 100.0)
+    # Without confirmations the best is taken as measured once.
+    search, measured = confirming_search(first, {}, confirmations=0)
+    assert len(measured) == 4 and search.outcomes[search.best.key()] == Outcome(5.0, 100.0)  # type: ignore[union-attr]
+
+
+def test_a_best_that_falls_below_another_on_its_repeat_hands_over_and_the_new_best_is_measured_again():
+    first = {"defaults": 1.0, "max_num_seqs=2": 3.0, "max_num_seqs=8": 5.0, "max_num_seqs=4": 4.0}
+    again = {"max_num_seqs=8": 2.0, "max_num_seqs=4": 3.8}  # 8's mean 3.5 < 4's single 4.0
+    search, measured = confirming_search(first, again, confirmations=2)
+    assert measured[-2:] == ["max_num_seqs=8 (confirm)", "max_num_seqs=4 (confirm)"]
+    assert search.best is not None and search.best.name == "max_num_seqs=4"
+    assert search.outcomes[search.best.key()] == Outcome(3.9, 100.0)
+    # One confirmation only: the candidate that leads after it is taken on its single measurement.
+    search, measured = confirming_search(first, again, confirmations=1)
+    assert measured[-1] == "max_num_seqs=8 (confirm)"
+    assert search.best is not None and search.best.name == "max_num_seqs=4"
+
+
+def test_a_repeat_that_fails_scores_nothing():
+    first = {"defaults": 1.0, "max_num_seqs=2": 3.0, "max_num_seqs=8": 5.0, "max_num_seqs=4": 4.0}
+    search, _ = confirming_search(first, {"max_num_seqs=8": None}, confirmations=1)
+    assert search.outcomes[Candidate.of({"max_num_seqs": 8}).key()] == Outcome(2.5, 100.0)
+    assert search.best is not None and search.best.name == "max_num_seqs=4"
+
+
+def test_the_grid_measures_each_candidate_once_whatever_the_confirmations():
+    measured: list[str] = []
+
+    def measure(c):
+        measured.append(c.stage)
+        return Outcome(1.0 + len(measured), 10.0)
+
+    Search(Axes([2], [], [], []), lambda c: None, measure, confirmations=3).grid()
+    assert "confirm" not in measured and len(measured) == 2

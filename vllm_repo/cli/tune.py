@@ -86,6 +86,16 @@ def tune(
             "to check the search against.",
         ),
     ] = False,
+    confirm: Annotated[
+        int,
+        typer.Option(
+            "--confirm",
+            min=0,
+            metavar="N",
+            help="Measure the search's best again, for up to N candidates, and score each by the mean of its "
+            "measurements (the best of single measurements is the luckiest; 0: take it as it is).",
+        ),
+    ] = 1,
     resume: Annotated[
         bool,
         typer.Option(
@@ -129,6 +139,7 @@ def tune(
         max_num_batched_tokens=_numbers("--max-num-batched-tokens", max_num_batched_tokens, int),
         switches=chosen,
         grid=grid,
+        confirm=confirm,
         resume=resume,
         python=python,
         ready_timeout=ready_timeout,

@@ -15,7 +15,7 @@ from vllm_repo.repository.tune_record import TUNE_FILE
 
 __all__ = [
     "FORMAT", "LATENCY", "MEASURED_KEYS", "RUN_KEYS", "TUNE_FILE",
-    "candidate_record", "dumps", "measurement", "reusable",
+    "add_run", "candidate_record", "dumps", "measurement", "reusable",
 ]  # fmt: skip
 FORMAT = 1
 # The latency the Pareto front and the tie-break use: the p99 of end-to-end latency, which holds TTFT and ITL both.
@@ -69,6 +69,19 @@ def measurement(points: list[dict[str, Any]]) -> dict[str, Any]:
         "failed": best["failed"],
         "points": points,
     }
+
+
+def add_run(entry: dict[str, Any], status: str, **figures: Any) -> None:
+    """A measured candidate measured again (the search's confirmation): each measurement's figures go under
+    ``runs`` (the first's included), and the entry's goodput and latency become their means. A run that failed
+    scores no goodput, at the first run's latency."""
+    runs = entry.setdefault("runs", [{k: entry[k] for k in MEASURED_KEYS if k in entry and k != "points"}])
+    run = {k: v for k, v in figures.items() if k != "points"}
+    if status != "measured":
+        run.update(status=status, goodput_rps=0.0, **{LATENCY: runs[0][LATENCY]})
+    runs.append(run)
+    entry["goodput_rps"] = round(sum(r["goodput_rps"] for r in runs) / len(runs), 4)
+    entry[LATENCY] = round(sum(r[LATENCY] for r in runs) / len(runs), 3)
 
 
 def dumps(evidence: dict[str, Any]) -> str:

@@ -84,6 +84,11 @@ def to_text(evidence: dict[str, Any]) -> str:
         )
     lines.append("(ms; > the winner, * the Pareto front of goodput against p99 end-to-end latency)")
     for c in evidence["candidates"]:
+        if c.get("runs"):
+            runs = ", ".join(
+                f"{r['goodput_rps']:g}" + (f" ({r['status']})" if "status" in r else "") for r in c["runs"]
+            )
+            lines.append(f"measured {len(c['runs'])} times: {c['name']}: goodput {runs} req/s, the mean shown")
         if c["status"] in ("dropped", "failed"):
             lines.append(f"{c['status']}: {c['name']}: {(c['reason'] or '').splitlines()[0] if c['reason'] else ''}")
     lines.append("")
@@ -91,7 +96,7 @@ def to_text(evidence: dict[str, Any]) -> str:
     measured = evidence["measurements"]
     taken = evidence.get("reused") or 0
     taken_text = f", {taken} taken as measured in {evidence.get('resumed_from')}" if taken else ""
-    lines.append(f"{measured} candidate(s) measured in {evidence['wall_s']:.0f} s{taken_text}")
+    lines.append(f"{measured} measurement(s) in {evidence['wall_s']:.0f} s{taken_text}")
     if evidence["stopped"] == "budget":
         lines.append("the time budget was spent: the search stopped there, the winner is the best measured")
     elif evidence["stopped"] == "interrupted":

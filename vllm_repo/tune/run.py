@@ -79,6 +79,9 @@ class TuneSpec:
     ready_timeout: float = 900.0
     seed: int = 0
     warmup: int = 1
+    # How many times the search measures its best again before taking it (Search.confirm): 0 takes the best of
+    # single measurements as it is.
+    confirm: int = 1
     log_path: Path | None = None
 
     def check(self) -> None:
@@ -472,7 +475,8 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
 
         def measure(candidate: Candidate) -> Outcome | None:
             nonlocal server
-            taken = earlier.get(candidate.key())
+            again = candidate.stage == "confirm"  # the search's best, measured once more
+            taken = None if again else earlier.get(candidate.key())
             if taken is not None:
                 figures = {k: taken[k] for k in ev.MEASURED_KEYS if k in taken}
                 record(candidate, "measured", **figures, reused=True)
@@ -488,6 +492,13 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
                     raise SearchStopped("budget")
             began = now
             note(f"candidate {len(durations) + 1}: {candidate.name} ({candidate.stage}): loading")
+
+            def keep(status: str, **extra: Any) -> None:
+                if again:  # the first measurement's entry stays; this one joins it, the score their mean
+                    ev.add_run(records[candidate.key()], status, **extra)
+                else:
+                    record(candidate, status, **extra)
+
             write_candidate_files(
                 work_model, version.path.name, candidate_args(original, candidate),
                 config_for(model, candidate, original_instances),
@@ -501,7 +512,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
                 raise SearchStopped("interrupted") from None
             loaded_s = time.monotonic() - began
             if failure:
-                record(candidate, "failed", reason=f"did not load: {failure[:2000]}", load_s=round(loaded_s, 1))
+                keep("failed", reason=f"did not load: {failure[:2000]}", load_s=round(loaded_s, 1))
                 note(f"  failed to load: {failure.splitlines()[0][:300]}")
                 durations.append(time.monotonic() - began)
                 return None
@@ -515,7 +526,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
             try:
                 run = bench(bench_spec, bench_progress)
             except BenchError as exc:  # the server stopped answering mid-measurement: the next one gets a new one
-                record(candidate, "failed", reason=f"{exc}", load_s=round(loaded_s, 1))
+                keep("failed", reason=f"{exc}", load_s=round(loaded_s, 1))
                 note(f"  failed: {exc}; starting a new server")
                 server.stop()
                 server = None
@@ -528,20 +539,21 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
             figures = ev.measurement(run.points)
             timing = {"load_s": round(loaded_s, 1), "measure_s": round(time.monotonic() - began - loaded_s, 1)}
             if run.interrupted:
-                record(candidate, "interrupted", **figures, **timing)
+                if not again:  # an interrupted repeat is dropped: the first measurement stands alone
+                    record(candidate, "interrupted", **figures, **timing)
                 raise SearchStopped("interrupted")
             durations.append(time.monotonic() - began)
             if not figures["points"] or all(p["completed"] == 0 for p in figures["points"]):
-                record(candidate, "failed", reason="every request failed", **figures, **timing)
+                keep("failed", reason="every request failed", **figures, **timing)
                 return None
-            record(candidate, "measured", **figures, **timing)
+            keep("measured", **figures, **timing)
             note(
                 f"  goodput {figures['goodput_rps']:g} req/s, p99 end-to-end {figures[ev.LATENCY]:g} ms, "
                 f"SLO {'met' if figures['slo_met'] else 'missed'}"
             )
             return Outcome(figures["goodput_rps"], figures[ev.LATENCY])
 
-        search = Search(axes, size, measure)
+        search = Search(axes, size, measure, confirmations=0 if spec.grid else spec.confirm)
         stopped: str | None = None
         try:
             search.grid() if spec.grid else search.run()
@@ -670,7 +682,8 @@ def _evidence(
         "search": "grid" if spec.grid else "coarse to fine",
         "measurements": len(
             [c for c in candidates if c["status"] in ("measured", "failed", "interrupted") and not c.get("reused")]
-        ),
+        )
+        + sum(len(c.get("runs") or [None]) - 1 for c in candidates),
         "reused": len([c for c in candidates if c.get("reused")]),
         "candidates": candidates,
         "pareto_front": front,
