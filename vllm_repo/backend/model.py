@@ -50,6 +50,8 @@ config.pbtxt parameters:
   STREAM_ONE_RESPONSE_PER_TOKEN  "true": a stream's merged outputs split into one response per token
   DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
                             never vLLM's silent 16)
+  ENGINE_PROCESS            "true": vLLM's AsyncLLM in a process of its own, the stub relaying (engine_link.py);
+                            native requests only, without REPORT_CUSTOM_METRICS or STREAM_ONE_RESPONSE_PER_TOKEN
   GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
 """
 
@@ -78,6 +80,7 @@ if TYPE_CHECKING or __package__:
     from .vllm_repo_backend import (
         configuration,
         contract,
+        engine_link,
         engine_stop,
         environment,
         errors,
@@ -97,6 +100,7 @@ else:
     from vllm_repo_backend import (
         configuration,
         contract,
+        engine_link,
         engine_stop,
         environment,
         errors,
@@ -212,6 +216,14 @@ class TritonPythonModel:
             os.path.join(version_dir, contract.ENGINE_ARGS_FILE),
         )
         self._reader = native.NativeRequestReader(self.vllm, self.lora_adapters, self.default_max_tokens)
+        self._process: engine_link.ProcessEngine | None = None
+        if configuration.bool_parameter(params, engine_link.PARAMETER):  # vLLM in a process of its own
+            refused = engine_link.refusals(self.report_metrics, self.one_response_per_token)
+            if refused:
+                raise errors.BackendConfigError(f"{engine_link.PARAMETER} does not serve {' or '.join(refused)}")
+            self._process = engine_link.ProcessEngine(self.model_name, version_dir, self._reader, self.health_check)
+            log.info(f"[vllm] model {self.model_name} ready ({self._process.start()})")
+            return
         # Up to one output chunk of streams in flight, the engine loop sends their responses itself (_deliver).
         self._inline_sends_up_to = self.vllm.output_chunk
         # vLLM's own OpenAI layer answers OpenAI requests: built at load with an openai.json or a gateway in front
@@ -275,16 +287,9 @@ class TritonPythonModel:
             self._build_openai_now()
         sys.setswitchinterval(ADMISSION_SWITCH_INTERVAL_S)  # for the whole process: a stub serves one model instance
         log.info(f"[vllm] {SWITCH_INTERVAL_LOG} {sys.getswitchinterval() * 1e3:g} ms: execute() admits soon")
-        log.info(f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version}){self._kv_cache_text()}")
-
-    def _kv_cache_text(self) -> str:
-        """ "; KV cache N tokens (B blocks)": which model got which KV cache, where several engines log theirs into one
-        server log (vLLM's own lines name a process, not a model)."""
-        cache = getattr(getattr(self.engine, "vllm_config", None), "cache_config", None)
-        blocks, size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
-        if not isinstance(blocks, int) or not isinstance(size, int):
-            return ""
-        return f"; KV cache {blocks * size} tokens ({blocks} blocks of {size})"
+        log.info(
+            f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version}){environment.kv_cache_text(self.engine)}"
+        )
 
     # -- the engine loop ------------------------------------------------------------------------------------------
     def _run_loop(self) -> None:
@@ -380,6 +385,9 @@ class TritonPythonModel:
 
     # -- execute --------------------------------------------------------------------------------------------------
     def execute(self, requests: Sequence[Any]) -> None:
+        if self._process is not None:
+            self._process.execute(requests)
+            return None
         # Triton hands this instance its requests one execute() at a time, and the next only once this returns: every
         # moment here delays every request behind it. So the requests go to the engine loop as they are, to be read
         # there (_admit). Parsed here, at 512 streams on the H200 requests waited 0.9 ms each to get in, 450 ms in all
@@ -543,10 +551,7 @@ class TritonPythonModel:
 
     @staticmethod
     def _response(job: jobs.Job, output: Any, first: bool) -> Any:
-        tensors = native.assemble_outputs(output, job.options, first)
-        return stub.pb_utils.InferenceResponse(
-            output_tensors=[stub.pb_utils.Tensor(name, value) for name, value in tensors]
-        )
+        return sends.native_response(job.options, output, first)
 
     def _describe(self, exc: BaseException) -> tuple[str, str]:
         name = type(exc).__name__
@@ -560,20 +565,7 @@ class TritonPythonModel:
         log.error(f"[vllm] request failed: {''.join(traceback.format_exception(cause))}")
         return f"generation failed: {type(cause).__name__}: {cause}", "INTERNAL"
 
-    @staticmethod
-    def _send_error(sender: Any, message: str, code: str = "INTERNAL") -> None:
-        error_cls = stub.pb_utils.TritonError
-        try:
-            error = error_cls(message, getattr(error_cls, code, error_cls.INTERNAL))
-        except TypeError:  # older stubs take the message only
-            error = error_cls(message)
-        try:
-            sender.send(
-                stub.pb_utils.InferenceResponse(output_tensors=[], error=error),
-                flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-            )
-        except Exception as exc:  # the client may be gone already
-            log.warn(f"[vllm] could not send an error response ({message}): {exc}")
+    _send_error = staticmethod(sends.send_error)
 
     # -- OpenAI requests: vLLM's own OpenAI layer (the app `vllm serve` runs) on this model's engine ----------------
     def _execute_openai(self, sender: Any, raw: Any) -> None:
@@ -839,6 +831,10 @@ class TritonPythonModel:
     # -- finalize -------------------------------------------------------------------------------------------------
     def finalize(self) -> None:
         log.info(f"[vllm] finalizing model {self.model_name}")
+        process = getattr(self, "_process", None)
+        if process is not None:
+            process.finalize()
+            return
         self._closing = True
         watcher = getattr(self, "_watcher", None)
         if watcher is not None:

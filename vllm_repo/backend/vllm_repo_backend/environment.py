@@ -212,6 +212,16 @@ def prompt_renderer(engine: Any) -> Callable[[dict[str, Any]], Awaitable[Any]] |
     return rendered
 
 
+def kv_cache_text(engine: Any) -> str:
+    """ "; KV cache N tokens (B blocks of S)": which model got which KV cache, where several engines log theirs into
+    one server log (vLLM's own lines name a process, not a model)."""
+    cache = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+    blocks, size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    if not isinstance(blocks, int) or not isinstance(size, int):
+        return ""
+    return f"; KV cache {blocks * size} tokens ({blocks} blocks of {size})"
+
+
 def start_task(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
     """A request's task, started at once: from Python 3.12 it runs inside the caller (the loop's callback that admits
     requests) until it first has to wait, so the request reaches vLLM's engine in that same callback. A task

@@ -8,8 +8,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from . import log
+from . import log, native, stub
 
 # Threads that send the responses between a native request's first and its final (SendThread), each request on one
 # of them. The server answers sends from a pool of threads, but on the H200 two or four of these gave no more than one
@@ -111,3 +112,27 @@ def _settle_all(settled: list[tuple[asyncio.Future, BaseException | None]]) -> N
             done.set_result(None)
         else:
             done.set_exception(error)
+
+
+def native_response(options: native.OutputOptions, output: Any, first: bool) -> Any:
+    """The Triton response for one of a native request's outputs (vLLM's RequestOutput)."""
+    tensors = native.assemble_outputs(output, options, first)
+    return stub.pb_utils.InferenceResponse(
+        output_tensors=[stub.pb_utils.Tensor(name, value) for name, value in tensors]
+    )
+
+
+def send_error(sender: Any, message: str, code: str = "INTERNAL") -> None:
+    """A request's final response: a Triton error with ``code`` (a TritonError code's name)."""
+    error_cls = stub.pb_utils.TritonError
+    try:
+        error = error_cls(message, getattr(error_cls, code, error_cls.INTERNAL))
+    except TypeError:  # older stubs take the message only
+        error = error_cls(message)
+    try:
+        sender.send(
+            stub.pb_utils.InferenceResponse(output_tensors=[], error=error),
+            flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
+    except Exception as exc:  # the client may be gone already
+        log.warn(f"[vllm] could not send an error response ({message}): {exc}")

@@ -1,0 +1,320 @@
+"""ENGINE_PROCESS: a model's native requests served by vLLM in a process of its own (engine_process.py), the stub
+relaying. Why, and the messages between the two: engine_process.py's docstring.
+
+The stub's threads, each with one job, none of them waiting on another:
+
+- admission: execute() hands over Triton's requests as they are and returns; this thread reads each (inputs,
+  sampling parameters, LoRA adapter, as in-process) and passes it on to the engine's process;
+- receiving: reads the engine process's messages, one per loop turn there, and queues each turn's outputs for the
+  sender;
+- sending: sends a turn's responses, then tells the engine process which requests may read their next output;
+- watching: asks Triton, at most WATCH_CHECKS_PER_S times a second in turn, whether a request was cancelled (the
+  engine process then aborts it in the engine), and sees the engine process exit.
+
+Not served this way (the model does not load, saying so): vLLM's metrics (REPORT_CUSTOM_METRICS), one response per
+token (STREAM_ONE_RESPONSE_PER_TOKEN); OpenAI requests are answered with an error. They run in the stub's process.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Client, Connection
+from typing import Any
+
+from . import environment, errors, jobs, log, native, sends, stub
+
+PARAMETER = "ENGINE_PROCESS"
+# How long the engine's process may take to start vLLM (a first start compiles and captures CUDA graphs).
+READY_TIMEOUT_S = 1800.0
+WATCH_INTERVAL_S = 0.1
+WATCH_CHECKS_PER_S = 250  # as in the stub's own watcher (model.py says why)
+# How long finalize waits for the engine's process to stop vLLM before it is killed.
+STOP_TIMEOUT_S = 30.0
+
+
+def refusals(report_metrics: bool, one_response_per_token: bool) -> list[str]:
+    """What config.pbtxt asks for that ENGINE_PROCESS does not serve."""
+    found = []
+    if report_metrics:
+        found.append("REPORT_CUSTOM_METRICS (vLLM's metrics are collected in the stub's process)")
+    if one_response_per_token:
+        found.append("STREAM_ONE_RESPONSE_PER_TOKEN")
+    return found
+
+
+def _input(request: Any, name: str) -> Any:
+    tensor = stub.pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+class ProcessEngine:
+    """The stub's side of ENGINE_PROCESS for one model instance: start() at initialize, execute() for each call,
+    finalize() at unload."""
+
+    def __init__(self, model_name: str, version_dir: str, reader: native.NativeRequestReader, health_check: bool):
+        self.model_name, self.version_dir, self.reader, self.health_check = (
+            model_name,
+            version_dir,
+            reader,
+            health_check,
+        )
+        self.live: dict[str, jobs.Job] = {}
+        self.closing = False
+        self.dead_reason: str | None = None
+        self.sends = 0
+        self._post_lock = threading.Lock()
+        self._admissions: queue.SimpleQueue = queue.SimpleQueue()
+        self._turns: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop_watching = threading.Event()
+        self._log_start = environment.log_size(environment.server_log_file())
+
+    # -- start and stop -------------------------------------------------------------------------------------------
+    def start(self) -> str:
+        """Start the engine's process and wait until vLLM is up there; its description for the log."""
+        self._dir = tempfile.mkdtemp(prefix="vllm-engine-")
+        address, authkey = os.path.join(self._dir, "engine.sock"), secrets.token_bytes(16)
+        backend_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(p for p in (backend_dir, os.environ.get("PYTHONPATH", "")) if p)
+        # The stub's Python is the serving environment's, as for vLLM's own processes; its output goes to the
+        # server's log with the stub's.
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "vllm_repo_backend.engine_process", address, authkey.hex(), self.version_dir],
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        try:
+            self.conn = self._connect(address, authkey)
+            answer = self._wait_ready()
+        except BaseException:
+            self._kill()
+            raise
+        threads = (
+            ("vllm-admit", self._admit_loop),
+            ("vllm-receive", self._receive_loop),
+            ("vllm-sends", self._send_loop),
+            ("vllm-watch", self._watch_loop),
+        )
+        for name, target in threads:
+            threading.Thread(target=target, name=name, daemon=True).start()
+        return answer
+
+    def _connect(self, address: str, authkey: bytes) -> Connection:
+        deadline = time.monotonic() + 120
+        while True:  # the engine's process listens before it starts vLLM
+            if self.child.poll() is not None:
+                raise RuntimeError(f"the engine's process exited ({self.child.returncode}) before it started vLLM")
+            try:
+                return Client(address, family="AF_UNIX", authkey=authkey)
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the engine's process did not listen within 120 s") from None
+                time.sleep(0.05)
+
+    def _wait_ready(self) -> str:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.conn.poll(1.0):
+            if self.child.poll() is not None:
+                raise RuntimeError(f"the engine's process exited ({self.child.returncode}) while vLLM started")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM did not start within {READY_TIMEOUT_S:g} s in the engine's process")
+        answer = self.conn.recv()
+        if answer[0] != "ready":
+            raise RuntimeError(f"vLLM could not start in the engine's process: {answer[1]}")
+        return str(answer[1])
+
+    def finalize(self) -> None:
+        self.closing = True
+        self._stop_watching.set()
+        for job in list(self.live.values()):
+            job.cancel_reason = job.cancel_reason or "the model is being unloaded"
+            self._end(job, job.cancel_reason, "UNAVAILABLE")
+        self._admissions.put(None)
+        self._post(("stop",))
+        try:
+            self.child.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.warn(f"[vllm] the engine's process had not stopped after {STOP_TIMEOUT_S:g} s: killed")
+            self._kill()
+        self._turns.put(None)
+        self.conn.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        log.info(f"[vllm] {self.sends} responses sent")
+
+    def _kill(self) -> None:
+        self.child.kill()
+        self.child.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _post(self, message: tuple) -> bool:
+        try:
+            with self._post_lock:
+                self.conn.send(message)
+            return True
+        except (OSError, ValueError):  # the engine's process is gone: the receiver says so
+            return False
+
+    # -- requests in ----------------------------------------------------------------------------------------------
+    def execute(self, requests: Sequence[Any]) -> None:
+        # Triton hands the next execute() only once this returns: the requests are read on the admission thread.
+        self._admissions.put(requests)
+
+    def _admit_loop(self) -> None:
+        log.name_os_thread("vllm-admit")
+        while (requests := self._admissions.get()) is not None:
+            for request in requests:
+                self._admit(request)
+
+    def _admit(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        if native.first_element(_input(request, "openai_request")) is not None:
+            sends.send_error(sender, f"OpenAI requests are not served with {PARAMETER}", "UNSUPPORTED")
+            return
+        if self.dead_reason is not None or self.closing:
+            sends.send_error(sender, self.dead_reason or "the model is being unloaded", "UNAVAILABLE")
+            return
+        try:
+            read = self.reader.read(
+                lambda name: _input(request, name), request.parameters(), request.requested_output_names()
+            )
+        except errors.RequestError as exc:
+            sends.send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+            return
+        except Exception as exc:  # a bug here must not take down the stub
+            log.error(f"[vllm] could not parse a request: {exc!r}")
+            sends.send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+            return
+        job = jobs.Job(
+            request=request, sender=sender, request_id=jobs.new_request_id(), prompt=read.prompt,
+            sampling_params=read.sampling_params, lora_request=read.lora_request, options=read.options,
+        )  # fmt: skip
+        self.live[job.request_id] = job
+        if not self._post(("add", job.request_id, job.prompt, job.sampling_params, job.lora_request)):
+            self._end(job, self.dead_reason or "the engine's process is gone", "UNAVAILABLE")
+
+    # -- responses out --------------------------------------------------------------------------------------------
+    def _receive_loop(self) -> None:
+        log.name_os_thread("vllm-receive")
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] == "outputs":
+                self._turns.put(message[1])
+            elif message[0] == "dead":
+                self._on_dead()
+        if not self.closing:
+            self._on_dead(gone=True)
+
+    def _send_loop(self) -> None:
+        log.name_os_thread("vllm-sends")
+        while (turn := self._turns.get()) is not None:
+            sent = [key for key, output, end in turn if self._deliver(key, output, end)]
+            if sent and not self.closing:
+                self._post(("sent", sent))
+
+    def _deliver(self, key: str, output: Any, end: tuple[str, str] | None) -> bool:
+        """Send one output's response, or a request's end; True where the request goes on."""
+        job = self.live.get(key)
+        if job is None:
+            return False
+        if end is not None:
+            message, code = end
+            if code == "":  # aborted because the stub asked
+                message = job.cancel_reason or "request was cancelled"
+                code = "CANCELLED" if message == "request was cancelled" else "UNAVAILABLE"
+                if code == "CANCELLED":
+                    log.info(f"[vllm] request {job.request_id} cancelled by the client: aborted in the engine")
+                    log.info(f"[vllm] Successfully cancelled the request {job.request_id}")  # Triton's own words
+            elif code == "DEAD":
+                self._on_dead()
+                message, code = self.dead_reason or message, "UNAVAILABLE"
+            self._end(job, message, code)
+            return False
+        final = bool(output.finished)
+        if job.finished or (final and not self._finish(job)):
+            return False  # ended meanwhile (unloaded, or the engine died): its final response went out
+        first, job.first = job.first, False
+        try:
+            response = sends.native_response(job.options, output, first)
+            job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
+            self.sends += 1
+        except Exception as exc:  # the client is gone: the engine's process aborts the request
+            log.warn(f"[vllm] could not send a response: {exc}")
+            if not final:
+                job.cancel_reason = "request was cancelled"
+                self._post(("abort", key))
+            return False
+        return not final
+
+    def _finish(self, job: jobs.Job) -> bool:
+        """Mark the request finished, once: False where another thread did first (only one final response)."""
+        with job.lock:  # waits for a cancellation check in flight on the watcher thread
+            if job.finished:
+                return False
+            job.finished = True
+        self.live.pop(job.request_id, None)
+        return True
+
+    def _end(self, job: jobs.Job, message: str, code: str) -> None:
+        if self._finish(job):
+            sends.send_error(job.sender, message, code)
+
+    # -- cancellation and the engine's death ----------------------------------------------------------------------
+    def _watch_loop(self) -> None:
+        log.name_os_thread("vllm-watch")
+        budget = max(1, int(WATCH_CHECKS_PER_S * WATCH_INTERVAL_S))
+        start = 0
+        while not self._stop_watching.wait(WATCH_INTERVAL_S):
+            live = list(self.live.values())
+            if len(live) > budget:  # the next ``budget`` of them, from where the last sweep stopped
+                start %= len(live)
+                live = (live[start:] + live[:start])[:budget]
+                start += budget
+            for job in live:
+                with job.lock:
+                    if job.finished or job.cancel_reason is not None:
+                        continue
+                    try:
+                        cancelled = job.sender.is_cancelled()
+                    except Exception:
+                        cancelled = False
+                    if cancelled:
+                        job.cancel_reason = "request was cancelled"
+                if cancelled:
+                    log.info(f"[vllm] Cancelling the request {job.request_id}")
+                    self._post(("abort", job.request_id))
+
+    def _on_dead(self, gone: bool = False) -> None:
+        """The engine died (its process said so), or its process is ``gone`` (its connection closed)."""
+        if self.dead_reason is not None or self.closing:
+            return
+        try:
+            exited = self.child.wait(timeout=5) if gone else self.child.poll()
+        except subprocess.TimeoutExpired:
+            exited = None
+        cause = environment.death_cause_in_server_log(self._log_start)
+        if exited is not None:
+            cause = f"its process exited ({exited}); {cause}"
+        unloaded = False
+        if self.health_check:
+            try:
+                stub.pb_utils.unload_model(self.model_name)
+                unloaded = True
+            except Exception as exc:
+                log.error(
+                    f"[vllm] could not unload model {self.model_name} (needs --model-control-mode=explicit): {exc}"
+                )
+        advice = errors.after_engine_death(self.model_name, self.health_check, unloaded)
+        self.dead_reason = f"the vLLM engine has died: {cause}; {advice}"
+        log.error(f"[vllm] model {self.model_name}: {self.dead_reason}")
+        for job in list(self.live.values()):
+            self._end(job, self.dead_reason, "UNAVAILABLE")
