@@ -23,10 +23,16 @@ engine = (
     "import signal, subprocess, sys, time\n"
     "from multiprocessing import shared_memory\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    # Python's resource trackers would remove the segment themselves once the processes that made it die: only
+    # engine_stop may, here, or the test could not tell whether it did.
+    "from multiprocessing import resource_tracker\n"
+    "def untrack(segment): resource_tracker.unregister(segment._name, 'shared_memory')\n"
     "queue = shared_memory.SharedMemory(name=sys.argv[1], create=True, size=4096)\n"
+    "untrack(queue)\n"
     "worker = subprocess.Popen([sys.executable, '-c', 'import sys, time\\n"
-    "from multiprocessing import shared_memory\\n"
+    "from multiprocessing import resource_tracker, shared_memory\\n"
     "q = shared_memory.SharedMemory(name=sys.argv[1])\\n"
+    "resource_tracker.unregister(q._name, \"shared_memory\")\\n"
     "print(\"worker\", flush=True)\\n"
     "time.sleep(60)', sys.argv[1]])\n"
     "time.sleep(60)\n"

@@ -164,16 +164,16 @@ class ProcessEngine:
     # -- requests in ----------------------------------------------------------------------------------------------
     def execute(self, requests: Sequence[Any]) -> None:
         # Triton hands the next execute() only once this returns: the requests are read on the admission thread.
-        self._admissions.put(requests)
+        # Their response senders are taken here, on the stub's main thread, while Triton's call is still in progress.
+        self._admissions.put([(request, request.get_response_sender()) for request in requests])
 
     def _admit_loop(self) -> None:
         log.name_os_thread("vllm-admit")
         while (requests := self._admissions.get()) is not None:
-            for request in requests:
-                self._admit(request)
+            for request, sender in requests:
+                self._admit(request, sender)
 
-    def _admit(self, request: Any) -> None:
-        sender = request.get_response_sender()
+    def _admit(self, request: Any, sender: Any) -> None:
         if native.first_element(_input(request, "openai_request")) is not None:
             sends.send_error(sender, f"OpenAI requests are not served with {PARAMETER}", "UNSUPPORTED")
             return
