@@ -153,6 +153,31 @@ def sample_labels(text: str, family: str) -> list[dict[str, str]]:
     return found
 
 
+def cancel_mid_stream(server) -> str:
+    """A 480-token stream cancelled by its gRPC client after three responses: waits for the backend to say it aborted
+    the request in the engine, checks the log lines of Triton's own vLLM backend, and returns the request's id."""
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    client.async_stream_infer(MODEL, tensor_inputs("Hello", {"max_tokens": 480, "ignore_eos": True}, stream=True))
+    for _ in range(3):
+        _, error = responses.get(timeout=60)
+        assert error is None
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    deadline = time.monotonic() + 10
+    while "cancelled by the client: aborted in the engine" not in server.log_text():
+        assert time.monotonic() < deadline, "the backend did not abort the cancelled request"
+        time.sleep(0.1)
+    log = server.log_text()
+    (request_id,) = re.findall(r"\[vllm\] request (\w+) cancelled by the client: aborted in the engine", log)
+    # The lines of Triton's own vLLM backend, which scripts grep for, name the same request.
+    assert f"[vllm] Cancelling the request {request_id}" in log
+    assert f"[vllm] Successfully cancelled the request {request_id}" in log
+    assert log.index("[vllm] Cancelling the request") < log.index("[vllm] Successfully cancelled the request")
+    return request_id
+
+
 # -- text, streaming, additional outputs -----------------------------------------------------------------------------
 
 
@@ -483,25 +508,7 @@ def test_errors_over_grpc_streams_and_the_model_stays_healthy(triton):
 def test_cancellation_mid_stream_aborts_the_request_in_the_engine(triton):
     wait_metrics_flushed()
     before = scrape_metrics(triton)
-    responses: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(triton.grpc_url)
-    client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    client.async_stream_infer(MODEL, tensor_inputs("Hello", {"max_tokens": 480, "ignore_eos": True}, stream=True))
-    for _ in range(3):
-        _, error = responses.get(timeout=60)
-        assert error is None
-    client.stop_stream(cancel_requests=True)
-    client.close()
-    deadline = time.monotonic() + 10
-    while "cancelled by the client: aborted in the engine" not in triton.log_text():
-        assert time.monotonic() < deadline, "the backend did not abort the cancelled request"
-        time.sleep(0.1)
-    log = triton.log_text()
-    (request_id,) = re.findall(r"\[vllm\] request (\w+) cancelled by the client: aborted in the engine", log)
-    # The lines of Triton's own vLLM backend, which scripts grep for, name the same request.
-    assert f"[vllm] Cancelling the request {request_id}" in log
-    assert f"[vllm] Successfully cancelled the request {request_id}" in log
-    assert log.index("[vllm] Cancelling the request") < log.index("[vllm] Successfully cancelled the request")
+    cancel_mid_stream(triton)
     wait_metrics_flushed()
     after = scrape_metrics(triton)
     wait_metrics_flushed()

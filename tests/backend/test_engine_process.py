@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import signal
 import time
@@ -16,7 +15,14 @@ import time
 import pytest
 
 from tests.backend.conftest import MODEL_NAME, SERVER_ENV, engine_args
-from tests.backend.test_backend_e2e import generate, generate_stream, grpc_stream, http, is_final, tensor_inputs
+from tests.backend.test_backend_e2e import (
+    cancel_mid_stream,
+    generate,
+    generate_stream,
+    grpc_stream,
+    http,
+    is_final,
+)
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.server import TritonServer
 
@@ -108,23 +114,7 @@ def test_bad_requests_are_refused_in_the_stub_and_openai_requests_are_not_served
 
 
 def test_cancellation_mid_stream_aborts_the_request_in_the_engine(split):
-    responses: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(split.grpc_url)
-    client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    client.async_stream_infer(MODEL_NAME, tensor_inputs("Hello", {"max_tokens": 480, "ignore_eos": True}, stream=True))
-    for _ in range(3):
-        _, error = responses.get(timeout=60)
-        assert error is None
-    client.stop_stream(cancel_requests=True)
-    client.close()
-    deadline = time.monotonic() + 10
-    while "cancelled by the client: aborted in the engine" not in split.log_text():
-        assert time.monotonic() < deadline, "the backend did not abort the cancelled request"
-        time.sleep(0.1)
-    log = split.log_text()
-    (request_id,) = re.findall(r"\[vllm\] request (\w+) cancelled by the client: aborted in the engine", log)
-    assert f"[vllm] Cancelling the request {request_id}" in log
-    assert f"[vllm] Successfully cancelled the request {request_id}" in log
+    cancel_mid_stream(split)
     # The engine is free again: a new request is answered in full.
     results, error = grpc_stream(split, "Hi", {"max_tokens": 3, "ignore_eos": True}, stream=True)
     assert error is None and is_final(results[-1])

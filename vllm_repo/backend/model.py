@@ -324,19 +324,9 @@ class TritonPythonModel:
     def _sweep(self) -> None:
         live = [j for j in list(self._live.values()) if not (isinstance(j, jobs.OpenAIJob) and j.watched_by_link)]
         budget = max(1, int(WATCH_CHECKS_PER_S * WATCH_INTERVAL_S))
-        if len(live) > budget:  # the next ``budget`` of them, from where the last sweep stopped
-            start = getattr(self, "_sweep_from", 0) % len(live)
-            live = (live[start:] + live[:start])[:budget]
-            self._sweep_from = start + budget
+        live, self._sweep_from = jobs.next_to_check(live, budget, getattr(self, "_sweep_from", 0))
         for job in live:
-            with job.lock:
-                if job.finished or job.cancel_reason is not None:
-                    continue
-                try:
-                    cancelled = job.sender.is_cancelled()
-                except Exception:
-                    cancelled = False
-            if cancelled:
+            if jobs.client_cancelled(job):
                 self._loop.call_soon_threadsafe(self._cancel, job, "request was cancelled")
         if self._dead_reason is None and not self._closing and self.engine.errored:
             self._loop.call_soon_threadsafe(self._on_engine_dead)

@@ -274,22 +274,10 @@ class ProcessEngine:
         budget = max(1, int(WATCH_CHECKS_PER_S * WATCH_INTERVAL_S))
         start = 0
         while not self._stop_watching.wait(WATCH_INTERVAL_S):
-            live = list(self.live.values())
-            if len(live) > budget:  # the next ``budget`` of them, from where the last sweep stopped
-                start %= len(live)
-                live = (live[start:] + live[:start])[:budget]
-                start += budget
+            live, start = jobs.next_to_check(list(self.live.values()), budget, start)
             for job in live:
-                with job.lock:
-                    if job.finished or job.cancel_reason is not None:
-                        continue
-                    try:
-                        cancelled = job.sender.is_cancelled()
-                    except Exception:
-                        cancelled = False
-                    if cancelled:
-                        job.cancel_reason = "request was cancelled"
-                if cancelled:
+                if jobs.client_cancelled(job):
+                    job.cancel_reason = "request was cancelled"
                     log.info(f"[vllm] Cancelling the request {job.request_id}")
                     self._post(("abort", job.request_id))
 

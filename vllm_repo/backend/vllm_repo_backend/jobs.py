@@ -75,3 +75,24 @@ class OpenAIJob:
     stream_link: openai_wire.StreamLink | None = None
     # Cancelled by the gateway's CANCEL frame (openai_wire.StreamLink) rather than found cancelled by the watcher.
     watched_by_link: bool = False
+
+
+def next_to_check(live: list[Any], budget: int, start: int) -> tuple[list[Any], int]:
+    """The next ``budget`` of the requests in flight from ``start`` on, in turn, and where the next sweep starts: the
+    cancellation checks a sweep may make are bounded (each is a round trip to the server)."""
+    if len(live) <= budget:
+        return live, start
+    start %= len(live)
+    return (live[start:] + live[:start])[:budget], start + budget
+
+
+def client_cancelled(job: Job | OpenAIJob) -> bool:
+    """Whether the client cancelled ``job``. Asked under its lock, and never once it is finished: Triton frees a
+    request's response factory with its final response, and asking a freed factory crashes the server."""
+    with job.lock:
+        if job.finished or job.cancel_reason is not None:
+            return False
+        try:
+            return bool(job.sender.is_cancelled())
+        except Exception:
+            return False
