@@ -37,6 +37,7 @@ parameters { key: "ENGINE_PROCESS" value: { string_value: "true" } }
 parameters { key: "ENABLE_VLLM_HEALTH_CHECK" value: { string_value: "true" } }
 parameters { key: "DEFAULT_MAX_TOKENS" value: { string_value: "24" } }
 """
+IN_STUB = "tiny_in_stub"
 READY = re.compile(r"model tiny ready \(vLLM [^,]+, process (\d+)\)")
 
 
@@ -57,12 +58,16 @@ def split(tiny_model_dir, tmp_path_factory):
     for key in ("max_lora_rank", "max_loras"):
         settings.pop(key)
     (repo / MODEL_NAME / "1" / "model.json").write_text(json.dumps(settings, indent=2))
+    # The same model served in the stub's own process, to compare with.
+    (repo / IN_STUB / "1").mkdir(parents=True)
+    (repo / IN_STUB / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { count: 1, kind: KIND_CPU } ]\n')
+    (repo / IN_STUB / "1" / "model.json").write_text(json.dumps(settings, indent=2))
     server = TritonServer(
         repo,
         serving_python=SERVING_PYTHON,
         triton_home=TRITON_HOME,
         env=SERVER_ENV,
-        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
+        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}", f"--load-model={IN_STUB}"],
         log_path=tmp_path_factory.mktemp("engine-process-logs") / "tritonserver.log",
     )
     with server:
@@ -75,7 +80,7 @@ def engine_pid(server) -> int:
     return int(READY.findall(server.log_text())[-1])
 
 
-def test_the_engine_runs_in_a_process_of_its_own_and_answers_as_in_the_stub(split, triton):
+def test_the_engine_runs_in_a_process_of_its_own_and_answers_as_in_the_stub(split):
     pid = engine_pid(split)
     assert pid != split.process.pid and alive(pid)
     body = {
@@ -84,7 +89,8 @@ def test_the_engine_runs_in_a_process_of_its_own_and_answers_as_in_the_stub(spli
     }
     status, here = generate(split, body)
     assert status == 200, here
-    status, in_stub = generate(triton, body)
+    status, text = http(split, f"/v2/models/{IN_STUB}/generate", body)
+    in_stub = json.loads(text)
     assert status == 200, in_stub
     assert here["text_output"] == in_stub["text_output"]  # greedy: the same engine, the same text
     events = generate_stream(split, {**body, "stream": True})
