@@ -350,19 +350,7 @@ class TritonPythonModel:
         if self._dead_reason is not None or self._closing:
             return
         cause = environment.death_cause_in_server_log(self._log_start)
-        unloaded = False
-        if self.health_check:
-            try:
-                stub.pb_utils.unload_model(self.model_name)  # returns at once; Triton unloads the model afterwards
-                unloaded = True
-            except Exception as exc:
-                log.error(
-                    f"[vllm] could not unload model {self.model_name} (needs --model-control-mode=explicit): {exc}"
-                )
-        advice = errors.after_engine_death(self.model_name, self.health_check, unloaded)
-        self._dead_reason = f"the vLLM engine has died: {cause}; {advice}"
-        # Named, so that whoever reads the log (launch does) knows which model stopped serving.
-        log.error(f"[vllm] model {self.model_name}: {self._dead_reason}")
+        self._dead_reason = engine_link.engine_death(self.model_name, self.health_check, cause)
         for job in list(self._live.values()):
             if isinstance(job, jobs.OpenAIJob):
                 continue  # vLLM's OpenAI layer gets the engine's death from the engine and answers as vllm serve does

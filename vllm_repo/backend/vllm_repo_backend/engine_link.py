@@ -51,6 +51,22 @@ def refusals(report_metrics: bool, one_response_per_token: bool) -> list[str]:
     return found
 
 
+def engine_death(model_name: str, health_check: bool, cause: str) -> str:
+    """What the requests of a model whose engine died are told. With ENABLE_VLLM_HEALTH_CHECK the model is unloaded
+    first (Triton unloads it after this returns), so that it reports not ready; the log names the model, so that
+    whoever reads it (launch does) knows which one stopped serving."""
+    unloaded = False
+    if health_check:
+        try:
+            stub.pb_utils.unload_model(model_name)
+            unloaded = True
+        except Exception as exc:
+            log.error(f"[vllm] could not unload model {model_name} (needs --model-control-mode=explicit): {exc}")
+    reason = f"the vLLM engine has died: {cause}; {errors.after_engine_death(model_name, health_check, unloaded)}"
+    log.error(f"[vllm] model {model_name}: {reason}")
+    return reason
+
+
 def _input(request: Any, name: str) -> Any:
     tensor = stub.pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
@@ -292,17 +308,6 @@ class ProcessEngine:
         cause = environment.death_cause_in_server_log(self._log_start)
         if exited is not None:
             cause = f"its process exited ({exited}); {cause}"
-        unloaded = False
-        if self.health_check:
-            try:
-                stub.pb_utils.unload_model(self.model_name)
-                unloaded = True
-            except Exception as exc:
-                log.error(
-                    f"[vllm] could not unload model {self.model_name} (needs --model-control-mode=explicit): {exc}"
-                )
-        advice = errors.after_engine_death(self.model_name, self.health_check, unloaded)
-        self.dead_reason = f"the vLLM engine has died: {cause}; {advice}"
-        log.error(f"[vllm] model {self.model_name}: {self.dead_reason}")
+        self.dead_reason = engine_death(self.model_name, self.health_check, cause)
         for job in list(self.live.values()):
             self._end(job, self.dead_reason, "UNAVAILABLE")
