@@ -127,7 +127,7 @@ def describe(exc: BaseException, engine: Any) -> tuple[str, str]:
     if isinstance(cause, (ValueError, TypeError)) or "Validation" in type(cause).__name__:
         return f"invalid request: {native.validation_field(cause)}: {cause}", "INVALID_ARG"
     print(f"[vllm] request failed: {''.join(traceback.format_exception(cause))}", file=sys.stderr, flush=True)
-    return f"the request failed: {name}: {exc}", "INTERNAL"
+    return f"generation failed: {type(cause).__name__}: {cause}", "INTERNAL"
 
 
 def _die_with_parent() -> None:
