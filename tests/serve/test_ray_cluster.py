@@ -329,10 +329,15 @@ class LocalRay:
         deadline = time.monotonic() + 3
         while self.members() and time.monotonic() < deadline:
             time.sleep(0.2)
-        # `ray start --block` can wait on an idle worker that outlives its raylet: what is left is ended by pid.
-        for pid in self.members():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # `ray start --block` can wait on an idle worker that outlives its raylet: what is left is ended by pid,
+        # again until none is left (a killed process is listed until it dies, and a dying raylet may still start a
+        # worker).
+        deadline = time.monotonic() + 15
+        while (left := self.members()) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
         for process in self.processes:
             process.wait(timeout=10)
         shutil.rmtree(self.temp, ignore_errors=True)
