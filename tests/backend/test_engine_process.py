@@ -1,6 +1,7 @@
 """ENGINE_PROCESS: the bundled backend with vLLM in a process of its own, in a real Triton server (2.51) with real
 vLLM on the CPU. What a client sees must be what it sees in the stub's own process (test_backend_e2e.py): the same
-greedy text, the same outputs and errors, cancellation, and the engine's death.
+greedy text, the same outputs and errors, vLLM's metrics, one response per token, cancellation, and the engine's
+death.
 
 One server for the module; the last test is destructive (the engine's process killed)."""
 
@@ -22,6 +23,9 @@ from tests.backend.test_backend_e2e import (
     grpc_stream,
     http,
     is_final,
+    metric,
+    scrape_metrics,
+    wait_metrics_flushed,
 )
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.server import TritonServer
@@ -36,6 +40,7 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 parameters { key: "ENGINE_PROCESS" value: { string_value: "true" } }
 parameters { key: "ENABLE_VLLM_HEALTH_CHECK" value: { string_value: "true" } }
 parameters { key: "DEFAULT_MAX_TOKENS" value: { string_value: "24" } }
+parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }
 """
 IN_STUB = "tiny_in_stub"
 READY = re.compile(r"model tiny ready \(vLLM [^,]+, process (\d+)\)")
@@ -126,15 +131,60 @@ def test_cancellation_mid_stream_aborts_the_request_in_the_engine(split):
     assert error is None and is_final(results[-1])
 
 
-def test_settings_it_does_not_serve_stop_the_load_with_the_reason(split, tmp_path):
-    refused = split.model_repository / "refused"
-    (refused / "1").mkdir(parents=True)
-    (refused / "config.pbtxt").write_text(
+def test_metrics_are_recorded_in_the_engine_process_and_reported_before_the_final_response(split):
+    wait_metrics_flushed()
+    before = scrape_metrics(split)
+    counts = []
+    for max_tokens in (10, 7):
+        results, error = grpc_stream(
+            split, "Count me", {"max_tokens": max_tokens, "ignore_eos": True}, stream=True,
+            return_num_input_tokens=True,
+        )  # fmt: skip
+        assert error is None and is_final(results[-1])
+        counts.append(int(results[0].as_numpy("num_input_tokens")[0]))
+    after = scrape_metrics(split)  # at once: each final response went out after its request's stats were reported
+
+    def delta(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert delta("vllm:generation_tokens_total") == 17
+    assert delta("vllm:prompt_tokens_total") == sum(counts)
+    assert delta("vllm:request_success_total", finished_reason="length") == 2
+    assert delta("vllm:e2e_request_latency_seconds_count") == 2
+    assert delta("vllm:request_generation_tokens_sum") == 17
+    assert delta("vllm:time_per_output_token_seconds_count") == 17 - 2  # one per token after each first
+    wait_metrics_flushed()
+    idle = scrape_metrics(split)
+    assert metric(idle, "vllm:num_requests_running") == 0 and metric(idle, "vllm:num_requests_waiting") == 0
+    assert 0 <= metric(idle, "vllm:kv_cache_usage_perc") <= 1
+
+
+def test_one_response_per_token_is_split_in_the_engine_process(split):
+    name = "per_token"
+    (split.model_repository / name / "1").mkdir(parents=True)
+    (split.model_repository / name / "config.pbtxt").write_text(
         CONFIG + 'parameters { key: "STREAM_ONE_RESPONSE_PER_TOKEN" value: { string_value: "true" } }\n'
     )
-    (refused / "1" / "model.json").write_text((split.model_repository / MODEL_NAME / "1" / "model.json").read_text())
-    status, text = http(split, "/v2/repository/models/refused/load", {})
-    assert status == 400 and "ENGINE_PROCESS does not serve STREAM_ONE_RESPONSE_PER_TOKEN" in text, text
+    model_json = (split.model_repository / MODEL_NAME / "1" / "model.json").read_text()
+    (split.model_repository / name / "1" / "model.json").write_text(model_json)
+    status, text = http(split, f"/v2/repository/models/{name}/load", {}, timeout=300)
+    assert status == 200, text
+    try:
+        body = {
+            "text_input": "Hello world",
+            "sampling_parameters": json.dumps({"max_tokens": 16, "temperature": 0, "ignore_eos": True}),
+        }
+        status, text = http(
+            split, f"/v2/models/{name}/generate_stream", {**body, "stream": True, "return_num_output_tokens": True}
+        )
+        assert status == 200, text
+        events = [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
+        assert [e["num_output_tokens"] for e in events] == [1] * 16
+        status, text = http(split, f"/v2/models/{IN_STUB}/generate", {**body, "exclude_input_in_output": True})
+        assert status == 200, text
+        assert "".join(e["text_output"] for e in events) == json.loads(text)["text_output"]
+    finally:
+        http(split, f"/v2/repository/models/{name}/unload", {}, timeout=120)
 
 
 def test_unloading_stops_the_engine_process_and_loading_starts_a_new_one(split):

@@ -86,6 +86,27 @@ def test_a_final_response_waits_until_its_request_is_recorded():
     assert sent == ["r1"] and not acc.wake.is_set()
 
 
+def test_stats_taken_in_the_engine_process_merge_into_the_stubs_and_release_its_held_final():
+    engine = metrics.MetricsAccumulator()  # ENGINE_PROCESS: vLLM records there
+    stub = metrics.MetricsAccumulator()  # and the stub, which holds the final responses, reports
+    stub.expect("r1", 1)
+    stub.send_final_after_stats("r1", "send r1")
+    engine.record(SimpleNamespace(num_running_reqs=1, num_waiting_reqs=0, kv_cache_usage=0.5), _iteration(1, [0.1]))
+    assert engine.pending()
+    first = engine.take()
+    assert not engine.pending()
+    stub.merge(first)
+    assert not stub.wake.is_set()  # r1 has not finished yet
+    engine.record(None, _iteration(2, itl=[0.02, 0.03], finished=[_finished("r1"), _finished("other")]))
+    stub.merge(engine.take())
+    assert stub.wake.is_set()
+    s = stub.take()
+    assert s["ready_finals"] == ["send r1"] and stub._tracked == {}
+    assert (s["prompt_tokens"], s["generation_tokens"], s["ttft"], s["tpot"]) == (3, 3, [0.1], [0.02, 0.03])
+    assert s["finished_by_reason"] == {"length": 2} and s["finished_ids"] == ["r1", "other"]
+    assert (s["running"], s["kv_cache_usage"]) == (1, 0.5)
+
+
 def test_a_final_response_whose_stats_came_first_is_due_at_once():
     acc = metrics.MetricsAccumulator()
     acc.expect("r1", 1)

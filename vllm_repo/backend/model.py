@@ -215,13 +215,15 @@ class TritonPythonModel:
             self.vllm.version,
             os.path.join(version_dir, contract.ENGINE_ARGS_FILE),
         )
+        self._metric_labels = {"model": self.model_name, "version": str(args["model_version"])}
         self._reader = native.NativeRequestReader(self.vllm, self.lora_adapters, self.default_max_tokens)
         self._process: engine_link.ProcessEngine | None = None
         if configuration.bool_parameter(params, engine_link.PARAMETER):  # vLLM in a process of its own
-            refused = engine_link.refusals(self.report_metrics, self.one_response_per_token)
-            if refused:
-                raise errors.BackendConfigError(f"{engine_link.PARAMETER} does not serve {' or '.join(refused)}")
-            self._process = engine_link.ProcessEngine(self.model_name, version_dir, self._reader, self.health_check)
+            self._process = engine_link.ProcessEngine(
+                self.model_name, version_dir, self._reader, self.health_check,
+                metric_labels=self._metric_labels if self.report_metrics else None,
+                one_response_per_token=self.one_response_per_token,
+            )  # fmt: skip
             log.info(f"[vllm] model {self.model_name} ready ({self._process.start()})")
             return
         # Up to one output chunk of streams in flight, the engine loop sends their responses itself (_deliver).
@@ -273,7 +275,7 @@ class TritonPythonModel:
         if self._accumulator is not None:
             try:
                 self._metrics = metrics.TritonMetrics(
-                    {"model": self.model_name, "version": str(args["model_version"])},
+                    self._metric_labels,
                     self.engine.model_config.max_model_len,
                     self._accumulator,
                 )
@@ -298,10 +300,7 @@ class TritonPythonModel:
         self._loop.run_forever()
 
     async def _start_engine(self) -> Any:
-        stat_loggers = [metrics.make_stat_logger_class(self._accumulator)] if self._accumulator is not None else []
-        unexported = metrics.make_unexported_prometheus_class()
-        if unexported is not None:
-            stat_loggers.append(unexported)
+        stat_loggers = metrics.stat_loggers(self._accumulator)
         # Built inside the loop, so vLLM's output handler runs on it next to the request tasks that send responses.
         return self.vllm.AsyncLLM.from_engine_args(self.engine_args, stat_loggers=stat_loggers or None)
 
@@ -470,13 +469,7 @@ class TritonPythonModel:
     def _per_token(self, job: jobs.Job, output: Any) -> list[Any]:
         """STREAM_ONE_RESPONSE_PER_TOKEN: the stream's merged output as one output per token (per_token.py)."""
         assert job.token_history is not None  # kept only for the streams this applies to
-        skip = getattr(job.sampling_params, "skip_special_tokens", True)
-        tokenizer = self._tokenizer()
-        return per_token.split(output, lambda ids: tokenizer.decode(ids, skip_special_tokens=skip), job.token_history)
-
-    def _tokenizer(self) -> Any:
-        tokenizer = getattr(self.engine, "tokenizer", None)
-        return tokenizer if tokenizer is not None else self.engine.get_tokenizer()
+        return per_token.split(output, per_token.decoder(self.engine, job.sampling_params), job.token_history)
 
     @staticmethod
     def _finish(job: jobs.Job | jobs.OpenAIJob) -> None:

@@ -11,12 +11,18 @@ The stub's threads, each with one job, none of them waiting on another:
 - watching: asks Triton, at most WATCH_CHECKS_PER_S times a second in turn, whether a request was cancelled (the
   engine process then aborts it in the engine), and sees the engine process exit.
 
-Not served this way (the model does not load, saying so): vLLM's metrics (REPORT_CUSTOM_METRICS), one response per
-token (STREAM_ONE_RESPONSE_PER_TOKEN); OpenAI requests are answered with an error. They run in the stub's process.
+vLLM's metrics (REPORT_CUSTOM_METRICS) are recorded in the engine's process and merged into the stub's accumulator,
+whose thread reports them and sends the final responses that wait for them, as in-process (metrics.py). One response
+per token (STREAM_ONE_RESPONSE_PER_TOKEN): the engine's process splits the outputs (per_token.py), the stub sends
+each.
+
+Not served this way: OpenAI requests are answered with an error.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import queue
 import secrets
@@ -30,7 +36,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import environment, errors, jobs, log, native, sends, stub
+from . import environment, errors, jobs, log, metrics, native, sends, stub
 
 PARAMETER = "ENGINE_PROCESS"
 # How long the engine's process may take to start vLLM (a first start compiles and captures CUDA graphs).
@@ -39,16 +45,6 @@ WATCH_INTERVAL_S = 0.1
 WATCH_CHECKS_PER_S = 250  # as in the stub's own watcher (model.py says why)
 # How long finalize waits for the engine's process to stop vLLM before it is killed.
 STOP_TIMEOUT_S = 30.0
-
-
-def refusals(report_metrics: bool, one_response_per_token: bool) -> list[str]:
-    """What config.pbtxt asks for that ENGINE_PROCESS does not serve."""
-    found = []
-    if report_metrics:
-        found.append("REPORT_CUSTOM_METRICS (vLLM's metrics are collected in the stub's process)")
-    if one_response_per_token:
-        found.append("STREAM_ONE_RESPONSE_PER_TOKEN")
-    return found
 
 
 def engine_death(model_name: str, health_check: bool, cause: str) -> str:
@@ -76,13 +72,26 @@ class ProcessEngine:
     """The stub's side of ENGINE_PROCESS for one model instance: start() at initialize, execute() for each call,
     finalize() at unload."""
 
-    def __init__(self, model_name: str, version_dir: str, reader: native.NativeRequestReader, health_check: bool):
+    def __init__(
+        self,
+        model_name: str,
+        version_dir: str,
+        reader: native.NativeRequestReader,
+        health_check: bool,
+        *,
+        metric_labels: dict[str, str] | None = None,
+        one_response_per_token: bool = False,
+    ):
         self.model_name, self.version_dir, self.reader, self.health_check = (
             model_name,
             version_dir,
             reader,
             health_check,
         )
+        self.metric_labels, self.one_response_per_token = metric_labels, one_response_per_token
+        # Set once vLLM is up, where metrics are reported (metric_labels) and the server has them.
+        self.accumulator: metrics.MetricsAccumulator | None = None
+        self.metrics: metrics.TritonMetrics | None = None
         self.live: dict[str, jobs.Job] = {}
         self.closing = False
         self.dead_reason: str | None = None
@@ -102,16 +111,25 @@ class ProcessEngine:
         path = os.pathsep.join(p for p in (backend_dir, os.environ.get("PYTHONPATH", "")) if p)
         # The stub's Python is the serving environment's, as for vLLM's own processes; its output goes to the
         # server's log with the stub's.
+        options = json.dumps({"metrics": self.metric_labels is not None})
+        command = [sys.executable, "-m", "vllm_repo_backend.engine_process", address, authkey.hex()]
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "vllm_repo_backend.engine_process", address, authkey.hex(), self.version_dir],
+            [*command, self.version_dir, options],
             env={**os.environ, "PYTHONPATH": path},
         )
         try:
             self.conn = self._connect(address, authkey)
-            answer = self._wait_ready()
+            answer, max_model_len = self._wait_ready()
         except BaseException:
             self._kill()
             raise
+        if self.metric_labels is not None:
+            accumulator = metrics.MetricsAccumulator()
+            try:
+                self.metrics = metrics.TritonMetrics(self.metric_labels, max_model_len, accumulator)
+                self.accumulator = accumulator
+            except Exception as exc:  # e.g. the server runs with metrics off
+                log.warn(f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")
         threads = (
             ("vllm-admit", self._admit_loop),
             ("vllm-receive", self._receive_loop),
@@ -134,7 +152,7 @@ class ProcessEngine:
                     raise RuntimeError("the engine's process did not listen within 120 s") from None
                 time.sleep(0.05)
 
-    def _wait_ready(self) -> str:
+    def _wait_ready(self) -> tuple[str, int]:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self.conn.poll(1.0):
             if self.child.poll() is not None:
@@ -144,7 +162,7 @@ class ProcessEngine:
         answer = self.conn.recv()
         if answer[0] != "ready":
             raise RuntimeError(f"vLLM could not start in the engine's process: {answer[1]}")
-        return str(answer[1])
+        return str(answer[1]), int(answer[2])
 
     def finalize(self) -> None:
         self.closing = True
@@ -161,6 +179,8 @@ class ProcessEngine:
             self._kill()
         self._turns.put(None)
         self.conn.close()
+        if self.metrics is not None:
+            self.metrics.stop()  # after the final responses it holds (released without stats now)
         shutil.rmtree(self._dir, ignore_errors=True)
         log.info(f"[vllm] {self.sends} responses sent")
 
@@ -212,7 +232,10 @@ class ProcessEngine:
             sampling_params=read.sampling_params, lora_request=read.lora_request, options=read.options,
         )  # fmt: skip
         self.live[job.request_id] = job
-        if not self._post(("add", job.request_id, job.prompt, job.sampling_params, job.lora_request)):
+        if self.accumulator is not None:
+            self.accumulator.expect(job.request_id, job.options.n)
+        split_tokens = self.one_response_per_token and job.options.stream
+        if not self._post(("add", job.request_id, job.prompt, job.sampling_params, job.lora_request, split_tokens)):
             self._end(job, self.dead_reason or "the engine's process is gone", "UNAVAILABLE")
 
     # -- responses out --------------------------------------------------------------------------------------------
@@ -224,7 +247,10 @@ class ProcessEngine:
             except (EOFError, OSError):
                 break
             if message[0] == "outputs":
-                self._turns.put(message[1])
+                if message[2] is not None and self.accumulator is not None:
+                    self.accumulator.merge(message[2])  # before the turn's final responses are held for them
+                if message[1]:
+                    self._turns.put(message[1])
             elif message[0] == "dead":
                 self._on_dead()
         if not self.closing:
@@ -261,6 +287,10 @@ class ProcessEngine:
         first, job.first = job.first, False
         try:
             response = sends.native_response(job.options, output, first)
+            if final and self.accumulator is not None:
+                # Sent by the metrics thread once this request's stats are reported (metrics.py says why).
+                self.accumulator.send_final_after_stats(key, functools.partial(self._send_final, job, response))
+                return False
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
             self.sends += 1
         except Exception as exc:  # the client is gone: the engine's process aborts the request
@@ -270,6 +300,13 @@ class ProcessEngine:
                 self._post(("abort", key))
             return False
         return not final
+
+    def _send_final(self, job: jobs.Job, response: Any) -> None:
+        try:
+            job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            self.sends += 1
+        except Exception as exc:  # the client is gone: the request has finished anyway
+            log.warn(f"[vllm] could not send a final response: {exc}")
 
     def _finish(self, job: jobs.Job) -> bool:
         """Mark the request finished, once: False where another thread did first (only one final response)."""
@@ -283,6 +320,8 @@ class ProcessEngine:
     def _end(self, job: jobs.Job, message: str, code: str) -> None:
         if self._finish(job):
             sends.send_error(job.sender, message, code)
+            if self.accumulator is not None:
+                self.accumulator.forget(job.request_id)
 
     # -- cancellation and the engine's death ----------------------------------------------------------------------
     def _watch_loop(self) -> None:
@@ -311,3 +350,5 @@ class ProcessEngine:
         self.dead_reason = engine_death(self.model_name, self.health_check, cause)
         for job in list(self.live.values()):
             self._end(job, self.dead_reason, "UNAVAILABLE")
+        if self.accumulator is not None:
+            self.accumulator.release_held()  # no stats will come from a dead engine

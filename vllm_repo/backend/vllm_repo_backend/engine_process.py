@@ -7,16 +7,22 @@ Why a process: in the stub, one GIL serves vLLM's output handler, every request'
 server. On the H200 above 128 streams they held it about all the time while the engine waited, 0.90-0.94x raw
 AsyncLLM at 256-512 streams; with vLLM's frontend in a process of its own, 0.98-1.00x (bench/results/backend.md).
 
-    python -m vllm_repo_backend.engine_process SOCKET AUTHKEY_HEX VERSION_DIR
+    python -m vllm_repo_backend.engine_process SOCKET AUTHKEY_HEX VERSION_DIR [OPTIONS_JSON]
+
+OPTIONS_JSON: ``{"metrics": true}`` records vLLM's stats for REPORT_CUSTOM_METRICS.
 
 The messages, pickled over a Unix socket (multiprocessing.connection, authenticated with the key the stub made):
 
-- from the stub: ``("add", id, prompt, sampling_params, lora_request)``; ``("sent", [id, ...])``: those requests'
-  last responses went out, read their next outputs; ``("abort", id)``; ``("stop",)``;
-- to the stub: ``("ready", description)`` or ``("failed", text)`` once; then ``("outputs", [(id, output, end), ...])``,
-  one per loop turn, where ``output`` is vLLM's RequestOutput (what the stream has not read yet) or None, and ``end``
-  is None, or ``(message, code)`` ending the request with a Triton error (code "" where the stub asked for the abort
-  and knows why); ``("dead", text)`` once the engine has died.
+- from the stub: ``("add", id, prompt, sampling_params, lora_request, one_response_per_token)``;
+  ``("sent", [id, ...])``: those requests' last responses went out, read their next outputs; ``("abort", id)``;
+  ``("stop",)``;
+- to the stub: ``("ready", description, max_model_len)`` or ``("failed", text)`` once; then
+  ``("outputs", [(id, output, end), ...], stats)``, one per loop turn, where ``output`` is vLLM's RequestOutput (what
+  the stream has not read yet; with one_response_per_token, one per new token, per_token.py) or None, and ``end`` is
+  None, or ``(message, code)`` ending the request with a Triton error (code "" where the stub asked for the abort and
+  knows why); ``stats`` is None, or what vLLM recorded since the last message (MetricsAccumulator.take(), which the
+  stub merges and reports), also sent alone at METRICS_FLUSH_INTERVAL_S with no outputs; ``("dead", text)`` once the
+  engine has died.
 
 A request's next output is read only once the stub says its last response went out: vLLM merges what the engine
 made meanwhile into one output, so a stream's responses grow fewer as the load grows, as in the stub.
@@ -25,6 +31,7 @@ made meanwhile into one output, so a stream's responses grow fewer as the load g
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -33,7 +40,7 @@ import traceback
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
-from . import configuration, contract, engine_stop, environment, native
+from . import configuration, contract, engine_stop, environment, metrics, native, per_token
 
 # How often the engine is checked for death (the stub's own watcher does it every 0.1 s in process).
 DEATH_CHECK_S = 0.1
@@ -44,8 +51,14 @@ ENGINE_STOP_GRACE_S = 1.0
 class EngineFrontend:
     """The requests in flight in this process, and the one message per loop turn that carries their outputs."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, conn: Connection, engine: Any) -> None:
-        self.loop, self.conn, self.engine = loop, conn, engine
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        conn: Connection,
+        engine: Any,
+        accumulator: metrics.MetricsAccumulator | None = None,
+    ) -> None:
+        self.loop, self.conn, self.engine, self.accumulator = loop, conn, engine, accumulator
         self.render = environment.prompt_renderer(engine)
         self.tasks: dict[str, asyncio.Task] = {}
         self.sent: dict[str, asyncio.Future] = {}
@@ -67,18 +80,40 @@ class EngineFrontend:
         self.flushing = False
         if self.outbox:
             batch, self.outbox = self.outbox, []
-            try:
-                self.post(("outputs", batch))
-            except OSError:  # the stub is gone: the reader thread stops the loop
-                pass
+            self._post_outputs(batch)
 
-    async def generate(self, key: str, prompt: Any, params: Any, lora_request: Any) -> None:
+    def _post_outputs(self, batch: list) -> None:
+        # A turn's stats go with its outputs, ahead of them: a final response waits in the stub until its request's
+        # stats are reported (MetricsAccumulator.send_final_after_stats).
+        stats = self.accumulator.take() if self.accumulator is not None else None
+        if stats is not None:
+            del stats["ready_finals"]  # none here: the stub holds the final responses
+        try:
+            self.post(("outputs", batch, stats))
+        except OSError:  # the stub is gone: the reader thread stops the loop
+            pass
+
+    async def report_stats(self) -> None:
+        """What vLLM recorded while no outputs went out (the gauges, a prefill step), every flush interval."""
+        assert self.accumulator is not None  # started only with metrics
+        while True:
+            await asyncio.sleep(metrics.METRICS_FLUSH_INTERVAL_S)
+            if self.accumulator.pending() and not self.flushing:
+                self._post_outputs([])
+
+    async def generate(self, key: str, prompt: Any, params: Any, lora_request: Any, split_tokens: bool) -> None:
         try:
             engine_input = prompt if self.render is None else await self.render(prompt)
             stream = self.engine.generate(engine_input, params, key, lora_request=lora_request)
+            decode = per_token.decoder(self.engine, params) if split_tokens else None
+            history: dict[int, list[int]] = {}
             try:
                 async for output in stream:
-                    self.put(key, output)
+                    if decode is None:
+                        self.put(key, output)
+                    else:
+                        for piece in per_token.split(output, decode, history):
+                            self.put(key, piece)
                     if output.finished:
                         return
                     waiting = self.sent[key] = self.loop.create_future()
@@ -98,8 +133,10 @@ class EngineFrontend:
     def on_message(self, message: tuple) -> None:
         kind = message[0]
         if kind == "add":
-            _, key, prompt, params, lora_request = message
-            self.tasks[key] = environment.start_task(self.loop, self.generate(key, prompt, params, lora_request))
+            _, key, prompt, params, lora_request, split_tokens = message
+            self.tasks[key] = environment.start_task(
+                self.loop, self.generate(key, prompt, params, lora_request, split_tokens)
+            )
         elif kind == "sent":
             for key in message[1]:
                 waiting = self.sent.get(key)
@@ -142,6 +179,8 @@ def _die_with_parent() -> None:
 
 def main(argv: list[str]) -> int:
     address, authkey, version_dir = argv[0], bytes.fromhex(argv[1]), argv[2]
+    options = json.loads(argv[3]) if len(argv) > 3 else {}
+    accumulator = metrics.MetricsAccumulator() if options.get("metrics") else None
     _die_with_parent()
     parent = os.getppid()
     with Listener(address, family="AF_UNIX", authkey=authkey) as listener:  # before the engine: the stub waits on it
@@ -160,13 +199,13 @@ def main(argv: list[str]) -> int:
         )
 
         async def start() -> Any:  # inside the loop: vLLM's output handler runs on it
-            return vllm.AsyncLLM.from_engine_args(engine_args)
+            return vllm.AsyncLLM.from_engine_args(engine_args, stat_loggers=metrics.stat_loggers(accumulator) or None)
 
         engine = loop.run_until_complete(start())
     except Exception as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         return 1
-    frontend = EngineFrontend(loop, conn, engine)
+    frontend = EngineFrontend(loop, conn, engine, accumulator)
 
     def read() -> None:
         while True:
@@ -178,11 +217,15 @@ def main(argv: list[str]) -> int:
             if message[0] == "stop":
                 return
 
-    frontend.post(("ready", f"vLLM {vllm.version}{environment.kv_cache_text(engine)}, process {os.getpid()}"))
+    description = f"vLLM {vllm.version}{environment.kv_cache_text(engine)}, process {os.getpid()}"
+    frontend.post(("ready", description, engine.model_config.max_model_len))
     threading.Thread(target=read, name="engine-process-read", daemon=True).start()
-    watcher = loop.create_task(frontend.watch_engine())
+    watchers = [loop.create_task(frontend.watch_engine())]
+    if accumulator is not None:
+        watchers.append(loop.create_task(frontend.report_stats()))
     loop.run_forever()
-    watcher.cancel()
+    for watcher in watchers:
+        watcher.cancel()
     for task in list(frontend.tasks.values()):
         task.cancel()
     handler = getattr(engine, "output_handler", None)

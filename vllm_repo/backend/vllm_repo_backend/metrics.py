@@ -94,6 +94,7 @@ class MetricsAccumulator:
         self.request_prompt_tokens: list[int] = []
         self.request_generation_tokens: list[int] = []
         self.request_params_n: list[int] = []
+        self.finished_ids: list[Any] = []  # vLLM's request id of each finished request recorded (None: it has none)
         self.ready_finals: list[Any] = []
 
     def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
@@ -122,11 +123,33 @@ class MetricsAccumulator:
                 self.request_prompt_tokens.append(finished.num_prompt_tokens)
                 self.request_generation_tokens.append(finished.num_generation_tokens)
                 request_id: Any = getattr(finished, "request_id", None)  # vLLM's object: None where it has no id
-                tracked = self._tracked.get(request_id)
-                if tracked is not None:
-                    tracked[0] -= 1
-                    if tracked[0] <= 0 and tracked[1] is not None:
-                        self._release(request_id)
+                self.finished_ids.append(request_id)
+                self._recorded(request_id)
+
+    def _recorded(self, request_id: Any) -> None:
+        """A finished request's stats are in: its final response may go once they are reported."""
+        tracked = self._tracked.get(request_id)
+        if tracked is not None:
+            tracked[0] -= 1
+            if tracked[0] <= 0 and tracked[1] is not None:
+                self._release(request_id)
+
+    def merge(self, taken: Mapping[str, Any]) -> None:
+        """Add what another process's accumulator recorded (its take(), less its final sends): ENGINE_PROCESS records
+        vLLM's stats where the engine runs and reports them from the stub, which alone can reach Triton's metrics."""
+        with self._lock:
+            self.running, self.waiting = taken["running"], taken["waiting"]
+            self.kv_cache_usage = taken["kv_cache_usage"]
+            self.prompt_tokens += taken["prompt_tokens"]
+            self.generation_tokens += taken["generation_tokens"]
+            self.preemptions += taken["preemptions"]
+            for reason, count in taken["finished_by_reason"].items():
+                self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + count
+            for name in HISTOGRAMS:
+                getattr(self, name).extend(taken[name])
+            for request_id in taken["finished_ids"]:
+                self.finished_ids.append(request_id)
+                self._recorded(request_id)
 
     def expect(self, request_id: str, completions: int) -> None:
         """A request is starting; its final response waits for ``completions`` finished-request stats."""
@@ -165,6 +188,11 @@ class MetricsAccumulator:
         self.ready_finals.append(tracked[1])
         self.wake.set()
 
+    def pending(self) -> bool:
+        """Whether anything was recorded since the last take() (the gauges aside)."""
+        with self._lock:
+            return bool(self.prompt_tokens or self.generation_tokens or self.preemptions or self.finished_ids)
+
     def take(self) -> dict[str, Any]:
         """Everything recorded since the last take(), the current gauges, and the final sends now due."""
         with self._lock:
@@ -180,6 +208,7 @@ class MetricsAccumulator:
                 "request_prompt_tokens": self.request_prompt_tokens,
                 "request_generation_tokens": self.request_generation_tokens,
                 "request_params_n": self.request_params_n,
+                "finished_ids": self.finished_ids,
                 "running": self.running,
                 "waiting": self.waiting,
                 "kv_cache_usage": self.kv_cache_usage,
@@ -317,6 +346,16 @@ class TritonMetrics:
         self._reason_counters = {}
         self._families = []
         families.clear()
+
+
+def stat_loggers(accumulator: MetricsAccumulator | None) -> list[type]:
+    """The stat loggers AsyncLLM is built with, in the stub or in ENGINE_PROCESS's process: the accumulator's where
+    metrics are reported, and in place of vLLM's Prometheus logger one that records nothing."""
+    loggers = [make_stat_logger_class(accumulator)] if accumulator is not None else []
+    unexported = make_unexported_prometheus_class()
+    if unexported is not None:
+        loggers.append(unexported)
+    return loggers
 
 
 def make_stat_logger_class(accumulator: MetricsAccumulator) -> type:

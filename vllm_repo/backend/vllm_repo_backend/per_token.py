@@ -69,6 +69,16 @@ def token_texts(
     return texts
 
 
+def decoder(engine: Any, sampling_params: Any) -> Callable[[list[int]], str]:
+    """How a request's token ids are decoded into text: the engine's tokenizer, with the request's own
+    skip_special_tokens."""
+    tokenizer = getattr(engine, "tokenizer", None)
+    if tokenizer is None:
+        tokenizer = engine.get_tokenizer()
+    skip = getattr(sampling_params, "skip_special_tokens", True)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=skip)
+
+
 def _sampled_logprob(position: Any, token_id: int) -> float | None:
     entry = position.get(token_id) if isinstance(position, dict) else None
     return None if entry is None else entry.logprob
