@@ -97,14 +97,19 @@ EDITS: list[tuple[str, list[tuple[str, str]]]] = [
                 "        self._hops_entry = _hops_time.monotonic_ns()\n",
             ),
             (
-                "        job = jobs.OpenAIJob(\n            sender=sender,\n",
-                "        _sid = stream_to.id if stream_to is not None else -1\n"
+                "        self._spawn_openai(openai_serving.new_job(sender, jobs.new_request_id(), admitted))\n",
+                "        _sid = admitted.stream_to.id if admitted.stream_to is not None else -1\n"
                 "        _hop('B0', _sid, self._hops_entry); _hop('B1', _sid)\n"
-                "        job = jobs.OpenAIJob(\n            sender=sender,\n",
+                "        self._spawn_openai(openai_serving.new_job(sender, jobs.new_request_id(), admitted))\n",
             ),
+        ],
+    ),
+    (
+        "vllm_repo/backend/vllm_repo_backend/openai_serving.py",
+        [
             (
-                "    async def _serve_openai(self, job: jobs.OpenAIJob) -> None:\n        sent_body = False\n",
-                "    async def _serve_openai(self, job: jobs.OpenAIJob) -> None:\n        sent_body = False\n"
+                "        sent_body = False\n",
+                "        sent_body = False\n"
                 "        _sid = job.stream_to.id if job.stream_to is not None else -1\n        _hop('B2', _sid)\n",
             ),
             (

@@ -1,7 +1,8 @@
 """ENGINE_PROCESS: the bundled backend with vLLM in a process of its own, in a real Triton server (2.51) with real
 vLLM on the CPU. What a client sees must be what it sees in the stub's own process (test_backend_e2e.py): the same
-greedy text, the same outputs and errors, vLLM's metrics, one response per token, cancellation, and the engine's
-death.
+greedy text, the same outputs and errors, vLLM's metrics, one response per token, OpenAI requests through the gateway
+(streamed over its socket from the engine's process), cancellation, and the engine's death. The OpenAI answers
+themselves are compared with vllm serve's for both shapes in test_openai_backend.py.
 
 One server for the module; the last test is destructive (the engine's process killed)."""
 
@@ -11,7 +12,10 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -28,6 +32,8 @@ from tests.backend.test_backend_e2e import (
     wait_metrics_flushed,
 )
 from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from vllm_repo.serve.guardian import Guardian
+from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import TritonServer
 
 pytestmark = [pytest.mark.e2e, needs_serving]
@@ -116,12 +122,69 @@ def test_additional_outputs_and_the_final_flag_on_the_last_response(split):
     assert sum(len(entry) for entry in logprobs) == 6
 
 
-def test_bad_requests_are_refused_in_the_stub_and_openai_requests_are_not_served(split):
+def test_bad_requests_are_refused_in_the_stub(split):
     status, body = generate(split, {"text_input": "Hi", "sampling_parameters": json.dumps({"temprature": 1})})
     assert status == 400 and 'did you mean "temperature"' in body["error"], body
-    envelope = json.dumps({"endpoint": "/v1/completions", "body": {"prompt": "Hi"}})
-    status, body = generate(split, {"text_input": "", "openai_request": envelope})
-    assert status != 200 and "not served with ENGINE_PROCESS" in body["error"], body
+
+
+@pytest.fixture
+def gateway(split):
+    """`vllm-repo openai` in front of the module's Triton, its stream socket on: the base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "vllm_repo", "openai", "--triton-url", split.http_url, "--port", str(port)]
+    command += ["--triton-grpc-port", split.grpc_url.rsplit(":", 1)[1], "--stream-socket", "on"]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    guardian = Guardian(proc.pid, None)  # stops the gateway should the test runner die first
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        guardian.release()
+        assert proc.wait(timeout=20) == 0
+
+
+def test_openai_requests_are_answered_by_vllms_app_in_the_engine_process_and_stream_over_the_gateways_socket(
+    split, gateway
+):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=gateway, api_key="EMPTY", max_retries=0, timeout=120)
+    chat = [{"role": "user", "content": "What is the capital of France?"}]
+    asked = {"model": MODEL_NAME, "messages": chat, "max_tokens": 10, "temperature": 0}
+    whole = client.chat.completions.create(**asked, extra_body={"ignore_eos": True})
+    chunks = list(
+        client.chat.completions.create(
+            **asked, stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}
+        )
+    )
+    deltas = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert "".join(deltas) == whole.choices[0].message.content and len(deltas) > 2
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 10
+    # The engine's process connected to the gateway's socket and wrote the stream there itself.
+    connected = r"engine_process \d+\] \[vllm\] streamed OpenAI responses go to the gateway's socket"
+    assert re.search(connected, split.log_text())
+
+    # A client leaving mid-stream: the gateway says so over the socket, and the request stops in the engine.
+    aborted = split.log_text().count("cancelled by the client: aborted in the engine")
+    stream = client.chat.completions.create(
+        **{**asked, "max_tokens": 480}, stream=True, extra_body={"ignore_eos": True}
+    )  # fmt: skip
+    for _, _chunk in zip(range(3), stream, strict=False):
+        pass
+    stream.close()
+    deadline = time.monotonic() + 15
+    while split.log_text().count("cancelled by the client: aborted in the engine") == aborted:
+        assert time.monotonic() < deadline, "the request the client left was not aborted in the engine"
+        time.sleep(0.1)
 
 
 def test_cancellation_mid_stream_aborts_the_request_in_the_engine(split):

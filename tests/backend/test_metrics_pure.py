@@ -105,6 +105,11 @@ def test_stats_taken_in_the_engine_process_merge_into_the_stubs_and_release_its_
     assert (s["prompt_tokens"], s["generation_tokens"], s["ttft"], s["tpot"]) == (3, 3, [0.1], [0.02, 0.03])
     assert s["finished_by_reason"] == {"length": 2} and s["finished_ids"] == ["r1", "other"]
     assert (s["running"], s["kv_cache_usage"]) == (1, 0.5)
+    # The engine going idle records nothing but its gauges: that is news for the stub too.
+    engine.record(SimpleNamespace(num_running_reqs=0, num_waiting_reqs=0, kv_cache_usage=0.0), None)
+    assert engine.pending()
+    stub.merge(engine.take())
+    assert stub.take()["running"] == 0 and not engine.pending()
 
 
 def test_a_final_response_whose_stats_came_first_is_due_at_once():

@@ -2,7 +2,8 @@
 Triton gRPC streams the way the OpenAI gateway sends them (``text_input`` "" and ``openai_request``).
 
 The answers are compared with those of ``vllm serve`` itself (vLLM's OpenAI API server, started beside Triton with the
-same engine arguments, model name, adapter and chat template), not with strings written here.
+same engine arguments, model name, adapter and chat template), not with strings written here. Every test runs against
+both shapes of the backend: vLLM in the stub's process, and in a process of its own (ENGINE_PROCESS).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ ADAPTER = "doll"
 BAD_MODEL = "bad_openai"  # its openai.json has a misspelt key: it must fail to load, naming the file and the key
 CHAT_TEMPLATE = "chat.jinja"  # in the version directory, named relatively in openai.json
 MESSAGES = [{"role": "user", "content": "Hello there"}]
+ENGINE_PROCESS_PARAMETER = 'parameters { key: "ENGINE_PROCESS" value: { string_value: "true" } }\n'
 
 
 def _serve_flags(settings: dict) -> list[str]:
@@ -50,8 +52,8 @@ def _serve_flags(settings: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def servers(tiny_model_dir, tmp_path_factory):
-    """(Triton with the bundled backend, vllm serve's URL) for the same model, adapter and chat template."""
+def model_repository(tiny_model_dir, tmp_path_factory):
+    """The model (with its adapter, chat template and openai.json) and one whose openai.json has a typo."""
     repo = tmp_path_factory.mktemp("openai-repo")
     version = repo / MODEL / "1"
     version.mkdir(parents=True)
@@ -69,7 +71,14 @@ def servers(tiny_model_dir, tmp_path_factory):
     (repo / BAD_MODEL / "config.pbtxt").write_text(CONFIG_PBTXT)
     (bad / "model.json").write_text(json.dumps({**settings, "enable_lora": False, "max_lora_rank": 8}))
     (bad / "openai.json").write_text(json.dumps({"tool_call_parsr": "hermes"}))
+    return repo
 
+
+@pytest.fixture(scope="module")
+def reference(model_repository, tiny_model_dir, tmp_path_factory):
+    """vllm serve's URL, serving the model as Triton does."""
+    version = model_repository / MODEL / "1"
+    settings = engine_args(tiny_model_dir)
     logs = tmp_path_factory.mktemp("openai-logs")
     # vLLM's ZMQ IPC sockets are files, in the temporary directory unless told: here, with the test's other files.
     rpc = tmp_path_factory.mktemp("vllm-serve-rpc")
@@ -99,24 +108,14 @@ def servers(tiny_model_dir, tmp_path_factory):
     )
     # Should the test runner die without the finally below, this stops the reference's process group.
     reference_guardian = Guardian(reference.pid, None)
-    server = TritonServer(
-        repo,
-        serving_python=SERVING_PYTHON,
-        triton_home=TRITON_HOME,
-        env=SERVER_ENV,
-        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL}"],
-        log_path=logs / "tritonserver.log",
-    )
-    server.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        server.wait_ready(timeout=600)
         deadline = time.monotonic() + 600
         while http(url, "/health")[0] != 200:
             assert reference.poll() is None, (logs / "vllm-serve.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "vllm serve did not start"
             time.sleep(0.5)
-        yield server, url
+        yield url
     finally:
         os.killpg(reference.pid, 15)
         try:
@@ -125,18 +124,28 @@ def servers(tiny_model_dir, tmp_path_factory):
             os.killpg(reference.pid, 9)
         reference_log.close()
         reference_guardian.release()
-        server.stop()
-    assert orphaned_ipc_sockets(sockets_before) == set()  # neither server left one in /tmp
+    assert orphaned_ipc_sockets(sockets_before) == set()  # it left none in /tmp
 
 
-@pytest.fixture(scope="module")
-def triton(servers):
-    return servers[0]
-
-
-@pytest.fixture(scope="module")
-def reference(servers):
-    return servers[1]
+@pytest.fixture(scope="module", params=["in_stub", "engine_process"])
+def triton(request, model_repository, tmp_path_factory):
+    """Triton with the bundled backend, vLLM in the stub's process or in a process of its own."""
+    shape = ENGINE_PROCESS_PARAMETER if request.param == "engine_process" else ""
+    for model in (MODEL, BAD_MODEL):
+        (model_repository / model / "config.pbtxt").write_text(CONFIG_PBTXT + shape)
+    sockets_before = ipc_sockets()
+    server = TritonServer(
+        model_repository,
+        serving_python=SERVING_PYTHON,
+        triton_home=TRITON_HOME,
+        env=SERVER_ENV,
+        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL}"],
+        log_path=tmp_path_factory.mktemp(f"openai-logs-{request.param}") / "tritonserver.log",
+    )
+    with server:
+        server.wait_ready(timeout=600)
+        yield server
+    assert orphaned_ipc_sockets(sockets_before) == set()  # it left none in /tmp
 
 
 # -- clients ---------------------------------------------------------------------------------------------------------

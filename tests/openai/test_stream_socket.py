@@ -19,7 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from vllm_repo.backend import model as backend
-from vllm_repo.backend.vllm_repo_backend import contract, jobs, openai_wire, stub
+from vllm_repo.backend.vllm_repo_backend import contract, jobs, openai_serving, openai_wire, sends, stub
 from vllm_repo.serve.openai import app as gateway_app
 from vllm_repo.serve.openai.app import OpenAIGateway
 from vllm_repo.serve.openai.gateway import StreamSocketMode, offers_stream_socket, open_stream_socket
@@ -602,7 +602,7 @@ def test_without_a_usable_temporary_directory_the_gateway_goes_without_the_socke
 async def _serve_with_app(
     streams, app, monkeypatch, errors=None, sent=None, use_socket=True, headers=None, endpoint="/v1/chat/completions"
 ):
-    """The backend's _serve_openai on one streamed request, with ``app`` in place of vLLM's; the request's inbox on
+    """The backend's OpenAI serving on one streamed request, with ``app`` in place of vLLM's; the request's inbox on
     the gateway's socket, and the final responses handed to the final-sends thread. Errors the backend logs go to
     ``errors`` (none are expected without it), the responses it sends before the final to ``sent``; without
     ``use_socket`` the request names no stream socket, as from a gateway on another host."""
@@ -618,15 +618,17 @@ async def _serve_with_app(
     monkeypatch.setattr(stub, "pb_utils", types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Logger=logger))
     model = _model()
     model._loop = asyncio.get_running_loop()
-    model._stream_links, model._live = {}, {}
+    model._live = {}
     finals: list = []
     model._sends = types.SimpleNamespace(submit=finals.append)
-    model._openai_response = lambda status, data: (status, data)
+    monkeypatch.setattr(sends, "openai_response", lambda status, data: (status, data))
+    model._openai = openai_serving.OpenAIServing("tiny", "", None, None, None, model._pump_openai)
+    model._openai.start(model._loop, None)
 
     async def openai_app():
         return app
 
-    model._openai_app = openai_app
+    model._openai.app = openai_app
     inbox = streams.open()
     job = jobs.OpenAIJob(
         types.SimpleNamespace(send=lambda response, flags: (sent if sent is not None else []).append(response)),
@@ -680,7 +682,7 @@ def test_a_cancelled_openai_request_is_told_to_vllms_app_as_a_disconnect_and_its
 ):
     """vllm serve's routes (with_cancellation) generate in a task of their own and stop it when receive() says
     http.disconnect, then answer anyway; cancelling the app's own task would leave that task generating."""
-    monkeypatch.setattr(backend, "OPENAI_DISCONNECT_GRACE_S", 0.3)
+    monkeypatch.setattr(openai_serving, "OPENAI_DISCONNECT_GRACE_S", 0.3)
     generating = asyncio.Event()
     work_cancelled = asyncio.Event()
 

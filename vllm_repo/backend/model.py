@@ -58,14 +58,11 @@ config.pbtxt parameters:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import functools
 import json
 import os
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -88,8 +85,7 @@ if TYPE_CHECKING or __package__:
         log,
         metrics,
         native,
-        openai_app,
-        openai_wire,
+        openai_serving,
         per_token,
         sends,
         stub,
@@ -108,8 +104,7 @@ else:
         log,
         metrics,
         native,
-        openai_app,
-        openai_wire,
+        openai_serving,
         per_token,
         sends,
         stub,
@@ -136,9 +131,6 @@ WATCH_INTERVAL_S = 0.1
 # is what limits the stub. Beyond 25 requests in flight a client's cancellation is seen within (requests / 250) s
 # instead of 0.1 s: 1 s at 256 streams, while each of those requests runs for about 1.6 s on an H200.
 WATCH_CHECKS_PER_S = 250
-# How long vLLM's app has to end an OpenAI request after it was told the client went away, before its task is
-# cancelled.
-OPENAI_DISCONNECT_GRACE_S = 1.0
 
 
 def _input(request: Any, name: str) -> np.ndarray | None:
@@ -222,39 +214,22 @@ class TritonPythonModel:
             self._process = engine_link.ProcessEngine(
                 self.model_name, version_dir, self._reader, self.health_check,
                 metric_labels=self._metric_labels if self.report_metrics else None,
-                one_response_per_token=self.one_response_per_token,
+                one_response_per_token=self.one_response_per_token, lora_adapters=self.lora_adapters,
             )  # fmt: skip
             log.info(f"[vllm] model {self.model_name} ready ({self._process.start()})")
             return
         # Up to one output chunk of streams in flight, the engine loop sends their responses itself (_deliver).
         self._inline_sends_up_to = self.vllm.output_chunk
-        # vLLM's own OpenAI layer answers OpenAI requests: built at load with an openai.json or a gateway in front
-        # (OPENAI_AT_LOAD_ENV), else on the first one. openai.json is checked now, with vLLM's parser: a typo fails.
-        self._version_dir = version_dir
-        self._openai_args: Any = None
-        self._openai_unavailable: str | None = None
-        self._openai_build: asyncio.Future | None = None
-        # Stream socket path -> the connection to that gateway (None: it could not be reached), made once, on the loop.
-        self._stream_links: dict[str, asyncio.Future] = {}
+        # vLLM's own OpenAI layer answers OpenAI requests (openai_serving.py); openai.json is checked now.
+        self._openai = openai_serving.OpenAIServing(
+            self.model_name, version_dir, self.vllm, self.engine_args, self.lora_adapters, self._pump_openai
+        )
+        openai_at_load = self._openai.check_options()
         # First and final responses (and OpenAI finals): the start or end of a request, which a client waits on.
         self._edge_sends = [sends.SendThread(f"vllm-sends-edge-{i}") for i in range(sends.EDGE_SEND_THREADS)]
         self._sends = self._edge_sends[0]  # for answers that belong to no stream (OpenAI finals, errors)
         self._stream_sends = [sends.SendThread(f"vllm-sends-{i}") for i in range(sends.STREAM_SEND_THREADS)]
         self._spawned = 0
-        openai_options = openai_app.load_openai_options(version_dir)
-        if openai_options is not None:
-            started = time.monotonic()
-            try:
-                self._openai_args = self._openai_parse_args(openai_options)
-            except ImportError as exc:  # an old release: native requests still work
-                self._openai_unavailable = (
-                    f"vLLM {self.vllm_version} has no OpenAI frontend parser this backend knows ({exc})"
-                )
-                path = os.path.join(version_dir, contract.OPENAI_FILE)
-                log.warn(f"[vllm] {path} ignored: {self._openai_unavailable}")
-            else:
-                log.info(f"[vllm] {contract.OPENAI_FILE} checked in {time.monotonic() - started:.2f} s")
-
         self._accumulator = metrics.MetricsAccumulator() if self.report_metrics else None
         self._live: dict[str, jobs.Job | jobs.OpenAIJob] = {}
         self._dead_reason: str | None = None
@@ -271,6 +246,7 @@ class TritonPythonModel:
             self._stop_loop()
             raise
         self._render = environment.prompt_renderer(self.engine)
+        self._openai.start(self._loop, self.engine)
         self._metrics = None
         if self._accumulator is not None:
             try:
@@ -285,8 +261,8 @@ class TritonPythonModel:
         self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
         self._watcher.start()
         log.info(f"[vllm] {environment.freeze_startup_heap()} {environment.FROZEN_HEAP_LOG}")
-        if openai_options is not None or os.environ.get(contract.OPENAI_AT_LOAD_ENV, "") in contract.TRUE_STRINGS:
-            self._build_openai_now()
+        if openai_at_load:
+            asyncio.run_coroutine_threadsafe(self._openai.build_at_load(), self._loop).result()
         sys.setswitchinterval(ADMISSION_SWITCH_INTERVAL_S)  # for the whole process: a stub serves one model instance
         log.info(f"[vllm] {SWITCH_INTERVAL_LOG} {sys.getswitchinterval() * 1e3:g} ms: execute() admits soon")
         log.info(
@@ -333,16 +309,12 @@ class TritonPythonModel:
     def _cancel(self, job: jobs.Job | jobs.OpenAIJob, reason: str) -> None:
         if job.finished or job.task is None or job.task.done():
             return
+        if isinstance(job, jobs.OpenAIJob):
+            self._openai.cancel(job, reason)
+            return
         if job.cancel_reason is None and reason == "request was cancelled":
             log.info(f"[vllm] Cancelling the request {job.request_id}")
         job.cancel_reason = job.cancel_reason or reason
-        if isinstance(job, jobs.OpenAIJob) and not job.disconnected.is_set():
-            # vLLM's app is told as uvicorn tells vllm serve's: http.disconnect. Its routes run their work in a task
-            # of their own (with_cancellation) that stops only then; cancelling the app's task instead left that task
-            # generating a non-streamed answer to its end. A route that does not listen is cancelled after a grace.
-            job.disconnected.set()
-            self._loop.call_later(OPENAI_DISCONNECT_GRACE_S, self._cancel, job, reason)
-            return
         job.task.cancel()
 
     def _on_engine_dead(self) -> None:
@@ -540,176 +512,25 @@ class TritonPythonModel:
 
     # -- OpenAI requests: vLLM's own OpenAI layer (the app `vllm serve` runs) on this model's engine ----------------
     def _execute_openai(self, sender: Any, raw: Any) -> None:
-        try:
-            endpoint, method, body, stream_to, headers, query = openai_wire.parse_openai_request(raw)
-        except openai_wire.OpenAIError as exc:
-            self._send_openai_now(sender, exc)
+        alive = self._dead_reason is None and not self._closing and not getattr(self.engine, "errored", True)
+        admitted = openai_serving.admit(raw, self._dead_reason, self._closing, alive)
+        if isinstance(admitted, openai_serving.OpenAIOutput):
+            self._answer_openai_now(sender, admitted.status, admitted.data)
             return
-        if endpoint == "/health":
-            alive = self._dead_reason is None and not self._closing and not getattr(self.engine, "errored", True)
-            self._answer_openai_now(sender, 200 if alive else 503, b"")
-            return
-        if self._dead_reason is not None:
-            # What vllm serve answers once its engine is dead (EngineDeadError, a VLLMServerError), in our words.
-            self._send_openai_now(sender, openai_wire.OpenAIError(500, self._dead_reason, "InternalServerError"))
-            return
-        if self._closing:
-            self._send_openai_now(
-                sender, openai_wire.OpenAIError(503, "the model is being unloaded", "ServiceUnavailableError")
-            )
-            return
-        job = jobs.OpenAIJob(
-            sender=sender,
-            request_id=jobs.new_request_id(),
-            endpoint=endpoint,
-            method=method,
-            body=body,
-            stream_to=stream_to,
-            headers=headers,
-            query=query,
-        )
-        self._spawn_openai(job)
-
-    def _send_openai_now(self, sender: Any, error: openai_wire.OpenAIError) -> None:
-        self._answer_openai_now(sender, error.status, error.body())
+        self._spawn_openai(openai_serving.new_job(sender, jobs.new_request_id(), admitted))
 
     def _answer_openai_now(self, sender: Any, status: int, data: bytes) -> None:
-        try:
-            sender.send(self._openai_response(status, data), flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception as exc:  # the client may be gone already
-            log.warn(f"[vllm] could not send an OpenAI response ({status}): {exc}")
-
-    @staticmethod
-    def _openai_response(status: int, data: bytes) -> Any:
-        return stub.pb_utils.InferenceResponse(
-            output_tensors=[
-                stub.pb_utils.Tensor("openai_status", np.array([status], dtype=np.int32)),
-                stub.pb_utils.Tensor("openai_response", np.array([data], dtype=np.object_)),
-            ]
-        )
+        sends.send_openai_final(sender, status, data)
 
     def _spawn_openai(self, job: jobs.OpenAIJob) -> None:
         self._live[job.request_id] = job
         job.task = environment.start_task(self._loop, self._serve_openai(job))
 
     async def _serve_openai(self, job: jobs.OpenAIJob) -> None:
-        sent_body = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent_body
-            if not sent_body:
-                sent_body = True
-                return {"type": "http.request", "body": job.body, "more_body": False}
-            await job.disconnected.wait()  # vLLM's handlers listen for the client going away
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            if job.cancel_reason is not None:
-                return  # what the app answers once the client went away goes nowhere
-            if message["type"] == "http.response.start":
-                job.status = int(message["status"])
-                headers = dict(message.get("headers") or ())
-                job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
-                if job.streaming and job.status == 200 and link is not None and not link.closed:
-                    job.stream_link = link
-                    link.send(openai_wire.STREAM_FRAME.pack(stream_id, contract.STREAM_FRAME_START, 0))
-            elif message["type"] == "http.response.body":
-                job.body_complete = not message.get("more_body", False)
-                if job.stream_link is not None:
-                    await self._write_stream(
-                        job, job.stream_link, stream_id, message.get("body", b""), job.body_complete
-                    )
-                    return
-                job.joiner.push(message.get("body", b""))
-                if job.body_complete:
-                    job.joiner.finish()
-                if job.streaming or job.joiner.done:
-                    self._pump_openai(job)
-
-        link: openai_wire.StreamLink | None = None
         try:
-            # Connected before the app runs (once per gateway): the first chunk does not wait for it.
-            if job.stream_to is not None:
-                link = await self._stream_link(job.stream_to.socket)
-                if link is not None:
-                    # Set wherever link is: the frames of this request's stream on that socket carry it.
-                    stream_id = job.stream_to.id
-                    # The gateway says over the link when the client goes away: the watcher need not ask Triton.
-                    job.watched_by_link = True
-                    link.attach(stream_id, job)
-            try:
-                app = await self._openai_app()
-            except openai_wire.OpenAIError as exc:
-                job.status = exc.status
-                job.joiner.push(exc.body())
-            else:
-                scope = openai_wire.asgi_scope(job.method, job.endpoint, job.query, job.headers, job.body)
-                await app(scope, receive, send)
-                if job.cancel_reason is not None:  # the app ended at the disconnect _cancel gave it
-                    raise asyncio.CancelledError
-        except asyncio.CancelledError:
-            # The app ended at the disconnect, or its task was cancelled: vLLM's generator closed, aborting the request.
-            reason = job.cancel_reason or "request was cancelled"
-            code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
-            if code == "CANCELLED":
-                log.info(f"[vllm] request {job.request_id} cancelled by the client: aborted in the engine")
-                log.info(f"[vllm] Successfully cancelled the request {job.request_id}")
-            job.error = (reason, code)
-            job.joiner.pending.clear()
-        except Exception as exc:
-            # vLLM's app answers its own errors; this is one it let through (e.g. a failing middleware).
-            log.error(f"[vllm] OpenAI request {job.endpoint} failed: {traceback.format_exc()}")
-            message = f"{type(exc).__name__}: {exc}"
-            if job.status is None:
-                job.status = 500
-                job.joiner.push(openai_wire.openai_error_body(message, 500, "InternalServerError"))
-            elif job.streaming and not job.body_complete:
-                self._end_failed_stream(job, message)
+            await self._openai.serve(job)
         finally:
-            job.disconnected.set()
-            if job.status is None:
-                job.status = 500
-                job.joiner.push(
-                    openai_wire.openai_error_body("vLLM's OpenAI layer gave no response", 500, "InternalServerError")
-                )
-            job.joiner.finish()
-            if job.stream_link is not None:
-                job.stream_link.flush()  # the stream's last frames go before its final response
-            if link is not None:
-                link.detach(stream_id)
-            self._pump_openai(job)
             self._live.pop(job.request_id, None)
-
-    def _end_failed_stream(self, job: jobs.OpenAIJob, message: str) -> None:
-        """A streamed answer whose app failed after it began ends as vLLM's own generators end a failing stream
-        (failed_stream_tail). Its END frame goes too, or the gateway would wait for bytes that never come."""
-        event = openai_wire.failed_stream_tail(job.endpoint, message)
-        job.body_complete = True
-        if job.stream_link is None:
-            job.joiner.push(event)
-        elif not job.stream_link.closed:
-            assert job.stream_to is not None  # a stream link is made only for a request that names its socket
-            job.stream_link.send(openai_wire.stream_frames(job.stream_to.id, event, last=True))
-
-    async def _write_stream(
-        self, job: jobs.OpenAIJob, link: openai_wire.StreamLink, stream_id: int, data: bytes, last: bool
-    ) -> None:
-        """A streamed response's bytes to the gateway's socket (``job.stream_link``, ``job.stream_to.id``): a frame,
-        no round trip. The Triton final response (the status, no bytes) follows the END frame once the app returns."""
-        if link.closed:  # the gateway went away: nobody reads this stream any more
-            self._cancel(job, "the OpenAI gateway's stream socket closed")
-            return
-        link.send(openai_wire.stream_frames(stream_id, data, last))
-        if link.buffered() > openai_wire.STREAM_SOCKET_HIGH_WATER:
-            await link.drain()  # a gateway that reads slowly slows its streams, as a slow HTTP client would
-
-    async def _stream_link(self, path: str) -> openai_wire.StreamLink | None:
-        """The connection to the gateway whose stream socket is ``path``, made by the first request that names it;
-        None when it cannot be reached (that gateway then gets its bytes through Triton, and one warning)."""
-        link = self._stream_links.get(path)
-        if link is None or (link.done() and link.result() is not None and link.result().closed):
-            link = self._stream_links[path] = asyncio.ensure_future(openai_wire.connect_stream_link(path, self._cancel))
-        return await asyncio.shield(link)
 
     def _pump_openai(self, job: jobs.OpenAIJob) -> None:
         """Send what is pending, unless a send of this request is in flight (its completion pumps again)."""
@@ -729,11 +550,11 @@ class TritonPythonModel:
                 if job.error is not None:
                     self._sends.submit(functools.partial(self._send_error, job.sender, *job.error))
                 else:
-                    response = self._openai_response(job.status, data)
+                    response = sends.openai_response(job.status, data)
                     flags = stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
                     self._sends.submit(functools.partial(job.sender.send, response, flags=flags))
             else:
-                job.sender.send(self._openai_response(job.status, data), flags=0)
+                job.sender.send(sends.openai_response(job.status, data), flags=0)
         except Exception as exc:  # the client may be gone: stop generating for it
             log.warn(f"[vllm] could not send an OpenAI response: {exc}")
             if not final:
@@ -745,59 +566,6 @@ class TritonPythonModel:
     def _openai_sent(self, job: jobs.OpenAIJob) -> None:
         job.joiner.sent()
         self._pump_openai(job)
-
-    async def _openai_app(self) -> Any:
-        """vLLM's app, built on the first OpenAI request (shared by the requests that wait for it); OpenAIError when it
-        cannot be built, for every request."""
-        if self._openai_build is None:
-            self._openai_build = asyncio.ensure_future(self._build_openai_app())
-        return await asyncio.shield(self._openai_build)
-
-    def _build_openai_now(self) -> None:
-        """At load: READY means the first OpenAI request is answered at once (a failed build fails those alone)."""
-        with contextlib.suppress(openai_wire.OpenAIError):
-            asyncio.run_coroutine_threadsafe(self._openai_app(), self._loop).result()
-
-    def _not_served(self, status: int, kind: str) -> openai_wire.OpenAIError:
-        return openai_wire.OpenAIError(
-            status, f"OpenAI requests are not served by this model: {self._openai_unavailable}", kind
-        )
-
-    async def _build_openai_app(self) -> Any:
-        if self._openai_unavailable is not None:
-            raise self._not_served(501, "NotImplementedError")
-        started = time.monotonic()
-        try:
-            # Imports and the parser take a while: off the engine loop, which keeps serving native requests.
-            builders, args = await self._loop.run_in_executor(None, self._openai_imports)
-        except ImportError as exc:
-            self._openai_unavailable = f"vLLM {self.vllm_version} lacks an OpenAI serving API this backend uses ({exc})"
-            log.error(f"[vllm] {self._openai_unavailable}")
-            raise self._not_served(501, "NotImplementedError") from None
-        try:
-            app = await openai_app.build_openai_app(
-                builders, args, self.engine, self.engine_args, self.vllm.AsyncEngineArgs, self.model_name
-            )
-            frozen = environment.freeze_startup_heap()  # what the layer built is as static as the engine
-        except Exception as exc:
-            self._openai_unavailable = f"vLLM's OpenAI layer could not be built: {type(exc).__name__}: {exc}"
-            log.error(f"[vllm] {self._openai_unavailable}\n{traceback.format_exc()}")
-            raise self._not_served(500, "InternalServerError") from None
-        log.info(f"[vllm] vLLM's OpenAI layer built in {time.monotonic() - started:.2f} s for model {self.model_name}")
-        log.info(f"[vllm] {frozen} {environment.FROZEN_HEAP_LOG}")
-        return app
-
-    def _openai_imports(self) -> tuple[tuple[Any, Any], Any]:
-        args = self._openai_args if self._openai_args is not None else self._openai_parse_args({})
-        return openai_app.import_app_builders(), args
-
-    def _openai_parse_args(self, options: Mapping[str, Any]) -> Any:
-        return openai_app.parse_frontend_options(
-            options,
-            os.path.join(self._version_dir, contract.OPENAI_FILE),
-            [f.name for f in dataclasses.fields(self.vllm.AsyncEngineArgs)],
-            self.lora_adapters,
-        )
 
     # -- finalize -------------------------------------------------------------------------------------------------
     def finalize(self) -> None:
@@ -831,10 +599,9 @@ class TritonPythonModel:
                 if threads:
                     sent, seconds = sum(t.sends for t in threads), sum(t.send_seconds for t in threads)
                     log.info(f"[vllm] {sent} responses sent, {seconds:.2f} s in round trips to the server")
-                links = [f.result() for f in getattr(self, "_stream_links", {}).values() if f.done() and f.result()]
-                for link in links:
-                    link.reading.cancel()
-                await asyncio.gather(*(link.reading for link in links), return_exceptions=True)
+                openai = getattr(self, "_openai", None)
+                if openai is not None:
+                    await openai.close_links()
 
             try:
                 asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=15)

@@ -26,4 +26,5 @@ The modules, one role each, import each other relatively (inside vllm-repo the p
 - jobs.py: a request in flight (native or OpenAI) and the ids vLLM knows requests by.
 - openai_wire.py: an OpenAI request's envelope, its error bodies, SSE joining and a gateway's stream socket.
 - openai_app.py: openai.json checked with vllm serve's parser, and vLLM's OpenAI app built on the model's engine.
+- openai_serving.py: vLLM's OpenAI app answering a model's OpenAI requests, wherever its engine runs.
 """

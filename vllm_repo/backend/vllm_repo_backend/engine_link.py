@@ -14,9 +14,8 @@ The stub's threads, each with one job, none of them waiting on another:
 vLLM's metrics (REPORT_CUSTOM_METRICS) are recorded in the engine's process and merged into the stub's accumulator,
 whose thread reports them and sends the final responses that wait for them, as in-process (metrics.py). One response
 per token (STREAM_ONE_RESPONSE_PER_TOKEN): the engine's process splits the outputs (per_token.py), the stub sends
-each.
-
-Not served this way: OpenAI requests are answered with an error.
+each. OpenAI requests: vLLM's app answers them in the engine's process (openai_serving.py), whose bytes come back
+as outputs like the rest; a streamed answer whose gateway named its stream socket goes there from that process.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import environment, errors, jobs, log, metrics, native, sends, stub
+from . import environment, errors, jobs, log, metrics, native, openai_serving, sends, stub
 
 PARAMETER = "ENGINE_PROCESS"
 # How long the engine's process may take to start vLLM (a first start compiles and captures CUDA graphs).
@@ -81,6 +80,7 @@ class ProcessEngine:
         *,
         metric_labels: dict[str, str] | None = None,
         one_response_per_token: bool = False,
+        lora_adapters: dict[str, str] | None = None,
     ):
         self.model_name, self.version_dir, self.reader, self.health_check = (
             model_name,
@@ -89,10 +89,11 @@ class ProcessEngine:
             health_check,
         )
         self.metric_labels, self.one_response_per_token = metric_labels, one_response_per_token
+        self.lora_adapters = lora_adapters
         # Set once vLLM is up, where metrics are reported (metric_labels) and the server has them.
         self.accumulator: metrics.MetricsAccumulator | None = None
         self.metrics: metrics.TritonMetrics | None = None
-        self.live: dict[str, jobs.Job] = {}
+        self.live: dict[str, jobs.Job | jobs.OpenAIJob] = {}
         self.closing = False
         self.dead_reason: str | None = None
         self.sends = 0
@@ -111,10 +112,11 @@ class ProcessEngine:
         path = os.pathsep.join(p for p in (backend_dir, os.environ.get("PYTHONPATH", "")) if p)
         # The stub's Python is the serving environment's, as for vLLM's own processes; its output goes to the
         # server's log with the stub's.
-        options = json.dumps({"metrics": self.metric_labels is not None})
+        options: dict[str, Any] = {"model_name": self.model_name, "metrics": self.metric_labels is not None}
+        options["lora_adapters"] = self.lora_adapters  # multi_lora.json's: vLLM's app serves them as lora_modules
         command = [sys.executable, "-m", "vllm_repo_backend.engine_process", address, authkey.hex()]
         self.child = subprocess.Popen(
-            [*command, self.version_dir, options],
+            [*command, self.version_dir, json.dumps(options)],
             env={**os.environ, "PYTHONPATH": path},
         )
         try:
@@ -161,6 +163,8 @@ class ProcessEngine:
                 raise RuntimeError(f"vLLM did not start within {READY_TIMEOUT_S:g} s in the engine's process")
         answer = self.conn.recv()
         if answer[0] != "ready":
+            if answer[2] == "config":
+                raise errors.BackendConfigError(answer[1])
             raise RuntimeError(f"vLLM could not start in the engine's process: {answer[1]}")
         return str(answer[1]), int(answer[2])
 
@@ -210,8 +214,9 @@ class ProcessEngine:
                 self._admit(request, sender)
 
     def _admit(self, request: Any, sender: Any) -> None:
-        if native.first_element(_input(request, "openai_request")) is not None:
-            sends.send_error(sender, f"OpenAI requests are not served with {PARAMETER}", "UNSUPPORTED")
+        openai_request = native.first_element(_input(request, "openai_request"))
+        if openai_request is not None:
+            self._admit_openai(sender, openai_request)
             return
         if self.dead_reason is not None or self.closing:
             sends.send_error(sender, self.dead_reason or "the model is being unloaded", "UNAVAILABLE")
@@ -236,6 +241,17 @@ class ProcessEngine:
             self.accumulator.expect(job.request_id, job.options.n)
         split_tokens = self.one_response_per_token and job.options.stream
         if not self._post(("add", job.request_id, job.prompt, job.sampling_params, job.lora_request, split_tokens)):
+            self._end(job, self.dead_reason or "the engine's process is gone", "UNAVAILABLE")
+
+    def _admit_openai(self, sender: Any, raw: Any) -> None:
+        alive = self.dead_reason is None and not self.closing
+        admitted = openai_serving.admit(raw, self.dead_reason, self.closing, alive)
+        if isinstance(admitted, openai_serving.OpenAIOutput):
+            sends.send_openai_final(sender, admitted.status, admitted.data)
+            return
+        job = openai_serving.new_job(sender, jobs.new_request_id(), admitted)
+        self.live[job.request_id] = job
+        if not self._post(("openai", job.request_id, admitted)):
             self._end(job, self.dead_reason or "the engine's process is gone", "UNAVAILABLE")
 
     # -- responses out --------------------------------------------------------------------------------------------
@@ -281,6 +297,8 @@ class ProcessEngine:
                 message, code = self.dead_reason or message, "UNAVAILABLE"
             self._end(job, message, code)
             return False
+        if isinstance(job, jobs.OpenAIJob):
+            return self._deliver_openai(job, output)
         final = bool(output.finished)
         if job.finished or (final and not self._finish(job)):
             return False  # ended meanwhile (unloaded, or the engine died): its final response went out
@@ -297,18 +315,34 @@ class ProcessEngine:
             log.warn(f"[vllm] could not send a response: {exc}")
             if not final:
                 job.cancel_reason = "request was cancelled"
-                self._post(("abort", key))
+                self._post(("abort", key, job.cancel_reason))
             return False
         return not final
 
-    def _send_final(self, job: jobs.Job, response: Any) -> None:
+    def _deliver_openai(self, job: jobs.OpenAIJob, output: openai_serving.OpenAIOutput) -> bool:
+        if job.finished or (output.final and not self._finish(job)):
+            return False
+        try:
+            job.sender.send(
+                sends.openai_response(output.status, output.data),
+                flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.final else 0,
+            )
+            self.sends += 1
+        except Exception as exc:  # the client may be gone: stop generating for it
+            log.warn(f"[vllm] could not send an OpenAI response: {exc}")
+            if not output.final:
+                job.cancel_reason = "the response could not be sent"
+                self._post(("abort", job.request_id, job.cancel_reason))
+        return not output.final
+
+    def _send_final(self, job: jobs.Job | jobs.OpenAIJob, response: Any) -> None:
         try:
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             self.sends += 1
         except Exception as exc:  # the client is gone: the request has finished anyway
             log.warn(f"[vllm] could not send a final response: {exc}")
 
-    def _finish(self, job: jobs.Job) -> bool:
+    def _finish(self, job: jobs.Job | jobs.OpenAIJob) -> bool:
         """Mark the request finished, once: False where another thread did first (only one final response)."""
         with job.lock:  # waits for a cancellation check in flight on the watcher thread
             if job.finished:
@@ -317,7 +351,7 @@ class ProcessEngine:
         self.live.pop(job.request_id, None)
         return True
 
-    def _end(self, job: jobs.Job, message: str, code: str) -> None:
+    def _end(self, job: jobs.Job | jobs.OpenAIJob, message: str, code: str) -> None:
         if self._finish(job):
             sends.send_error(job.sender, message, code)
             if self.accumulator is not None:
@@ -333,8 +367,9 @@ class ProcessEngine:
             for job in live:
                 if jobs.client_cancelled(job):
                     job.cancel_reason = "request was cancelled"
-                    log.info(f"[vllm] Cancelling the request {job.request_id}")
-                    self._post(("abort", job.request_id))
+                    if isinstance(job, jobs.Job):  # vLLM's app in the engine's process logs its own
+                        log.info(f"[vllm] Cancelling the request {job.request_id}")
+                    self._post(("abort", job.request_id, job.cancel_reason))
 
     def _on_dead(self, gone: bool = False) -> None:
         """The engine died (its process said so), or its process is ``gone`` (its connection closed)."""
@@ -349,6 +384,7 @@ class ProcessEngine:
             cause = f"its process exited ({exited}); {cause}"
         self.dead_reason = engine_death(self.model_name, self.health_check, cause)
         for job in list(self.live.values()):
-            self._end(job, self.dead_reason, "UNAVAILABLE")
+            if gone or isinstance(job, jobs.Job):  # vLLM's app answers its own requests, as vllm serve does
+                self._end(job, self.dead_reason, "UNAVAILABLE")
         if self.accumulator is not None:
             self.accumulator.release_held()  # no stats will come from a dead engine

@@ -9,29 +9,35 @@ AsyncLLM at 256-512 streams; with vLLM's frontend in a process of its own, 0.98-
 
     python -m vllm_repo_backend.engine_process SOCKET AUTHKEY_HEX VERSION_DIR [OPTIONS_JSON]
 
-OPTIONS_JSON: ``{"metrics": true}`` records vLLM's stats for REPORT_CUSTOM_METRICS.
+OPTIONS_JSON: ``{"model_name": ..., "metrics": true, "lora_adapters": {name: path}}``: the name OpenAI requests
+serve the model as, whether vLLM's stats are recorded (REPORT_CUSTOM_METRICS), multi_lora.json's adapters.
 
 The messages, pickled over a Unix socket (multiprocessing.connection, authenticated with the key the stub made):
 
 - from the stub: ``("add", id, prompt, sampling_params, lora_request, one_response_per_token)``;
-  ``("sent", [id, ...])``: those requests' last responses went out, read their next outputs; ``("abort", id)``;
+  ``("openai", id, envelope)``: an OpenAI request for vLLM's app (openai_wire.OpenAIEnvelope);
+  ``("sent", [id, ...])``: those requests' last responses went out, send their next; ``("abort", id, reason)``;
   ``("stop",)``;
-- to the stub: ``("ready", description, max_model_len)`` or ``("failed", text)`` once; then
-  ``("outputs", [(id, output, end), ...], stats)``, one per loop turn, where ``output`` is vLLM's RequestOutput (what
-  the stream has not read yet; with one_response_per_token, one per new token, per_token.py) or None, and ``end`` is
+- to the stub: ``("ready", description, max_model_len)`` or ``("failed", text, kind)`` once (kind "config": the
+  model's configuration is wrong, e.g. openai.json); then ``("outputs", [(id, output, end), ...], stats)``, one per
+  loop turn, where ``output`` is vLLM's RequestOutput (what the stream has not read yet; with one_response_per_token,
+  one per new token, per_token.py), an OpenAI request's bytes (openai_serving.OpenAIOutput), or None, and ``end`` is
   None, or ``(message, code)`` ending the request with a Triton error (code "" where the stub asked for the abort and
   knows why); ``stats`` is None, or what vLLM recorded since the last message (MetricsAccumulator.take(), which the
   stub merges and reports), also sent alone at METRICS_FLUSH_INTERVAL_S with no outputs; ``("dead", text)`` once the
-  engine has died.
+  engine has died (OpenAI requests are answered by vLLM's app then, as in the stub).
 
 A request's next output is read only once the stub says its last response went out: vLLM merges what the engine
-made meanwhile into one output, so a stream's responses grow fewer as the load grows, as in the stub.
+made meanwhile into one output, so a stream's responses grow fewer as the load grows, as in the stub. An OpenAI
+answer's bytes wait likewise and go joined (openai_wire.SseJoiner); a streamed one whose gateway named its stream
+socket goes there from this process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -40,7 +46,18 @@ import traceback
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
-from . import configuration, contract, engine_stop, environment, metrics, native, per_token
+from . import (
+    configuration,
+    contract,
+    engine_stop,
+    environment,
+    errors,
+    jobs,
+    metrics,
+    native,
+    openai_serving,
+    per_token,
+)
 
 # How often the engine is checked for death (the stub's own watcher does it every 0.1 s in process).
 DEATH_CHECK_S = 0.1
@@ -52,19 +69,23 @@ class EngineFrontend:
     """The requests in flight in this process, and the one message per loop turn that carries their outputs."""
 
     def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        conn: Connection,
-        engine: Any,
-        accumulator: metrics.MetricsAccumulator | None = None,
+        self, loop: asyncio.AbstractEventLoop, conn: Connection, accumulator: metrics.MetricsAccumulator | None = None
     ) -> None:
-        self.loop, self.conn, self.engine, self.accumulator = loop, conn, engine, accumulator
-        self.render = environment.prompt_renderer(engine)
+        self.loop, self.conn, self.accumulator = loop, conn, accumulator
+        self.engine: Any = None
+        self.openai: openai_serving.OpenAIServing | None = None
+        self.render: Any = None
         self.tasks: dict[str, asyncio.Task] = {}
         self.sent: dict[str, asyncio.Future] = {}
+        self.openai_jobs: dict[str, jobs.OpenAIJob] = {}
         self.outbox: list[tuple[str, Any, tuple[str, str] | None]] = []
         self.flushing = False
         self.send_lock = threading.Lock()  # the reader thread answers too (a failed start, the death message)
+
+    def start(self, engine: Any, openai: openai_serving.OpenAIServing) -> None:
+        """vLLM is up: requests may come."""
+        self.engine, self.openai, self.render = engine, openai, environment.prompt_renderer(engine)
+        openai.start(self.loop, engine)
 
     def post(self, message: tuple) -> None:
         with self.send_lock:
@@ -130,6 +151,33 @@ class EngineFrontend:
             self.tasks.pop(key, None)
             self.sent.pop(key, None)
 
+    # -- OpenAI requests: vLLM's app, as in the stub (openai_serving.py) -----------------------------------------
+    async def serve_openai(self, job: jobs.OpenAIJob) -> None:
+        assert self.openai is not None  # made at start
+        try:
+            await self.openai.serve(job)
+        finally:
+            if job.finished:  # else its last bytes wait for the stub's "sent", which finds it here
+                self.openai_jobs.pop(job.request_id, None)
+
+    def pump_openai(self, job: jobs.OpenAIJob) -> None:
+        """What vLLM's app wrote for ``job`` and is not sent yet, to the stub: one response in flight at a time."""
+        item = job.joiner.take()
+        if item is None:
+            return
+        data, final = item
+        assert job.status is not None  # set before any bytes are pushed
+        if not final:
+            self.put(job.request_id, openai_serving.OpenAIOutput(job.status, data, False))
+            return
+        job.finished = True
+        if job.task is not None and job.task.done():
+            self.openai_jobs.pop(job.request_id, None)
+        if job.error is not None:
+            self.put(job.request_id, None, job.error)
+        else:
+            self.put(job.request_id, openai_serving.OpenAIOutput(job.status, data, True))
+
     def on_message(self, message: tuple) -> None:
         kind = message[0]
         if kind == "add":
@@ -137,13 +185,25 @@ class EngineFrontend:
             self.tasks[key] = environment.start_task(
                 self.loop, self.generate(key, prompt, params, lora_request, split_tokens)
             )
+        elif kind == "openai":
+            job = openai_serving.new_job(None, message[1], message[2])
+            self.openai_jobs[job.request_id] = job
+            job.task = environment.start_task(self.loop, self.serve_openai(job))
         elif kind == "sent":
             for key in message[1]:
                 waiting = self.sent.get(key)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(None)
+                openai_job = self.openai_jobs.get(key)
+                if openai_job is not None:
+                    openai_job.joiner.sent()
+                    self.pump_openai(openai_job)
         elif kind == "abort":
-            task = self.tasks.get(message[1])
+            _, key, reason = message
+            openai_job = self.openai_jobs.get(key)
+            if openai_job is not None and self.openai is not None:
+                self.openai.cancel(openai_job, reason)
+            task = self.tasks.get(key)
             if task is not None:
                 task.cancel()
         elif kind == "stop":
@@ -167,6 +227,17 @@ def describe(exc: BaseException, engine: Any) -> tuple[str, str]:
     return f"generation failed: {type(cause).__name__}: {cause}", "INTERNAL"
 
 
+def _log_to_stderr() -> None:
+    """The backend's log lines (log.py: Python's logging outside the stub) to this process's stderr, which is the
+    server's log, as Triton's logger would write them."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname).1s%(asctime)s engine_process %(process)d] %(message)s"))
+    logger = logging.getLogger("vllm_backend")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def _die_with_parent() -> None:
     """SIGTERM when the stub dies (Linux): a stub killed outright must not leave this process holding the GPU."""
     try:
@@ -181,6 +252,7 @@ def main(argv: list[str]) -> int:
     address, authkey, version_dir = argv[0], bytes.fromhex(argv[1]), argv[2]
     options = json.loads(argv[3]) if len(argv) > 3 else {}
     accumulator = metrics.MetricsAccumulator() if options.get("metrics") else None
+    _log_to_stderr()
     _die_with_parent()
     parent = os.getppid()
     with Listener(address, family="AF_UNIX", authkey=authkey) as listener:  # before the engine: the stub waits on it
@@ -197,15 +269,26 @@ def main(argv: list[str]) -> int:
             vllm.version,
             os.path.join(version_dir, contract.ENGINE_ARGS_FILE),
         )
+        frontend = EngineFrontend(loop, conn, accumulator)
+        openai = openai_serving.OpenAIServing(
+            options.get("model_name", "model"), version_dir, vllm, engine_args, options.get("lora_adapters"),
+            frontend.pump_openai,
+        )  # fmt: skip
+        openai_at_load = openai.check_options()  # before the engine starts: a typo in openai.json fails at once
 
         async def start() -> Any:  # inside the loop: vLLM's output handler runs on it
             return vllm.AsyncLLM.from_engine_args(engine_args, stat_loggers=metrics.stat_loggers(accumulator) or None)
 
         engine = loop.run_until_complete(start())
-    except Exception as exc:
-        conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        frontend.start(engine, openai)
+        if openai_at_load:
+            loop.run_until_complete(openai.build_at_load())
+    except errors.BackendConfigError as exc:
+        conn.send(("failed", str(exc), "config"))
         return 1
-    frontend = EngineFrontend(loop, conn, engine, accumulator)
+    except Exception as exc:
+        conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", "start"))
+        return 1
 
     def read() -> None:
         while True:
@@ -226,8 +309,9 @@ def main(argv: list[str]) -> int:
     loop.run_forever()
     for watcher in watchers:
         watcher.cancel()
-    for task in list(frontend.tasks.values()):
+    for task in [*frontend.tasks.values(), *(job.task for job in frontend.openai_jobs.values() if job.task)]:
         task.cancel()
+    loop.run_until_complete(openai.close_links())  # each gateway sees EOF
     handler = getattr(engine, "output_handler", None)
     if handler is not None:
         handler.cancel()  # first, or it reports the engine core it reads from as dead while that shuts down

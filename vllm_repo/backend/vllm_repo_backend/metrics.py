@@ -78,6 +78,7 @@ class MetricsAccumulator:
         self.running = 0
         self.waiting = 0
         self.kv_cache_usage = 0.0
+        self._gauges_taken: tuple | None = None  # the gauges as the last take() had them
         # request id -> [completions not yet recorded as finished, held final send or None, when it was held]
         self._tracked: dict[str, list[Any]] = {}
         self.wake = threading.Event()  # set when a final response is ready to go out
@@ -189,9 +190,12 @@ class MetricsAccumulator:
         self.wake.set()
 
     def pending(self) -> bool:
-        """Whether anything was recorded since the last take() (the gauges aside)."""
+        """Whether anything was recorded since the last take(), a gauge's change included."""
         with self._lock:
-            return bool(self.prompt_tokens or self.generation_tokens or self.preemptions or self.finished_ids)
+            gauges = (self.running, self.waiting, self.kv_cache_usage)
+            return bool(self.prompt_tokens or self.generation_tokens or self.preemptions or self.finished_ids) or (
+                gauges != self._gauges_taken
+            )
 
     def take(self) -> dict[str, Any]:
         """Everything recorded since the last take(), the current gauges, and the final sends now due."""
@@ -214,6 +218,7 @@ class MetricsAccumulator:
                 "kv_cache_usage": self.kv_cache_usage,
                 "ready_finals": self.ready_finals,
             }
+            self._gauges_taken = (self.running, self.waiting, self.kv_cache_usage)
             self._reset()
             self.wake.clear()
         return snapshot

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from . import log, native, stub
 
 # Threads that send the responses between a native request's first and its final (SendThread), each request on one
@@ -120,6 +122,24 @@ def native_response(options: native.OutputOptions, output: Any, first: bool) -> 
     return stub.pb_utils.InferenceResponse(
         output_tensors=[stub.pb_utils.Tensor(name, value) for name, value in tensors]
     )
+
+
+def openai_response(status: int, data: bytes) -> Any:
+    """The Triton response for bytes of an OpenAI answer: its HTTP status, and the bytes to write."""
+    return stub.pb_utils.InferenceResponse(
+        output_tensors=[
+            stub.pb_utils.Tensor("openai_status", np.array([status], dtype=np.int32)),
+            stub.pb_utils.Tensor("openai_response", np.array([data], dtype=np.object_)),
+        ]
+    )
+
+
+def send_openai_final(sender: Any, status: int, data: bytes) -> None:
+    """An OpenAI request's one and final response, answered at once."""
+    try:
+        sender.send(openai_response(status, data), flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    except Exception as exc:  # the client may be gone already
+        log.warn(f"[vllm] could not send an OpenAI response ({status}): {exc}")
 
 
 def send_error(sender: Any, message: str, code: str = "INTERNAL") -> None:
