@@ -216,7 +216,9 @@ class TritonPythonModel:
                 metric_labels=self._metric_labels if self.report_metrics else None,
                 one_response_per_token=self.one_response_per_token, lora_adapters=self.lora_adapters,
             )  # fmt: skip
-            log.info(f"[vllm] model {self.model_name} ready ({self._process.start()})")
+            description = self._process.start()
+            self._admit_soon()
+            log.info(f"[vllm] model {self.model_name} ready ({description})")
             return
         # Up to one output chunk of streams in flight, the engine loop sends their responses itself (_deliver).
         self._inline_sends_up_to = self.vllm.output_chunk
@@ -263,11 +265,15 @@ class TritonPythonModel:
         log.info(f"[vllm] {environment.freeze_startup_heap()} {environment.FROZEN_HEAP_LOG}")
         if openai_at_load:
             asyncio.run_coroutine_threadsafe(self._openai.build_at_load(), self._loop).result()
-        sys.setswitchinterval(ADMISSION_SWITCH_INTERVAL_S)  # for the whole process: a stub serves one model instance
-        log.info(f"[vllm] {SWITCH_INTERVAL_LOG} {sys.getswitchinterval() * 1e3:g} ms: execute() admits soon")
+        self._admit_soon()
         log.info(
             f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version}){environment.kv_cache_text(self.engine)}"
         )
+
+    @staticmethod
+    def _admit_soon() -> None:
+        sys.setswitchinterval(ADMISSION_SWITCH_INTERVAL_S)  # for the whole process: a stub serves one model instance
+        log.info(f"[vllm] {SWITCH_INTERVAL_LOG} {sys.getswitchinterval() * 1e3:g} ms: execute() admits soon")
 
     # -- the engine loop ------------------------------------------------------------------------------------------
     def _run_loop(self) -> None:

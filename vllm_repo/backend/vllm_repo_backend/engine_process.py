@@ -53,6 +53,7 @@ from . import (
     environment,
     errors,
     jobs,
+    log,
     metrics,
     native,
     openai_serving,
@@ -281,6 +282,7 @@ def main(argv: list[str]) -> int:
 
         engine = loop.run_until_complete(start())
         frontend.start(engine, openai)
+        log.info(f"[vllm] {environment.freeze_startup_heap()} {environment.FROZEN_HEAP_LOG}")  # as in the stub
         if openai_at_load:
             loop.run_until_complete(openai.build_at_load())
     except errors.BackendConfigError as exc:
