@@ -251,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="REPORT_CUSTOM_METRICS (on: as vllm serve keeps its stats; off: the cancellation check has no metric)",
     )
+    parser.add_argument(
+        "--parameters",
+        default="{}",
+        help='JSON: more config.pbtxt parameters of the model, e.g. {"ENGINE_PROCESS": "true"} (vLLM in a process of '
+        "its own)",
+    )
     parser.add_argument("--cancel-max-tokens", type=int, default=3000, help="the cancelled stream's max_tokens")
     parser.add_argument("--env", default="{}", help="JSON merged over both servers' environment")
     parser.add_argument(
@@ -275,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         "OUT/bench_agreement.json",
     )
     args = parser.parse_args(argv)
+    parameters = json.loads(args.parameters)
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = args.tokenizer or args.model_dir
     add_chat_template(tokenizer)
@@ -289,10 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         settings,
         args.instance_kind,
         name=args.name,
-        parameters={"REPORT_CUSTOM_METRICS": "true" if args.metrics == "on" else "false"},
+        parameters={"REPORT_CUSTOM_METRICS": "true" if args.metrics == "on" else "false", **parameters},
     )
     setup: dict = {
         "metrics": args.metrics,
+        "parameters": parameters,
         "stream_socket": args.stream_socket,
         "engine_args": settings,
         "env": env,
