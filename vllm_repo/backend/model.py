@@ -50,8 +50,8 @@ config.pbtxt parameters:
   STREAM_ONE_RESPONSE_PER_TOKEN  "true": a stream's merged outputs split into one response per token
   DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
                             never vLLM's silent 16)
-  ENGINE_PROCESS            "true": vLLM's AsyncLLM in a process of its own, the stub relaying (engine_link.py);
-                            native requests only, without REPORT_CUSTOM_METRICS or STREAM_ONE_RESPONSE_PER_TOKEN
+  ENGINE_PROCESS            "true": vLLM's AsyncLLM (and its OpenAI app) in a process of its own, the stub relaying
+                            (engine_link.py): for many concurrent streams; everything else as without it
   GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
 """
 

@@ -74,7 +74,7 @@ ADDITIONAL_OUTPUT_FLAGS = (
 
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
 # STREAM_ONE_RESPONSE_PER_TOKEN: a stream's tokens one response each, never merged (for clients that count responses).
-# ENGINE_PROCESS: vLLM's AsyncLLM in a process of its own, the stub relaying (engine_link.py); native requests only.
+# ENGINE_PROCESS: vLLM's AsyncLLM in a process of its own, the stub relaying (engine_link.py).
 BOOLEAN_PARAMETERS: tuple[str, ...] = (
     "REPORT_CUSTOM_METRICS",
     "ENABLE_VLLM_HEALTH_CHECK",

@@ -1,4 +1,4 @@
-"""ENGINE_PROCESS: a model's native requests served by vLLM in a process of its own (engine_process.py), the stub
+"""ENGINE_PROCESS: a model's requests served by vLLM in a process of its own (engine_process.py), the stub
 relaying. Why, and the messages between the two: engine_process.py's docstring.
 
 The stub's threads, each with one job, none of them waiting on another:
