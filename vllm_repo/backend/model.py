@@ -67,8 +67,6 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 # One copy of each module whichever way this file is imported. As vllm_repo.backend.model (vllm-repo's tests), the
 # package is its sibling subpackage; as "model" (Triton's stub, which puts this file's directory on sys.path), it is
 # found by its top-level name, the directory appended for a loader that imports this file by path alone. mypy reads
@@ -131,11 +129,6 @@ WATCH_INTERVAL_S = 0.1
 # is what limits the stub. Beyond 25 requests in flight a client's cancellation is seen within (requests / 250) s
 # instead of 0.1 s: 1 s at 256 streams, while each of those requests runs for about 1.6 s on an H200.
 WATCH_CHECKS_PER_S = 250
-
-
-def _input(request: Any, name: str) -> np.ndarray | None:
-    tensor = stub.pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
 
 
 class TritonPythonModel:
@@ -353,7 +346,7 @@ class TritonPythonModel:
     def _admit(self, requests: Sequence[Any]) -> None:
         for request in requests:
             sender = request.get_response_sender()
-            openai_request = native.first_element(_input(request, "openai_request"))
+            openai_request = native.first_element(jobs.input_array(request, "openai_request"))
             if openai_request is not None:
                 self._execute_openai(sender, openai_request)
                 continue
@@ -363,32 +356,10 @@ class TritonPythonModel:
             if self._closing:
                 self._send_error(sender, "the model is being unloaded", "UNAVAILABLE")
                 continue
-            try:
-                job = self._parse(request, sender)
-            except errors.RequestError as exc:
-                self._send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
-                continue
-            except Exception as exc:  # a bug here must not take down the stub
-                log.error(f"[vllm] could not parse a request: {traceback.format_exc()}")
-                self._send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+            job = jobs.read_native(self._reader, request, sender, self.one_response_per_token)
+            if job is None:
                 continue
             self._spawn(job)
-
-    def _parse(self, request: Any, sender: Any) -> jobs.Job:
-        read = self._reader.read(
-            functools.partial(_input, request), request.parameters(), request.requested_output_names()
-        )
-        split_tokens = self.one_response_per_token and read.options.stream
-        return jobs.Job(
-            request=request,
-            sender=sender,
-            request_id=jobs.new_request_id(),
-            prompt=read.prompt,
-            sampling_params=read.sampling_params,
-            lora_request=read.lora_request,
-            options=read.options,
-            token_history={} if split_tokens else None,
-        )
 
     def _spawn(self, job: jobs.Job) -> None:
         self._live[job.request_id] = job

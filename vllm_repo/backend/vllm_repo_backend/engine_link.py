@@ -62,11 +62,6 @@ def engine_death(model_name: str, health_check: bool, cause: str) -> str:
     return reason
 
 
-def _input(request: Any, name: str) -> Any:
-    tensor = stub.pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
-
-
 class ProcessEngine:
     """The stub's side of ENGINE_PROCESS for one model instance: start() at initialize, execute() for each call,
     finalize() at unload."""
@@ -214,32 +209,20 @@ class ProcessEngine:
                 self._admit(request, sender)
 
     def _admit(self, request: Any, sender: Any) -> None:
-        openai_request = native.first_element(_input(request, "openai_request"))
+        openai_request = native.first_element(jobs.input_array(request, "openai_request"))
         if openai_request is not None:
             self._admit_openai(sender, openai_request)
             return
         if self.dead_reason is not None or self.closing:
             sends.send_error(sender, self.dead_reason or "the model is being unloaded", "UNAVAILABLE")
             return
-        try:
-            read = self.reader.read(
-                lambda name: _input(request, name), request.parameters(), request.requested_output_names()
-            )
-        except errors.RequestError as exc:
-            sends.send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+        job = jobs.read_native(self.reader, request, sender, self.one_response_per_token)
+        if job is None:
             return
-        except Exception as exc:  # a bug here must not take down the stub
-            log.error(f"[vllm] could not parse a request: {exc!r}")
-            sends.send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
-            return
-        job = jobs.Job(
-            request=request, sender=sender, request_id=jobs.new_request_id(), prompt=read.prompt,
-            sampling_params=read.sampling_params, lora_request=read.lora_request, options=read.options,
-        )  # fmt: skip
         self.live[job.request_id] = job
         if self.accumulator is not None:
             self.accumulator.expect(job.request_id, job.options.n)
-        split_tokens = self.one_response_per_token and job.options.stream
+        split_tokens = job.token_history is not None  # the engine's process splits them
         if not self._post(("add", job.request_id, job.prompt, job.sampling_params, job.lora_request, split_tokens)):
             self._end(job, self.dead_reason or "the engine's process is gone", "UNAVAILABLE")
 

@@ -7,9 +7,10 @@ import asyncio
 import dataclasses
 import random
 import threading
+import traceback
 from typing import Any
 
-from . import native, openai_wire, sends
+from . import errors, log, native, openai_wire, sends, stub
 
 # Seeded once from os.urandom. Triton's execute() runs on the stub's main thread, which must win the GIL back from
 # the busy engine loop after every call that lets go of it: uuid4()'s os.urandom did, once per request admitted,
@@ -75,6 +76,40 @@ class OpenAIJob:
     stream_link: openai_wire.StreamLink | None = None
     # Cancelled by the gateway's CANCEL frame (openai_wire.StreamLink) rather than found cancelled by the watcher.
     watched_by_link: bool = False
+
+
+def input_array(request: Any, name: str) -> Any:
+    """A Triton request's input ``name`` as an array, or None where the request has none."""
+    tensor = stub.pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def read_native(
+    reader: native.NativeRequestReader, request: Any, sender: Any, one_response_per_token: bool
+) -> Job | None:
+    """A native Triton request read into a Job (its inputs, sampling parameters, LoRA adapter and outputs); None
+    where it cannot be read, its error answered (INVALID_ARG)."""
+    try:
+        read = reader.read(
+            lambda name: input_array(request, name), request.parameters(), request.requested_output_names()
+        )
+    except errors.RequestError as exc:
+        sends.send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+        return None
+    except Exception as exc:  # a bug here must not take down the stub
+        log.error(f"[vllm] could not parse a request: {traceback.format_exc()}")
+        sends.send_error(sender, f"invalid request: {exc}", "INVALID_ARG")
+        return None
+    return Job(
+        request=request,
+        sender=sender,
+        request_id=new_request_id(),
+        prompt=read.prompt,
+        sampling_params=read.sampling_params,
+        lora_request=read.lora_request,
+        options=read.options,
+        token_history={} if one_response_per_token and read.options.stream else None,
+    )
 
 
 def next_to_check(live: list[Any], budget: int, start: int) -> tuple[list[Any], int]:
