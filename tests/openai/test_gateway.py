@@ -291,14 +291,12 @@ def test_a_lora_adapter_name_goes_to_the_model_that_lists_it():
     run(scenario())
 
 
-def test_an_unknown_model_is_answered_by_a_backend_and_without_any_model_by_the_gateway():
+def test_a_request_without_a_model_or_for_an_unloaded_one_is_answered_by_the_gateway():
+    # An unknown name: tests/openai/test_gateway_unknown_model.py.
     async def scenario():
         triton = StandInTriton(models=("a", "b"))
         client = await _client(triton)
         try:
-            # vLLM in a backend says "The model `x` does not exist." exactly as vllm serve does.
-            await client.post("/v1/completions", json={"model": "nope", "prompt": "x"})
-            assert triton.calls[-1][0] == "a"
             # Several models and no name: no default to pick.
             response = await client.post("/v1/completions", json={"prompt": "x"})
             assert response.status == 400

@@ -3,7 +3,7 @@
 A thin proxy on purpose. The bodies, statuses and streamed chunks are vLLM's own, made by its OpenAI serving layer
 inside each model's backend; the gateway only finds the Triton model a request names, forwards the body, and writes
 each response's bytes the moment it arrives. What it answers itself (health, the model list's assembly, an unknown
-model when no backend is there to say so, authentication) follows ``vllm serve``'s shapes.
+model, authentication) follows ``vllm serve``'s shapes.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import secrets
 from http import HTTPStatus
 from typing import Any
@@ -94,6 +95,31 @@ def error_body(message: str, status: HTTPStatus, param: str | None = None) -> by
 
 def error_response(message: str, status: HTTPStatus, param: str | None = None) -> web.Response:
     return web.Response(body=error_body(message, status, param), status=int(status), content_type="application/json")
+
+
+# vLLM takes names it does not serve with these set (any name at all; a LoRA adapter loaded on demand): the backend
+# decides, not the gateway.
+VLLM_ANY_NAME_VARIABLES = ("VLLM_SKIP_MODEL_NAME_VALIDATION", "VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+ANTHROPIC_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
+
+
+def vllm_answers_unknown_names(request: web.Request) -> bool:
+    """Whether a request naming no served model goes to a backend anyway: vLLM refuses a body sent as anything but
+    JSON with its 400 before it looks at the model, and with VLLM_ANY_NAME_VARIABLES set it may serve the name."""
+    if request.content_type != "application/json":
+        return True
+    return any(os.environ.get(v, "0").strip().lower() in ("1", "true") for v in VLLM_ANY_NAME_VARIABLES)
+
+
+def unknown_model_response(path: str, name: str, served: list[str]) -> web.Response:
+    """vllm serve's 404 for a model it does not serve, naming every served model (its "Valid aliases"), in the shape
+    of the route asked: Anthropic's for the Messages API, vLLM's ErrorResponse for the rest. The gateway answers it
+    itself: vLLM would log the client's mistake as an ERROR line in Triton's log."""
+    message = f"The model `{name}` does not exist. Valid aliases: {', '.join(served)}."
+    if path in ANTHROPIC_ROUTES:
+        body = {"type": "error", "error": {"type": "NotFoundError", "message": message}}
+        return web.Response(body=json.dumps(body).encode(), status=404, content_type="application/json")
+    return error_response(message, HTTPStatus.NOT_FOUND, "model")
 
 
 @web.middleware
@@ -354,7 +380,7 @@ class OpenAIGateway:
         if not isinstance(body, dict):
             # vLLM's own answer to a body that is not a JSON object: the backend takes it as the raw text.
             return await self._forward_to_first_model(request, raw.decode("utf-8", "replace"))
-        name = body.get("model")
+        name = body.get("model") or None  # vllm serve takes "" as no name: its default model
         try:
             model = await self.catalog.owner_of(name if isinstance(name, str) else None)
         except TritonUnavailable as exc:
@@ -368,7 +394,10 @@ class OpenAIGateway:
                     HTTPStatus.BAD_REQUEST,
                     "model",
                 )
-            # Any backend's vLLM answers an unknown name exactly as vllm serve does (after validating the body).
+            if isinstance(name, str) and not vllm_answers_unknown_names(request):
+                return unknown_model_response(request.path, name, self.catalog.served_names)
+            # A backend's vLLM answers: a `model` that is no string, a body it refuses before it looks at the name,
+            # or a name it may take after all.
             model = self.catalog.models[0]
         streamed = body.get("stream") is True
         try:

@@ -51,6 +51,12 @@ class ModelCatalog:
         data = listing.get("data") if isinstance(listing, dict) else None
         return [card for card in data or () if isinstance(card, dict)]
 
+    @property
+    def served_names(self) -> list[str]:
+        """The models' served names, as vllm serve's "Valid aliases": every card but the LoRA adapters' (theirs
+        name the model they adapt as their parent)."""
+        return [str(card.get("id")) for card in self.cards if not card.get("parent")]
+
     async def owner_of(self, name: str | None) -> str | None:
         """The Triton model serving ``name``; with no name, the only model there is (vllm serve's default)."""
         if name is not None and name in self.owner:
