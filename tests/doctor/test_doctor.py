@@ -63,7 +63,7 @@ def test_each_log_is_diagnosed_with_its_cause_first(path):
     assert diagnosis.understood, [e.text for e in diagnosis.first_errors]
     # The root cause comes first; an excerpt of a public log may carry more than one failure, never a wrong first.
     assert diagnosis.root.code == expected, [d.text() for d in diagnosis.findings]
-    line = path.read_text(errors="replace").splitlines()[diagnosis.root.line - 1]
+    line = path.read_bytes().split(b"\n")[diagnosis.root.line - 1].decode(errors="replace")  # the file's own lines
     assert line.strip(), "the finding points at an empty line"
     assert diagnosis.root.hint
 

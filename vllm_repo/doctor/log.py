@@ -57,13 +57,16 @@ class ServerLog:
         return list(self._expand())
 
     def _expand(self) -> Iterator[LogLine]:
-        for number, raw in enumerate(self.text.splitlines(), 1):
-            text = raw.rstrip()
-            match = TRITON_LINE.match(text.strip())
-            if match:
-                text = _unquote(match["message"])
-            for part in text.split("\n"):
-                yield LogLine(number, part.rstrip())
+        for number, raw in file_lines(self.text):
+            # A progress bar redraws itself after a lone \r: each drawing is a part of the same line, and the last
+            # may lead the next message.
+            for drawn in raw.split("\r"):
+                text = drawn.rstrip()
+                match = TRITON_LINE.match(text.strip())
+                if match:
+                    text = _unquote(match["message"])
+                for part in text.split("\n"):
+                    yield LogLine(number, part.rstrip())
 
     def find(self, pattern: re.Pattern[str]) -> Iterator[tuple[LogLine, re.Match[str]]]:
         for line in self.lines:
@@ -78,7 +81,7 @@ class ServerLog:
         """(line, model, reason) of each "failed to load 'M' version N: reason" line, the reason's first meaningful
         line (the Python backend appends a stack after "At:")."""
         out = []
-        for number, raw in enumerate(self.text.splitlines(), 1):
+        for number, raw in file_lines(self.text):
             match = _FAILED_LOAD.search(raw)
             if match:
                 reason = _first_meaningful(_unquote(match["reason"].rstrip().rstrip('"')))
@@ -91,8 +94,8 @@ class ServerLog:
         server writes too (KNOWN_NOISE)."""
         found: list[LogLine] = []
         seen: set[str] = set()
-        for number, raw in enumerate(self.text.splitlines(), 1):
-            text = raw.strip()
+        for number, raw in file_lines(self.text):
+            text = raw.rsplit("\r", 1)[-1].strip()  # a progress bar's last drawing
             match = TRITON_LINE.match(text)
             is_error = (match and match["level"] == "E") or _PY_EXCEPTION.match(text) or " ERROR " in f" {text} "
             if is_error and any(noise in text for noise in KNOWN_NOISE):
@@ -103,6 +106,13 @@ class ServerLog:
                 if len(found) >= limit:
                     break
         return found
+
+
+def file_lines(text: str) -> Iterator[tuple[int, str]]:
+    """The file's own lines with their 1-based numbers: broken at \n only (str.splitlines() also breaks at the lone
+    \r of a progress bar, and every later number would be off), a \r\n's \r dropped."""
+    for number, line in enumerate(text.split("\n"), 1):
+        yield number, line.removesuffix("\r")
 
 
 def _unquote(text: str) -> str:
@@ -128,8 +138,8 @@ def root_error(log: str) -> str | None:
     it; else the last Python exception line; else Triton's last error line."""
     exceptions: list[tuple[int, str]] = []
     last_error = None
-    for number, line in enumerate(log.splitlines()):
-        text = line.strip()
+    for number, line in file_lines(log):
+        text = line.rsplit("\r", 1)[-1].strip()
         match = _PY_EXCEPTION.match(re.sub(r"^\(\w+ pid=\d+\) (?:ERROR )?", "", text))
         if match:
             exceptions.append((number, f"{match.group(1)}: {match.group(2)}"))
@@ -143,7 +153,7 @@ def root_error(log: str) -> str | None:
             earlier = [
                 text
                 for n, text in exceptions
-                if n < number - 1
+                if n < number
                 and text not in reason
                 and "root cause above" not in text
                 and "initialization failed" not in text
