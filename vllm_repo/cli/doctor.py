@@ -23,6 +23,14 @@ def doctor(
     ] = None,
     gpu: Annotated[str | None, gpu_option("it ran on, for estimate's recommendation", "what the log says")] = None,
     output_format: Annotated[OutputFormat, report_format_option()] = OutputFormat.text,
+    client_errors: Annotated[
+        bool,
+        typer.Option(
+            "--client-errors",
+            help="Also list the clients' errors in the log (the 4xx answers vLLM logs at ERROR), which are no fault "
+            "of the server.",
+        ),
+    ] = False,
 ) -> None:
     """Read a failed Triton server's log (or ask the running server): the root cause, and the fix."""
     from vllm_repo.doctor import diagnose_file, diagnose_server, name_repository, recommend
@@ -42,7 +50,8 @@ def doctor(
         diagnosis.recommendations = recommend(diagnosis, repository, gpu)
         name_repository(diagnosis, repository)
     if output_format is OutputFormat.json:
-        typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
+        typer.echo(json.dumps(diagnosis.to_dict(client_errors=client_errors), indent=2))
     else:
-        typer.echo(report(diagnosis, github=output_format is OutputFormat.github), nl=False)
-    raise typer.Exit(1 if diagnosis.findings or diagnosis.first_errors else 0)
+        github = output_format is OutputFormat.github
+        typer.echo(report(diagnosis, github=github, client_errors=client_errors), nl=False)
+    raise typer.Exit(1 if diagnosis.failed else 0)

@@ -28,6 +28,9 @@ __all__ = [
     "root_error",
 ]
 
+# A model in these states (Triton's repository index) is served or on its way; any other is not.
+MODEL_STATES_OK = ("READY", "LOADING")
+
 
 @dataclasses.dataclass
 class Diagnosis:
@@ -37,6 +40,9 @@ class Diagnosis:
     first_errors: list[LogLine]  # for a log no cause explains
     recommendations: list[str] = dataclasses.field(default_factory=list)  # estimate's, for a memory cause
     source_log: ServerLog | None = None
+    client_errors: list[LogLine] = dataclasses.field(default_factory=list)  # the 4xx answers vLLM logged at ERROR
+    server: str | None = None  # the URL of the running server asked (doctor --url)
+    models: list[dict[str, Any]] | None = None  # its repository index: each model's name, version, state, reason
 
     @property
     def understood(self) -> bool:
@@ -46,6 +52,17 @@ class Diagnosis:
     def root(self) -> Diagnostic | None:
         return self.findings[0] if self.findings else None
 
+    @property
+    def failed(self) -> bool:
+        """Whether there is something to fix: a cause, a model that failed to load, or, for a server whose models'
+        states are unknown (a log alone), error lines no cause explains. A running server whose models are all
+        READY or on their way is healthy, whatever its log holds besides."""
+        if self.findings or self.failed_models:
+            return True
+        if self.models is not None:
+            return any(m.get("state") not in MODEL_STATES_OK for m in self.models)
+        return bool(self.first_errors)
+
     def summary(self) -> str | None:
         """The root cause in one line, with the model it stopped when there is one, for launch's error message."""
         if self.root is None:
@@ -53,15 +70,24 @@ class Diagnosis:
         model = f"model '{self.failed_models[0][0]}' failed to load: " if self.failed_models else ""
         return f"{model}{self.root.message} [{self.root.code}]"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, client_errors: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "source": self.source,
             "understood": self.understood,
+            "failed": self.failed,
             "findings": [d.to_dict() for d in self.findings],
             "failed_models": [{"model": m, "reason": r} for m, r in self.failed_models],
             "first_errors": [{"line": e.number, "text": e.text} for e in self.first_errors],
             "recommendations": self.recommendations,
         }
+        if self.models is not None:
+            data["server"] = self.server
+            data["models"] = [
+                {k: m.get(k) for k in ("name", "version", "state", "reason") if k in m} for m in self.models
+            ]
+        if client_errors:
+            data["client_errors"] = [{"line": e.number, "text": e.text} for e in self.client_errors]
+        return data
 
 
 def diagnose(log: ServerLog, source: str | None = None) -> Diagnosis:
@@ -84,7 +110,14 @@ def diagnose(log: ServerLog, source: str | None = None) -> Diagnosis:
                 )
     findings = sorted(found.values(), key=lambda d: (d.line or 0, d.code))
     failed = [(model, reason) for _, model, reason in log.failed_loads()]
-    return Diagnosis(shown, findings, failed, [] if findings else log.error_lines(), source_log=log)
+    return Diagnosis(
+        shown,
+        findings,
+        failed,
+        [] if findings else log.error_lines(),
+        source_log=log,
+        client_errors=log.error_lines(clients=True),
+    )
 
 
 def diagnose_file(path: str | Path) -> Diagnosis:
@@ -107,11 +140,14 @@ def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:
     models = repository_index(url)
     from_index = diagnose(ServerLog(index_as_log(models)), source=f"{url} (repository index)")
     path = Path(log) if log else local_log_of(url)
-    if path is None:
-        return from_index
-    from_log = diagnose_file(path)
-    # The log has line numbers and what led up to a failure; the index adds the models' states.
-    return from_log if from_log.understood or not from_index.understood else from_index
+    chosen = from_index
+    if path is not None:
+        from_log = diagnose_file(path)
+        # The log has line numbers and what led up to a failure; the index adds the models' states.
+        chosen = from_log if from_log.understood or not from_index.understood else from_index
+        chosen.client_errors = from_log.client_errors
+    chosen.server, chosen.models = url, models
+    return chosen
 
 
 MEMORY_CAUSES = ("VD106", "VD107", "VD108")

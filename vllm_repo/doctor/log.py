@@ -27,6 +27,10 @@ class LogLine:
 # Error lines a healthy server logs, which say nothing of a failure: Triton on a host without NVIDIA's driver (every
 # CPU-only start) reports that it could not load CUDA's driver helper, and goes on.
 KNOWN_NOISE = ("CudaDriverHelper has not been initialized",)
+# A client's error, which vLLM's OpenAI layer logs at ERROR with the 4xx it answered ("Error with model
+# error=ErrorInfo(message='The model `x` does not exist. ...', type='NotFoundError', param='model', code=404)"): what
+# the client got wrong, not the server.
+CLIENT_ERROR = re.compile(r"ErrorInfo\(message=.*\bcode=4\d\d\)")
 
 
 @dataclasses.dataclass
@@ -89,9 +93,9 @@ class ServerLog:
                 out.append((number, match["model"], reason))
         return out
 
-    def error_lines(self, limit: int = 8) -> list[LogLine]:
+    def error_lines(self, limit: int = 8, clients: bool = False) -> list[LogLine]:
         """The first error lines: Triton's E lines, Python exceptions and vLLM's ERROR lines, less those a healthy
-        server writes too (KNOWN_NOISE)."""
+        server writes too (KNOWN_NOISE) and its clients' errors (CLIENT_ERROR); with ``clients``, those alone."""
         found: list[LogLine] = []
         seen: set[str] = set()
         for number, raw in file_lines(self.text):
@@ -99,6 +103,8 @@ class ServerLog:
             match = TRITON_LINE.match(text)
             is_error = (match and match["level"] == "E") or _PY_EXCEPTION.match(text) or " ERROR " in f" {text} "
             if is_error and any(noise in text for noise in KNOWN_NOISE):
+                continue
+            if is_error and bool(CLIENT_ERROR.search(text)) != clients:
                 continue
             if is_error and text not in seen:
                 seen.add(text)

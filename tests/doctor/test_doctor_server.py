@@ -1,0 +1,85 @@
+"""doctor --url on a running server: the server's own account of its models comes first. A server whose models are
+all READY is healthy (exit 0), whatever its clients got wrong: the 4xx answers vLLM logs at ERROR (its "Error with
+model ... code=404") are the clients' errors, shown only when asked (--client-errors)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from vllm_repo.cli import build_app
+from vllm_repo.doctor import diagnose_file
+from vllm_repo.doctor import server as doctor_server
+
+URL = "http://127.0.0.1:8000"
+READY = [
+    {"name": "tiny", "version": "1", "state": "READY", "reason": ""},
+    {"name": "tinyq", "version": "1", "state": "READY", "reason": ""},
+]
+CLIENT_404 = (
+    "ERROR 12-06 10:01:02 [serving.py:274] Error with model error=ErrorInfo(message='The model `nosuch` does not "
+    "exist. Valid aliases: tiny.', type='NotFoundError', param='model', code=404)"
+)
+HEALTHY_LOG = [
+    'E1206 10:00:00.000000 1 server.cc:241] "CudaDriverHelper has not been initialized."',
+    "I1206 10:00:30.000000 1 model_lifecycle.cc:849] \"successfully loaded 'tiny'\"",
+    "I1206 10:00:31.000000 1 model_lifecycle.cc:849] \"successfully loaded 'tinyq'\"",
+    CLIENT_404,
+    CLIENT_404.replace("nosuch", "gpt-4"),
+]
+
+
+@pytest.fixture
+def server(monkeypatch, tmp_path):
+    """A stand-in for a running server on this machine: its repository index, and the log its output goes to."""
+    log = tmp_path / "tritonserver.log"
+    log.write_text("\n".join(HEALTHY_LOG) + "\n")
+    index = list(READY)
+    monkeypatch.setattr(doctor_server, "repository_index", lambda url, timeout=5.0: index)
+    monkeypatch.setattr(doctor_server, "local_log_of", lambda url: log)
+    return index, log
+
+
+def doctor(*args: str):
+    return CliRunner().invoke(build_app(), ["doctor", *args])
+
+
+def test_a_healthy_server_exits_0_with_each_models_state_and_no_client_error(server):
+    done = doctor("--url", URL)
+    assert done.exit_code == 0, done.output
+    assert "tiny (version 1): READY" in done.output and "tinyq (version 1): READY" in done.output
+    for client_error in ("404", "does not exist", "nosuch", "no known cause", "ERROR"):
+        assert client_error not in done.output
+
+
+def test_client_errors_are_listed_when_asked(server):
+    _, log = server
+    done = doctor("--url", URL, "--client-errors")
+    assert done.exit_code == 0, done.output
+    assert f"{log}:4: " in done.output and "`nosuch` does not exist" in done.output and "gpt-4" in done.output
+    data = json.loads(doctor("--url", URL, "--client-errors", "--format", "json").output)
+    assert [e["line"] for e in data["client_errors"]] == [4, 5]
+    assert [(m["name"], m["state"]) for m in data["models"]] == [("tiny", "READY"), ("tinyq", "READY")]
+    assert "client_errors" not in json.loads(doctor("--url", URL, "--format", "json").output)
+
+
+def test_a_model_that_is_not_ready_fails_the_check_with_its_state(server):
+    index, _ = server
+    index[1] = {"name": "tinyq", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+    done = doctor("--url", URL)
+    assert done.exit_code == 1, done.output
+    assert "tinyq (version 1): UNAVAILABLE: unloaded" in done.output and "tiny (version 1): READY" in done.output
+
+
+def test_a_log_with_only_client_errors_is_a_healthy_servers(tmp_path):
+    log = tmp_path / "tritonserver.log"
+    log.write_text("\n".join(HEALTHY_LOG) + "\n")
+    diagnosis = diagnose_file(log)
+    assert diagnosis.findings == [] and diagnosis.first_errors == []
+    assert [e.number for e in diagnosis.client_errors] == [4, 5]
+    assert doctor(str(log)).exit_code == 0
+    server_error = tmp_path / "server.log"
+    server_error.write_text(CLIENT_404.replace("code=404", "code=500") + "\n")
+    assert [e.number for e in diagnose_file(server_error).first_errors] == [1]
