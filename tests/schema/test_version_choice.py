@@ -69,9 +69,36 @@ def test_the_newest_schema_as_a_fallback_says_when_the_bundled_backend_is_not_te
     assert choice.schema_version == NEWEST
     tested = ".".join(map(str, NEWEST_TESTED_VLLM))
     if release_key(NEWEST) > NEWEST_TESTED_VLLM:
-        assert f"--vllm-version {tested}" in choice.reason and SERVING_PYTHON_ENV in choice.reason
+        assert choice.note is not None
+        assert f"--vllm-version {tested}" in choice.note and SERVING_PYTHON_ENV in choice.note
     else:
-        assert "tested" not in choice.reason
+        assert choice.note is None
+    assert "tested" not in choice.reason
+
+
+def test_the_validate_summary_is_one_short_line_and_the_advice_a_line_of_its_own(tmp_path, monkeypatch):
+    # What a pre-commit hook prints on every commit, where no serving Python is known.
+    from typer.testing import CliRunner
+
+    from vllm_repo.cli import build_app
+
+    if installed_vllm_version():
+        pytest.skip("a vLLM installed beside vllm-repo is what commands check against then")
+    monkeypatch.delenv(SERVING_PYTHON_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "repo" / "tiny"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "vllm"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n'
+    )
+    (model / "1" / "model.json").write_text(json.dumps({"model": "Qwen/Qwen2.5-0.5B-Instruct"}))
+    done = CliRunner().invoke(build_app(), ["validate", str(model / "1" / "model.json")])
+    assert done.exit_code == 0, done.output
+    (summary,) = [line for line in done.stderr.splitlines() if "checked against" in line]
+    assert len(summary) <= 120, summary
+    note = choose_schema_version(None, start=tmp_path).note
+    if note:
+        assert f"vllm-repo: note: {note}" in done.stderr.splitlines()
 
 
 def test_validate_and_the_schema_commands_agree_on_the_release(tmp_path, monkeypatch):

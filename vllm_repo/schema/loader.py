@@ -218,7 +218,8 @@ class VersionChoice:
 
     requested: str | None
     schema_version: str
-    reason: str
+    reason: str  # short: validate's summary line carries it
+    note: str | None = None  # what to do about the choice, where something should be done: a line of its own
 
 
 def choose_schema_version(
@@ -243,19 +244,20 @@ def choose_schema_version(
     wanted, why = target_vllm_version(requested, start, settings)
     origin = origin or why
     if wanted is None:
-        reason = f"{why}: newest bundled schema"
         from vllm_repo.releases.backend_support import NEWEST_TESTED_VLLM
 
         tested = ".".join(map(str, NEWEST_TESTED_VLLM))
+        note = None
         if (release_key(available[-1]) or ()) > NEWEST_TESTED_VLLM:
             # What a new shell without the serving Python checks against; the bundled backend runs no such release.
             from vllm_repo.settings import SERVING_PYTHON_ENV
 
-            reason += (
-                f", newer than the bundled backend is tested with ({tested}): set ${SERVING_PYTHON_ENV} to the "
-                f"Python that serves, or pass --vllm-version {tested}"
+            note = (
+                f"no vLLM release named, and {available[-1]} is newer than the bundled backend is tested with: pass "
+                f"--vllm-version {tested}, or set ${SERVING_PYTHON_ENV} to the Python that serves"
             )
-        return VersionChoice(requested=None, schema_version=available[-1], reason=reason)
+        reason = "newest bundled, none named"  # the note, where there is one, says what to do
+        return VersionChoice(requested=None, schema_version=available[-1], reason=reason, note=note)
     if wanted in available:  # the usual case, decided without importing packaging
         return VersionChoice(requested=wanted, schema_version=wanted, reason=f"{origin} {wanted}")
     from packaging.version import InvalidVersion, Version

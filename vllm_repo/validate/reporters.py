@@ -19,6 +19,8 @@ def report_text(result: ValidationResult, out: TextIO, err: TextIO) -> None:
         f"{result.vllm_version.schema_version} EngineArgs ({result.vllm_version.reason}): "
         f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info\n"
     )
+    if result.vllm_version.note:
+        err.write(f"vllm-repo: note: {result.vllm_version.note}\n")
 
 
 def report_json(result: ValidationResult, out: TextIO, err: TextIO) -> None:

@@ -40,6 +40,7 @@ class ValidationResult:
             "models": len(self.models),
             "vllm_version": self.vllm_version.schema_version,
             "vllm_version_reason": self.vllm_version.reason,
+            "vllm_version_note": self.vllm_version.note,
         }
 
 
