@@ -24,6 +24,10 @@ own CPU shows whether it is the limit), and responses per request (what vLLM mer
 as triton_http_NAME: a before/after in one run; --once
 NAME,... measures those paths in the first round only. --py-spy-at C,... records each Triton path's stub with py-spy
 (raw stacks per thread, idle included) in one more pass after the rounds, at those concurrencies.
+Metrics: by default both sides run as `vllm-repo init` writes a model, which is what users run: config.pbtxt's
+REPORT_CUSTOM_METRICS "true" with model.json's "disable_log_stats": false, and raw AsyncLLM with the same engine
+arguments, so with vLLM's own stat loggers. --metrics off is the labelled variant: neither side records stats. Every
+result file says which ("metrics").
 Targets: on a 2-core machine >= 0.8x raw throughput at concurrency 32 and <= 2 ms added median TTFT at concurrency 1;
 on an H200 with an 8B-shaped model >= 0.98x raw at 32, 128 and 256 streams, >= 0.95x at 512, median TTFT at 1 stream
 within +1 ms of raw.
@@ -276,11 +280,13 @@ async def measure(one_request, concurrency: int, per_worker: int) -> dict:
     if short:
         raise RuntimeError(f"requests got different token counts: {stats[0][1]} and {short[:5]}")
     tokens = sum(s[1] for s in stats)
+    ttfts = [s[0] for s in stats]
     return {
         "tokens": tokens,
         "wall_s": round(wall, 3),
         "tokens_per_s": round(tokens / wall, 1),
         "ttft_median_ms": round(statistics.median(s[0] for s in stats) * 1000, 2),
+        "ttft_p90_ms": round(statistics.quantiles(ttfts, n=10)[-1] * 1000, 2) if len(ttfts) > 1 else None,
         "responses_per_request": round(sum(s[2] for s in stats) / len(stats), 1),
     }
 
@@ -335,8 +341,15 @@ def summarize(rounds: dict) -> dict:
         med: dict = {
             name: {
                 field: statistics.median(r[field] for r in runs)
-                for field in ("tokens_per_s", "ttft_median_ms", "responses_per_request", "server_cpu_s_per_s")
-                if all(field in r for r in runs)
+                for field in (
+                    "tokens_per_s",
+                    "ttft_median_ms",
+                    "ttft_p90_ms",
+                    "responses_per_request",
+                    "server_cpu_s_per_s",
+                    "client_cpu_s_per_s",
+                )
+                if all(r.get(field) is not None for r in runs)
             }
             for name, runs in by_path.items()
             if runs
@@ -415,6 +428,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy-at", default="", help="concurrencies at which to record the stubs with py-spy")
     parser.add_argument("--parameters", default="{}", help="config.pbtxt parameters of the model, as JSON")
     parser.add_argument(
+        "--metrics",
+        choices=("on", "off"),
+        default="on",
+        help='on (the default, as init writes a model): REPORT_CUSTOM_METRICS "true" and "disable_log_stats": false, '
+        "raw AsyncLLM with vLLM's stat loggers; off: no stats on either side",
+    )
+    parser.add_argument(
         "--variants",
         default="{}",
         help='more models in the same server, e.g. {"inline": {"RESPONSE_SENDER_THREADS": "0"}}: '
@@ -438,13 +458,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is None and args.device == "gpu":
         parser.error("--model is required with --device gpu")
     model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
-    settings = dict(default_engine_args(model_dir, args.device), **json.loads(args.engine_args))
+    metrics_on = args.metrics == "on"
+    settings = dict(
+        default_engine_args(model_dir, args.device),
+        disable_log_stats=not metrics_on,
+        **json.loads(args.engine_args),
+    )
     repo = work / "repo"
     kind = args.instance_kind or ("KIND_CPU" if args.device == "cpu" else "KIND_GPU")
-    write_model(repo, settings, kind, parameters=json.loads(args.parameters))
+    # The model as init writes it: vLLM's metrics on Triton's metrics port (or, --metrics off, not asked for).
+    base_parameters = {"REPORT_CUSTOM_METRICS": "true"} if metrics_on else {}
+    write_model(repo, settings, kind, parameters={**base_parameters, **json.loads(args.parameters)})
     variants = json.loads(args.variants)
     for name, parameters in variants.items():
-        write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=parameters)
+        write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters={**base_parameters, **parameters})
     backend_directory = None
     if args.backend_variant:
         from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
@@ -460,7 +487,9 @@ def main(argv: list[str] | None = None) -> int:
         for variant in args.backend_variant:
             name, _, source = variant.partition("=")
             variants[name] = {}
-            write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", backend=f"vllm_{name}")
+            write_model(
+                repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=base_parameters, backend=f"vllm_{name}"
+            )
             # A backend directory (model.py with its package beside it), or a model.py alone, which then imports the
             # package of this tree's backend.
             target = backend_directory / f"vllm_{name}"
@@ -493,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {
         "device": args.device,
         "instance_kind": kind,
+        "metrics": args.metrics,
+        "model_parameters": {**base_parameters, **json.loads(args.parameters)},
+        "variants": variants,
         "engine_args": settings,
         "host": platform.node(),
         "cpus": os.cpu_count(),
@@ -519,9 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         results["vllm_version"] = vllm.__version__
 
         async def make_engine():
-            # No stat logger on the raw side. Triton's model.json leaves disable_log_stats out: the backend keeps
-            # vLLM's own loggers off by itself, and with it set REPORT_CUSTOM_METRICS would report nothing.
-            return AsyncLLM.from_engine_args(AsyncEngineArgs(**{"disable_log_stats": True, **settings}))
+            # The same engine arguments: with metrics on, vLLM's own stat loggers record as they do in vllm serve.
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**settings))
 
         server.wait_ready(timeout=900)  # Triton's engine first: two engine startups at once starve each other
         if args.device == "gpu":
@@ -584,6 +615,10 @@ def main(argv: list[str] | None = None) -> int:
                 result["cpu_s"] = cpu_used(before, after, labels)
                 busy = sum(after[p][1] - before.get(p, ("", 0.0))[1] for p in set(own) if p in after)
                 result["server_cpu_s_per_s"] = round(busy / result["wall_s"], 3)
+                # The load generator (this process, which is also raw's frontend): under 1 core, it is not the limit.
+                if stub:
+                    mine = after[os.getpid()][1] - before.get(os.getpid(), ("", 0.0))[1]
+                    result["client_cpu_s_per_s"] = round(mine / result["wall_s"], 3)
                 if stub:
                     result["stub_threads_cpu_s_per_s"] = busiest_threads(
                         threads_before, thread_cpu_seconds([stub]), result["wall_s"]

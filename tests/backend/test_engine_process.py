@@ -28,6 +28,8 @@ from tests.backend.test_backend_e2e import (
     http,
     is_final,
     metric,
+    metric_types,
+    metrics_text,
     scrape_metrics,
     wait_metrics_flushed,
 )
@@ -47,6 +49,7 @@ parameters { key: "ENGINE_PROCESS" value: { string_value: "true" } }
 parameters { key: "ENABLE_VLLM_HEALTH_CHECK" value: { string_value: "true" } }
 parameters { key: "DEFAULT_MAX_TOKENS" value: { string_value: "24" } }
 parameters { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }
+parameters { key: "REPORT_HISTOGRAMS_PER_VALUE" value: { string_value: "true" } }
 """
 IN_STUB = "tiny_in_stub"
 READY = re.compile(r"model tiny ready \(vLLM [^,]+, process (\d+)\)")
@@ -216,6 +219,9 @@ def test_metrics_are_recorded_in_the_engine_process_and_reported_before_the_fina
     assert delta("vllm:e2e_request_latency_seconds_count") == 2
     assert delta("vllm:request_generation_tokens_sum") == 17
     assert delta("vllm:time_per_output_token_seconds_count") == 17 - 2  # one per token after each first
+    # REPORT_HISTOGRAMS_PER_VALUE: Triton's histogram metrics, one observation a value, as Triton's own vLLM backend.
+    types = metric_types(metrics_text(split))
+    assert types["vllm:time_per_output_token_seconds"] == types["vllm:e2e_request_latency_seconds"] == "histogram"
     wait_metrics_flushed()
     idle = scrape_metrics(split)
     assert metric(idle, "vllm:num_requests_running") == 0 and metric(idle, "vllm:num_requests_waiting") == 0

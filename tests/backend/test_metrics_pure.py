@@ -47,16 +47,20 @@ def test_metrics_accumulator_sums_until_taken_and_keeps_gauges():
     s = acc.take()
     assert (s["prompt_tokens"], s["generation_tokens"]) == (3, 4)
     assert s["finished_by_reason"] == {"length": 1}
-    assert (s["ttft"], s["e2e"], s["request_params_n"]) == ([0.1], [0.5], [1])
+    h = s["histograms"]
+    assert [(h[n].count, h[n].total) for n in ("ttft", "e2e", "request_params_n")] == [(1, 0.1), (1, 0.5), (1, 1.0)]
+    assert h["tpot"].count == 3 and math.isclose(h["tpot"].total, 0.09)
+    assert h["ttft"].values is None  # summed per bucket only: the values are not kept unless reported one by one
     assert (s["running"], s["waiting"], s["kv_cache_usage"]) == (2, 1, 0.25)
     again = acc.take()
-    assert again["generation_tokens"] == 0 and again["ttft"] == [] and again["tpot"] == []
+    assert again["generation_tokens"] == 0 and again["histograms"]["ttft"].count == 0
+    assert again["histograms"]["tpot"].count == 0
     assert again["running"] == 2  # gauges persist
 
 
 def test_time_per_output_token_is_one_sample_per_token_after_the_first():
     # As Triton's own vLLM backend reports it: vLLM's inter-token latencies, not one mean per request.
-    acc = metrics.MetricsAccumulator()
+    acc = metrics.MetricsAccumulator(keep_values=True)
     tokens_by_request = {"a": 16, "b": 16, "c": 5}
     itl = {rid: [0.01 * (i + 1) for i in range(tokens - 1)] for rid, tokens in tokens_by_request.items()}
     acc.record(None, _iteration(len(tokens_by_request), ttft=[0.1] * len(tokens_by_request)))
@@ -64,10 +68,10 @@ def test_time_per_output_token_is_one_sample_per_token_after_the_first():
         samples = [latencies[step] for latencies in itl.values() if step < len(latencies)]
         acc.record(None, _iteration(len(samples), itl=samples))
     acc.record(None, _iteration(0, finished=[_finished(rid, t) for rid, t in tokens_by_request.items()]))
-    s = acc.take()
-    assert len(s["tpot"]) == sum(t - 1 for t in tokens_by_request.values())
-    assert math.isclose(sum(s["tpot"]), sum(sum(v) for v in itl.values()))
-    assert s["request_generation_tokens"] == list(tokens_by_request.values())
+    h = acc.take()["histograms"]
+    assert h["tpot"].count == len(h["tpot"].values) == sum(t - 1 for t in tokens_by_request.values())
+    assert math.isclose(h["tpot"].total, sum(sum(v) for v in itl.values()))
+    assert h["request_generation_tokens"].values == list(tokens_by_request.values())
 
 
 def test_a_final_response_waits_until_its_request_is_recorded():
@@ -102,7 +106,9 @@ def test_stats_taken_in_the_engine_process_merge_into_the_stubs_and_release_its_
     assert stub.wake.is_set()
     s = stub.take()
     assert s["ready_finals"] == ["send r1"] and stub._tracked == {}
-    assert (s["prompt_tokens"], s["generation_tokens"], s["ttft"], s["tpot"]) == (3, 3, [0.1], [0.02, 0.03])
+    assert (s["prompt_tokens"], s["generation_tokens"]) == (3, 3)
+    assert (s["histograms"]["ttft"].count, s["histograms"]["tpot"].count) == (1, 2)
+    assert math.isclose(s["histograms"]["tpot"].total, 0.05)
     assert s["finished_by_reason"] == {"length": 2} and s["finished_ids"] == ["r1", "other"]
     assert (s["running"], s["kv_cache_usage"]) == (1, 0.5)
     # The engine going idle records nothing but its gauges: that is news for the stub too.

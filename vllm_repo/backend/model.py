@@ -45,7 +45,11 @@ OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP re
 
 config.pbtxt parameters:
   REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint, unless model.json says
-                            "disable_log_stats": true
+                            "disable_log_stats": true; a histogram's series as counters, reported a bounded number of
+                            times a second (metrics_report.py)
+  REPORT_HISTOGRAMS_PER_VALUE  "true": the histograms as Triton histogram metrics, one round trip to the server per
+                            value (as Triton's own vLLM backend: its `# TYPE ... histogram` lines, a cost that grows
+                            with the tokens per second)
   ENABLE_VLLM_HEALTH_CHECK  "true": unload the model when the engine dies (needs explicit model control)
   STREAM_ONE_RESPONSE_PER_TOKEN  "true": a stream's merged outputs split into one response per token
   DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
@@ -82,6 +86,7 @@ if TYPE_CHECKING or __package__:
         jobs,
         log,
         metrics,
+        metrics_report,
         native,
         openai_serving,
         per_token,
@@ -101,6 +106,7 @@ else:
         jobs,
         log,
         metrics,
+        metrics_report,
         native,
         openai_serving,
         per_token,
@@ -177,6 +183,7 @@ class TritonPythonModel:
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         engine_config = configuration.load_engine_config(version_dir)
         self.report_metrics = metrics.metrics_enabled(params, engine_config)
+        self.per_value_histograms = configuration.bool_parameter(params, "REPORT_HISTOGRAMS_PER_VALUE")
         self.lora_adapters = None
         if native.parse_bool(engine_config.get("enable_lora", False), "model.json enable_lora"):
             self.lora_adapters = configuration.load_lora_adapters(version_dir)
@@ -207,6 +214,7 @@ class TritonPythonModel:
             self._process = engine_link.ProcessEngine(
                 self.model_name, version_dir, self._reader, self.health_check,
                 metric_labels=self._metric_labels if self.report_metrics else None,
+                per_value_histograms=self.per_value_histograms,
                 one_response_per_token=self.one_response_per_token, lora_adapters=self.lora_adapters,
             )  # fmt: skip
             description = self._process.start()
@@ -225,7 +233,7 @@ class TritonPythonModel:
         self._sends = self._edge_sends[0]  # for answers that belong to no stream (OpenAI finals, errors)
         self._stream_sends = [sends.SendThread(f"vllm-sends-{i}") for i in range(sends.STREAM_SEND_THREADS)]
         self._spawned = 0
-        self._accumulator = metrics.MetricsAccumulator() if self.report_metrics else None
+        self._accumulator = metrics.MetricsAccumulator(self.per_value_histograms) if self.report_metrics else None
         self._live: dict[str, jobs.Job | jobs.OpenAIJob] = {}
         self._dead_reason: str | None = None
         # Only this run's lines of the server log can say why its engine died.
@@ -245,10 +253,11 @@ class TritonPythonModel:
         self._metrics = None
         if self._accumulator is not None:
             try:
-                self._metrics = metrics.TritonMetrics(
+                self._metrics = metrics_report.TritonMetrics(
                     self._metric_labels,
                     self.engine.model_config.max_model_len,
                     self._accumulator,
+                    self.per_value_histograms,
                 )
             except Exception as exc:  # e.g. the server runs with metrics off
                 log.warn(f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")

@@ -18,7 +18,8 @@ The modules, one role each, import each other relatively (inside vllm-repo the p
 - native.py: Triton's native requests: inputs and sampling parameters read and checked, output tensors assembled.
 - configuration.py: config.pbtxt's parameters, model.json, multi_lora.json and the instance's GPUs.
 - environment.py: the vLLM release and its APIs, the process's locale, loop and heap, and the server log.
-- metrics.py: vLLM's stats collected on the engine loop and reported as Triton metrics.
+- metrics.py: vLLM's stats collected where the engine runs, summed per bucket; metrics_report.py: reported to Triton
+  as metric families, a bounded number of calls a second.
 - per_token.py: a stream's merged output split into one output per token (STREAM_ONE_RESPONSE_PER_TOKEN).
 - sends.py: the thread that sends responses off the engine loop.
 - engine_link.py, engine_process.py: ENGINE_PROCESS, vLLM in a process of its own: the stub's side, and that process.

@@ -75,8 +75,10 @@ ADDITIONAL_OUTPUT_FLAGS = (
 # config.pbtxt `parameters` the backend reads. Values are strings in config.pbtxt; booleans are "true"/"false".
 # STREAM_ONE_RESPONSE_PER_TOKEN: a stream's tokens one response each, never merged (for clients that count responses).
 # ENGINE_PROCESS: vLLM's AsyncLLM in a process of its own, the stub relaying (engine_link.py).
+# REPORT_HISTOGRAMS_PER_VALUE: vLLM's histograms as Triton histogram metrics, one round trip a value (metrics_report).
 BOOLEAN_PARAMETERS: tuple[str, ...] = (
     "REPORT_CUSTOM_METRICS",
+    "REPORT_HISTOGRAMS_PER_VALUE",
     "ENABLE_VLLM_HEALTH_CHECK",
     "STREAM_ONE_RESPONSE_PER_TOKEN",
     "ENGINE_PROCESS",
@@ -177,3 +179,19 @@ VLLM_SETTINGS_ON_RESPONSE_PATH: dict[str, str] = {
     "stat_loggers": "the backend's own (with REPORT_CUSTOM_METRICS), plus a Prometheus logger that records nothing: "
     "vLLM would add its own, which cost the engine loop a histogram update per token for a registry nobody scrapes",
 }
+
+# The log lines that say why a vLLM engine died, as vLLM and torch write them; the backend names the cause when its
+# engine dies, and `vllm-repo doctor` reads the same lines back. A process of vLLM's that died: the multiproc
+# executor's worker monitor ("Worker proc VllmWorker-0 died unexpectedly (exit code: -4)") or the engine client's
+# monitor of the engine core process.
+PROCESS_DIED_PATTERN = (
+    r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
+    r"|(?P<client>engine core) exited unexpectedly"
+)
+# torch's out-of-memory error on a GPU, with the figures it gives when it gives them.
+CUDA_OOM_PATTERN = (
+    r"(?:torch\.)?(?:cuda\.)?OutOfMemoryError: CUDA out of memory\. Tried to allocate (?P<want>[\d.]+ [KMG]iB)\."
+    r"(?: GPU (?P<gpu>\d+) has a total capacity of (?P<total>[\d.]+ [KMG]iB)"
+    r" of which (?P<free>[\d.]+ [KMG]iB) is free)?"
+    r"|CUDA out of memory"
+)

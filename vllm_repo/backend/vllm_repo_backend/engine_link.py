@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import environment, errors, jobs, log, metrics, native, openai_serving, sends, stub
+from . import environment, errors, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
 
 PARAMETER = "ENGINE_PROCESS"
 # How long the engine's process may take to start vLLM (a first start compiles and captures CUDA graphs).
@@ -76,6 +76,7 @@ class ProcessEngine:
         metric_labels: dict[str, str] | None = None,
         one_response_per_token: bool = False,
         lora_adapters: dict[str, str] | None = None,
+        per_value_histograms: bool = False,
     ):
         self.model_name, self.version_dir, self.reader, self.health_check = (
             model_name,
@@ -84,10 +85,10 @@ class ProcessEngine:
             health_check,
         )
         self.metric_labels, self.one_response_per_token = metric_labels, one_response_per_token
-        self.lora_adapters = lora_adapters
+        self.lora_adapters, self.per_value_histograms = lora_adapters, per_value_histograms
         # Set once vLLM is up, where metrics are reported (metric_labels) and the server has them.
         self.accumulator: metrics.MetricsAccumulator | None = None
-        self.metrics: metrics.TritonMetrics | None = None
+        self.metrics: metrics_report.TritonMetrics | None = None
         self.live: dict[str, jobs.Job | jobs.OpenAIJob] = {}
         self.closing = False
         self.dead_reason: str | None = None
@@ -108,6 +109,7 @@ class ProcessEngine:
         # The stub's Python is the serving environment's, as for vLLM's own processes; its output goes to the
         # server's log with the stub's.
         options: dict[str, Any] = {"model_name": self.model_name, "metrics": self.metric_labels is not None}
+        options["per_value_histograms"] = self.per_value_histograms
         options["lora_adapters"] = self.lora_adapters  # multi_lora.json's: vLLM's app serves them as lora_modules
         command = [sys.executable, "-m", "vllm_repo_backend.engine_process", address, authkey.hex()]
         self.child = subprocess.Popen(
@@ -121,9 +123,11 @@ class ProcessEngine:
             self._kill()
             raise
         if self.metric_labels is not None:
-            accumulator = metrics.MetricsAccumulator()
+            accumulator = metrics.MetricsAccumulator(self.per_value_histograms)
             try:
-                self.metrics = metrics.TritonMetrics(self.metric_labels, max_model_len, accumulator)
+                self.metrics = metrics_report.TritonMetrics(
+                    self.metric_labels, max_model_len, accumulator, self.per_value_histograms
+                )
                 self.accumulator = accumulator
             except Exception as exc:  # e.g. the server runs with metrics off
                 log.warn(f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")

@@ -9,8 +9,9 @@ AsyncLLM at 256-512 streams; with vLLM's frontend in a process of its own, 0.98-
 
     python -m vllm_repo_backend.engine_process SOCKET AUTHKEY_HEX VERSION_DIR [OPTIONS_JSON]
 
-OPTIONS_JSON: ``{"model_name": ..., "metrics": true, "lora_adapters": {name: path}}``: the name OpenAI requests
-serve the model as, whether vLLM's stats are recorded (REPORT_CUSTOM_METRICS), multi_lora.json's adapters.
+OPTIONS_JSON: ``{"model_name": ..., "metrics": true, "per_value_histograms": false, "lora_adapters": {name: path}}``:
+the name OpenAI requests serve the model as, whether vLLM's stats are recorded (REPORT_CUSTOM_METRICS) and their
+values kept (REPORT_HISTOGRAMS_PER_VALUE), multi_lora.json's adapters.
 
 The messages, pickled over a Unix socket (multiprocessing.connection, authenticated with the key the stub made):
 
@@ -252,7 +253,9 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     address, authkey, version_dir = argv[0], bytes.fromhex(argv[1]), argv[2]
     options = json.loads(argv[3]) if len(argv) > 3 else {}
-    accumulator = metrics.MetricsAccumulator() if options.get("metrics") else None
+    accumulator = (
+        metrics.MetricsAccumulator(bool(options.get("per_value_histograms"))) if options.get("metrics") else None
+    )
     _log_to_stderr()
     _die_with_parent()
     parent = os.getppid()

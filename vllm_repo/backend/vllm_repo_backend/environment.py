@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from . import log
-from .contract import MIN_VLLM, NEWEST_TESTED_VLLM
+from .contract import CUDA_OOM_PATTERN, MIN_VLLM, NEWEST_TESTED_VLLM, PROCESS_DIED_PATTERN
 from .errors import BackendConfigError
 
 # vLLM's default VLLM_V1_OUTPUT_PROC_CHUNK_SIZE: its output handler yields to the loop between chunks of this many
@@ -244,16 +244,34 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-# vLLM's lines when one of its processes dies: the multiproc executor's worker monitor ("Worker proc VllmWorker-0 died
-# unexpectedly (exit code: -4)"), and the engine client's monitor of the engine core process.
-_PROCESS_DIED = re.compile(
-    r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
-    r"|(?P<client>engine core) exited unexpectedly"
-)
+_PROCESS_DIED = re.compile(PROCESS_DIED_PATTERN)
+_CUDA_OOM = re.compile(CUDA_OOM_PATTERN)
 
 
 def engine_death_cause(log: str) -> str | None:
-    """The last vLLM process death in a log, in words: "Worker proc VllmWorker-0 died, killed by SIGILL"."""
+    """Why the engine died, from the log, in words: the GPU running out of memory ("CUDA out of memory: it asked for
+    1.75 GiB more on GPU 0, which has 79.19 GiB with 1.12 GiB free"), the last vLLM process death ("Worker proc
+    VllmWorker-0 died, killed by SIGILL"), or both in that order. An engine core that dies of an exception logs no
+    process death: the exception is all there is."""
+    causes = [cause for cause in (_out_of_memory(log), _process_death(log)) if cause]
+    return ", and ".join(causes) or None
+
+
+def _out_of_memory(log: str) -> str | None:
+    found = None
+    for found in _CUDA_OOM.finditer(log):
+        pass
+    if found is None:
+        return None
+    if not found["want"]:
+        return "the GPU ran out of memory (CUDA out of memory)"
+    numbers = f"it asked for {found['want']} more"
+    if found["total"]:
+        numbers += f" on GPU {found['gpu']}, which has {found['total']} with {found['free']} free"
+    return f"the GPU ran out of memory (CUDA out of memory: {numbers})"
+
+
+def _process_death(log: str) -> str | None:
     deaths = list(_PROCESS_DIED.finditer(log))
     if not deaths:
         return None

@@ -1,6 +1,6 @@
 """vLLM's metrics on Triton's metrics endpoint (config.pbtxt's REPORT_CUSTOM_METRICS): vLLM's per-iteration stats
-collected on the engine loop, and a thread that reports them as Triton metric families and sends the final responses
-that wait for their request's stats.
+collected where the engine runs, summed per bucket there, and handed to a reporter (metrics_report.py) that sends them
+to Triton and then the final responses that wait for them.
 
 The families, names, labels and buckets are those of Triton's own vLLM backend, so that dashboards and alerts built
 on it read the same series, plus a few of this backend's own (the engine's load and KV cache).
@@ -8,22 +8,19 @@ on it read the same series, plus a few of this backend's own (the engine's load 
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from . import log, stub
 from .configuration import bool_parameter
 from .errors import BackendConfigError, RequestError
 from .native import parse_bool
 
-# How often the metrics thread reports what vLLM recorded. Short, so that the backlog a final response waits for (every
-# value recorded since the last report, one round trip to the server each) stays small; an idle report costs no
-# round trip.
+# How often what vLLM recorded is reported when no final response asks for it sooner (the gauges, a long prefill).
 METRICS_FLUSH_INTERVAL_S = 0.05
-
 
 # Bucket boundaries of the families Triton's own vLLM backend exports, so that dashboards and alerts built on it
 # read the same series. The queue-time histogram is this backend's own.
@@ -32,6 +29,9 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 E2E_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 N_PARAM_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
 QUEUE_BUCKETS = (0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# Token counts are summed on the widest 1-2-5 grid where they are recorded (ENGINE_PROCESS records before the engine,
+# and so max_model_len, is known); the reporter folds it into the family's buckets, a prefix of it.
+TOKEN_GRID_LIMIT = 10**9
 
 # A final response held back for its request's stats is sent anyway after this long (the stats never came: vLLM
 # records them in the same step that delivers the output, so this only guards against a stuck engine).
@@ -62,18 +62,79 @@ def metrics_enabled(params: Mapping[str, str], engine_config: Mapping[str, Any])
         raise BackendConfigError(f"model.json: {exc}") from None
 
 
-class MetricsAccumulator:
-    """Collects vLLM's per-iteration stats on the engine loop (cheap: no IPC there) and hands them to a flusher
-    thread, which reports them to Triton. Every Triton metric call is a round trip to the server process, so
-    per-token work on the engine loop would slow every stream.
+# The histograms, by the accumulator's name for each: the bucket grid their values are summed on.
+HISTOGRAM_GRIDS: dict[str, tuple[float, ...]] = {
+    "ttft": TTFT_BUCKETS,
+    "tpot": TPOT_BUCKETS,
+    "e2e": E2E_BUCKETS,
+    "queue": QUEUE_BUCKETS,
+    "request_prompt_tokens": tuple(token_buckets(TOKEN_GRID_LIMIT)),
+    "request_generation_tokens": tuple(token_buckets(TOKEN_GRID_LIMIT)),
+    "request_params_n": N_PARAM_BUCKETS,
+}
+HISTOGRAMS = tuple(HISTOGRAM_GRIDS)
 
-    It also holds each request's final response until that request's stats are recorded; the flusher reports them
+
+@dataclass
+class HistogramCounts:
+    """The values one histogram recorded since the last take(): how many fell in each bucket of its grid (the last
+    count is the +Inf bucket's), their sum, and the values themselves where they are reported one by one."""
+
+    grid: tuple[float, ...]
+    counts: list[int]
+    total: float = 0.0
+    values: list[float] | None = None
+
+    @classmethod
+    def empty(cls, grid: tuple[float, ...], keep_values: bool) -> HistogramCounts:
+        return cls(grid, [0] * (len(grid) + 1), 0.0, [] if keep_values else None)
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def add(self, values: Sequence[float]) -> None:
+        for value in values:
+            value = float(value)
+            # Prometheus' rule: a value belongs to the first bucket whose upper bound is at least the value.
+            self.counts[bisect.bisect_left(self.grid, value)] += 1
+            self.total += value
+        if self.values is not None:
+            self.values.extend(float(v) for v in values)
+
+    def merge(self, other: HistogramCounts) -> None:
+        for index, count in enumerate(other.counts):
+            self.counts[index] += count
+        self.total += other.total
+        if self.values is not None and other.values is not None:
+            self.values.extend(other.values)
+
+    def cumulative(self, bounds: Sequence[float]) -> list[int]:
+        """The count at or below each of ``bounds`` (each one of the grid's), then the count of all (+Inf)."""
+        found, running, index = [], 0, 0
+        for bound in bounds:
+            while index < len(self.grid) and self.grid[index] <= bound:
+                running += self.counts[index]
+                index += 1
+            found.append(running)
+        found.append(self.count)
+        return found
+
+
+class MetricsAccumulator:
+    """Collects vLLM's per-iteration stats where the engine runs (cheap: no IPC there), summed per bucket, for a
+    reporter thread that hands them to Triton. Every Triton metric call is a round trip to the server, so what is
+    reported costs a bounded number of calls per report, whatever the tokens or requests per second (metrics_report.py);
+    only with ``keep_values`` (Triton histogram metrics, one call per value) are the values themselves kept.
+
+    It also holds each request's final response until that request's stats are recorded; the reporter reports them
     before it sends the response, so a client that scrapes the metrics port right after its answer sees its request
     counted. Requests are tracked by vLLM request id, from ``expect()`` to ``forget()``, all on the engine loop.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_values: bool = False) -> None:
         self._lock = threading.Lock()
+        self.keep_values = keep_values
         self._reset()
         self.running = 0
         self.waiting = 0
@@ -88,13 +149,9 @@ class MetricsAccumulator:
         self.generation_tokens = 0
         self.preemptions = 0
         self.finished_by_reason: dict[str, int] = {}
-        self.ttft: list[float] = []
-        self.tpot: list[float] = []
-        self.e2e: list[float] = []
-        self.queue: list[float] = []
-        self.request_prompt_tokens: list[int] = []
-        self.request_generation_tokens: list[int] = []
-        self.request_params_n: list[int] = []
+        self.histograms = {
+            name: HistogramCounts.empty(grid, self.keep_values) for name, grid in HISTOGRAM_GRIDS.items()
+        }
         self.finished_ids: list[Any] = []  # vLLM's request id of each finished request recorded (None: it has none)
         self.ready_finals: list[Any] = []
 
@@ -112,17 +169,18 @@ class MetricsAccumulator:
             self.prompt_tokens += int(getattr(iteration_stats, "num_prompt_tokens", 0) or 0)
             self.generation_tokens += int(getattr(iteration_stats, "num_generation_tokens", 0) or 0)
             self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
-            self.ttft.extend(getattr(iteration_stats, "time_to_first_tokens_iter", ()) or ())
+            histograms = self.histograms
+            histograms["ttft"].add(getattr(iteration_stats, "time_to_first_tokens_iter", ()) or ())
             # One sample per generated token after a request's first, as vLLM measures it (inter-token latency).
-            self.tpot.extend(getattr(iteration_stats, "inter_token_latencies_iter", ()) or ())
-            self.request_params_n.extend(getattr(iteration_stats, "n_params_iter", ()) or ())
+            histograms["tpot"].add(getattr(iteration_stats, "inter_token_latencies_iter", ()) or ())
+            histograms["request_params_n"].add(getattr(iteration_stats, "n_params_iter", ()) or ())
             for finished in getattr(iteration_stats, "finished_requests", ()) or ():
                 reason = str(getattr(finished, "finish_reason", "unknown")).lower()
                 self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
-                self.e2e.append(finished.e2e_latency)
-                self.queue.append(getattr(finished, "queued_time", 0.0))
-                self.request_prompt_tokens.append(finished.num_prompt_tokens)
-                self.request_generation_tokens.append(finished.num_generation_tokens)
+                histograms["e2e"].add((finished.e2e_latency,))
+                histograms["queue"].add((getattr(finished, "queued_time", 0.0),))
+                histograms["request_prompt_tokens"].add((finished.num_prompt_tokens,))
+                histograms["request_generation_tokens"].add((finished.num_generation_tokens,))
                 request_id: Any = getattr(finished, "request_id", None)  # vLLM's object: None where it has no id
                 self.finished_ids.append(request_id)
                 self._recorded(request_id)
@@ -146,8 +204,8 @@ class MetricsAccumulator:
             self.preemptions += taken["preemptions"]
             for reason, count in taken["finished_by_reason"].items():
                 self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + count
-            for name in HISTOGRAMS:
-                getattr(self, name).extend(taken[name])
+            for name, counts in taken["histograms"].items():
+                self.histograms[name].merge(counts)
             for request_id in taken["finished_ids"]:
                 self.finished_ids.append(request_id)
                 self._recorded(request_id)
@@ -193,9 +251,8 @@ class MetricsAccumulator:
         """Whether anything was recorded since the last take(), a gauge's change included."""
         with self._lock:
             gauges = (self.running, self.waiting, self.kv_cache_usage)
-            return bool(self.prompt_tokens or self.generation_tokens or self.preemptions or self.finished_ids) or (
-                gauges != self._gauges_taken
-            )
+            recorded = self.prompt_tokens or self.generation_tokens or self.preemptions or self.finished_ids
+            return bool(recorded or any(h.count for h in self.histograms.values())) or gauges != self._gauges_taken
 
     def take(self) -> dict[str, Any]:
         """Everything recorded since the last take(), the current gauges, and the final sends now due."""
@@ -205,13 +262,7 @@ class MetricsAccumulator:
                 "generation_tokens": self.generation_tokens,
                 "preemptions": self.preemptions,
                 "finished_by_reason": self.finished_by_reason,
-                "ttft": self.ttft,
-                "tpot": self.tpot,
-                "e2e": self.e2e,
-                "queue": self.queue,
-                "request_prompt_tokens": self.request_prompt_tokens,
-                "request_generation_tokens": self.request_generation_tokens,
-                "request_params_n": self.request_params_n,
+                "histograms": self.histograms,
                 "finished_ids": self.finished_ids,
                 "running": self.running,
                 "waiting": self.waiting,
@@ -222,135 +273,6 @@ class MetricsAccumulator:
             self._reset()
             self.wake.clear()
         return snapshot
-
-
-HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "request_prompt_tokens", "request_generation_tokens", "request_params_n")
-
-
-class TritonMetrics:
-    """vLLM's metric families on Triton's metrics endpoint (labels: model, version), and the thread that reports
-    them and sends the final responses that waited for them."""
-
-    def __init__(self, labels: Mapping[str, str], max_model_len: int, accumulator: MetricsAccumulator) -> None:
-        family = stub.pb_utils.MetricFamily
-        self._acc = accumulator
-        self._labels = dict(labels)
-        self._reason_counters: dict[str, Any] = {}
-
-        # Triton deletes a family's metrics with the family object: keep every family alive as long as the model.
-        self._families: list[Any] = []
-
-        def metric(name: str, description: str, kind: Any, **extra: Any) -> Any:
-            fam = family(name=name, description=description, kind=kind)
-            self._families.append(fam)
-            return fam.Metric(labels=self._labels, **extra)
-
-        def counter(name: str, description: str) -> Any:
-            return metric(name, description, family.COUNTER)
-
-        def gauge(name: str, description: str) -> Any:
-            return metric(name, description, family.GAUGE)
-
-        def histogram(name: str, description: str, buckets: Sequence[float]) -> Any:
-            return metric(name, description, family.HISTOGRAM, buckets=list(buckets))
-
-        # The families Triton's own vLLM backend exports.
-        self.prompt_tokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
-        self.generation_tokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
-        self.ttft = histogram(
-            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
-        )
-        self.tpot = histogram(
-            "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", TPOT_BUCKETS
-        )
-        self.e2e = histogram(
-            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", E2E_BUCKETS
-        )
-        tokens = token_buckets(max_model_len)
-        self.request_prompt_tokens = histogram(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
-        )
-        self.request_generation_tokens = histogram(
-            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
-        )
-        self.request_params_n = histogram(
-            "vllm:request_params_n", "Histogram of the n request parameter.", N_PARAM_BUCKETS
-        )
-        # This backend's additions.
-        self._success_family = family(
-            name="vllm:request_success_total",
-            description="Number of finished requests, by finish reason.",
-            kind=family.COUNTER,
-        )
-        self._families.append(self._success_family)
-        self.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.")
-        self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
-        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
-        self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-        self.queue = histogram(
-            "vllm:request_queue_time_seconds", "Histogram of time spent waiting in the queue.", QUEUE_BUCKETS
-        )
-        self._last_gauges: tuple | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vllm-metrics", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            # Woken early by a final response that waits for its stats; otherwise a periodic report.
-            self._acc.wake.wait(METRICS_FLUSH_INTERVAL_S)
-            if self._acc.release_held(FINAL_RESPONSE_HOLD_LIMIT_S):
-                log.warn("[vllm] final responses went out without their request's stats (none came)")
-            self.flush()
-        self._acc.release_held()
-        self.flush()
-
-    def flush(self) -> None:
-        s = self._acc.take()
-        try:
-            gauges = (s["running"], s["waiting"], s["kv_cache_usage"])
-            if gauges != self._last_gauges:  # each set() is a round trip to the server: only on change
-                self.running.set(gauges[0])
-                self.waiting.set(gauges[1])
-                self.kv_cache_usage.set(gauges[2])
-                self._last_gauges = gauges
-            if s["prompt_tokens"]:
-                self.prompt_tokens.increment(s["prompt_tokens"])
-            if s["generation_tokens"]:
-                self.generation_tokens.increment(s["generation_tokens"])
-            if s["preemptions"]:
-                self.preemptions.increment(s["preemptions"])
-            for reason, count in s["finished_by_reason"].items():
-                metric = self._reason_counters.get(reason)
-                if metric is None:
-                    metric = self._success_family.Metric(labels={**self._labels, "finished_reason": reason})
-                    self._reason_counters[reason] = metric
-                metric.increment(count)
-            for name in HISTOGRAMS:
-                histogram = getattr(self, name)
-                for value in s[name]:
-                    histogram.observe(float(value))
-        except Exception:  # metrics must never take the model down
-            log.error(f"[vllm] reporting metrics failed: {traceback.format_exc()}")
-        for send in s["ready_finals"]:
-            send()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._acc.wake.set()
-        self._thread.join(timeout=5)
-        if self._thread.is_alive():
-            return
-        # The metrics and their families go now, while the stub runs: a family deletes its metrics through the stub's
-        # shared memory, and left to the interpreter's exit (where a traceback kept this object) that came after the
-        # stub had let go of it, a SIGSEGV in Metric::Clear that held the model's unload up by about a second.
-        families = self._families
-        for name, value in list(vars(self).items()):
-            if name != "_families" and not isinstance(value, (threading.Thread, threading.Event, MetricsAccumulator)):
-                setattr(self, name, None)
-        self._reason_counters = {}
-        self._families = []
-        families.clear()
 
 
 def stat_loggers(accumulator: MetricsAccumulator | None) -> list[type]:
