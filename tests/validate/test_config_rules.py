@@ -1,5 +1,7 @@
 """VR2xx config.pbtxt rules."""
 
+import pytest
+
 from tests.validate.helpers import codes, only, run
 
 FULL = """name: "llm"
@@ -26,6 +28,17 @@ def test_vr201_unknown_field_with_position_and_suggestion(repo):
     (d,) = only(run(repo.root), "VR201")
     assert d.line == 7 and d.column is not None
     assert "nme" in d.message and "'name'" in d.hint
+
+
+@pytest.mark.parametrize(
+    "written, meant",
+    [("data_type: TYPE_BOOL", "data_type: TYPE_BOOLEAN"), ("kind: KIND_MODEL", "kind: KIND_MODELS")],
+)
+def test_vr201_unknown_enum_value_names_the_value_meant(repo, written, meant):
+    repo.model("llm", config=FULL.replace(written, meant))
+    (d,) = only(run(repo.root), "VR201")
+    assert d.line is not None and f"'{meant.split(': ')[1]}'" in d.message, d.message
+    assert d.hint == f"did you mean '{written.split(': ')[1]}'?"
 
 
 def test_vr201_syntax_error(repo):

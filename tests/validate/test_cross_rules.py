@@ -49,6 +49,14 @@ def test_vr504_models_sharing_a_gpu(repo):
     (d,) = only(run(repo.root), "VR504")  # once for the GPU, naming both engines
     assert d.file.split("/")[-3] == "a" and "(a 0.6 + b 0.5)" in d.message
     assert "1.10" in d.message
+    assert_quotes_both_failures(d.message)
+
+
+def assert_quotes_both_failures(message):
+    # vLLM's start-up check refuses an engine that finds less than its share free; engines starting together pass it
+    # and one then finds no room for its KV cache.
+    assert '"Free memory on device ... on startup is less than desired GPU memory utilization"' in message, message
+    assert '"No available memory for the cache blocks"' in message
 
 
 def test_vr504_is_reported_once_per_gpu_however_many_models_share_it(repo):
@@ -104,6 +112,7 @@ def test_vr504_two_instances_of_one_model_on_one_gpu(repo):
     (d,) = only(run(repo.root), "VR504")
     assert d.file.endswith("config.pbtxt") and (d.line, d.column) == (2, 35)  # at count: 2
     assert "2 instances of a" in d.message and "0.46 or less" not in d.hint and "0.5 or less" in d.hint
+    assert_quotes_both_failures(d.message)
 
 
 def test_vr504_one_gpu_device_ids_group_for_every_instance(repo):

@@ -14,6 +14,7 @@ from vllm_repo.validate.rules.common import did_you_mean, fixes
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 _UNKNOWN_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
+_UNKNOWN_VALUE = re.compile(r'Enum type "inference\.([\w.]+)" has no value named (\w+)')
 
 
 def _parsed(model: ModelDirectory) -> PbtxtDocument | None:
@@ -31,8 +32,8 @@ def config_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
     """config.pbtxt is not valid protobuf text for Triton's ModelConfig (syntax errors, unknown fields).
 
     Triton parses config.pbtxt as the protobuf text format of its ModelConfig message and does not load a model whose
-    file fails to parse. A misspelled field name is an unknown field, which is a parse error too; the hint names the
-    closest real field.
+    file fails to parse. A misspelled field name is an unknown field, and a misspelled enum value (TYPE_BOOLEAN) an
+    unknown value, both parse errors too; the hint names the closest real one.
 
     Example::
 
@@ -54,6 +55,16 @@ def config_syntax(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]
         near = did_you_mean(field, names, cutoff=0.6)
         message = f"unknown field '{field}' in {message_type}"
         hint = f"did you mean '{near}'?" if near else f"{message_type} has: {', '.join(names)}"
+    unknown = _UNKNOWN_VALUE.search(message)
+    if unknown:  # TYPE_BOOLEAN for TYPE_BOOL
+        enum_type, value = unknown.groups()
+        enum: object = _pb2()
+        for part in enum_type.split("."):
+            enum = getattr(enum, part, None)
+        values = list(enum.keys()) if hasattr(enum, "keys") else []
+        near = did_you_mean(value, values, cutoff=0.6)
+        message = f"unknown value '{value}' of {enum_type}"
+        hint = f"did you mean '{near}'?" if near else f"{enum_type} has: {', '.join(values)}" if values else hint
     yield Finding(doc.path, message, doc.problem.position, hint)
 
 

@@ -172,6 +172,14 @@ def _engines_text(on_gpu: list[placement.Instance]) -> str:
     return " + ".join(f"{name} {fractions[name]:g}" + (f" x{n}" if n > 1 else "") for name, n in counts.items())
 
 
+# How vLLM refuses the engines that don't fit: its start-up check, for one that starts after the others took their
+# share; for engines that start together and pass it, the KV cache's sizing.
+_LATER_ONES_FAIL = (
+    'the later ones fail at start ("Free memory on device ... on startup is less than desired GPU memory '
+    'utilization"), or, started together, with "No available memory for the cache blocks"'
+)
+
+
 @rule("VR504", "gpu-oversubscribed", Severity.ERROR, scope="repository")
 def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Finding]:
     """Engines sharing a GPU whose gpu_memory_utilization adds up to more than 1.0.
@@ -221,7 +229,7 @@ def gpu_oversubscribed(repo: ModelRepository, ctx: CheckContext) -> Iterator[Fin
         yield Finding(
             doc.path,
             f"GPU {gpu} is shared by {len(on_gpu)} engines ({parts}) whose gpu_memory_utilization "
-            f'adds up to {total:.2f}; the later ones fail with "No available memory for the cache blocks"',
+            f"adds up to {total:.2f}; {_LATER_ONES_FAIL}",
             doc.position_of("gpu_memory_utilization"),
             hint="lower the fractions so they sum to at most 1.0 (leave room for CUDA contexts), "
             "or pin models to different GPUs with KIND_GPU gpus: [...] or GPU_DEVICE_IDS",
@@ -249,8 +257,7 @@ def _instances_oversubscribed(gpu: int, on_gpu: list[placement.Instance], total:
     yield Finding(
         cfg.path,
         f"GPU {gpu} runs {len(on_gpu)} instances of {first.model.name}, each an engine claiming "
-        f"gpu_memory_utilization {first.fraction:g} of it ({total:.2f} in all): {why}; the later ones fail with "
-        '"No available memory for the cache blocks"',
+        f"gpu_memory_utilization {first.fraction:g} of it ({total:.2f} in all): {why}; {_LATER_ONES_FAIL}",
         where,
         hint=f"give each instance its own GPUs ({pin}), or lower gpu_memory_utilization to {each:g} or less",
     )
