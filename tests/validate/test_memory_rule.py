@@ -78,5 +78,5 @@ def test_vr602_says_when_the_memory_check_could_not_run(repo, tmp_path, monkeypa
     repo.model("local", engine_args={"model": str(_model(tmp_path)), "max_model_len": 8192})
     result = run(repo.root, gpu="L4")
     (d,) = only(result, "VR602")
-    assert "remote" in d.file and "did not run" in d.message and "huggingface-cli download" in d.hint
+    assert "remote" in d.file and "did not run" in d.message and "`hf download " in d.hint
     assert "VR602" not in codes(run(repo.root))  # no GPU named: no memory check to miss

@@ -104,7 +104,7 @@ def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
     """
     if ctx.gpu is None:
         return
-    from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
+    from vllm_repo.estimate import ArchitectureError, ModelFactsError, ModelNotAvailableOffline, load_model_facts
 
     for doc in engine_args_objects(model):
         settings = read_engine_settings(doc.data)
@@ -120,11 +120,17 @@ def memory_check_skipped(model: ModelDirectory, ctx: CheckContext) -> Iterator[F
                 doc.position_of("model"),
             )
         except ModelFactsError as exc:
+            # validate never downloads, whatever HF_HUB_OFFLINE says: a config it lacks is one not in the cache.
+            why = (
+                f"{settings.model}'s config.json is not in the local Hugging Face cache, and validate reads no network"
+                if isinstance(exc, ModelNotAvailableOffline)
+                else exc.message
+            )
             yield Finding(
                 doc.path,
-                f"the memory check on {ctx.gpu.name} did not run: {exc.message}",
+                f"the memory check on {ctx.gpu.name} did not run: {why}",
                 doc.position_of("model"),
-                hint=f"fetch the config once (`huggingface-cli download {settings.model} config.json`), or point "
+                hint=f"fetch the config once (`hf download {settings.model} config.json`), or point "
                 '"model" at a local directory'
                 if hf.is_repo_id(settings.model)
                 else None,
