@@ -63,3 +63,11 @@ def test_a_worker_that_exited_cleanly_is_no_death():
     killed = clean.replace("exit code: 0", "exit code: -9")
     (death,) = diagnose(ServerLog(clean + killed)).findings
     assert (death.code, death.line) == ("VD201", 2) and death.message.endswith("killed by SIGKILL")
+
+
+def test_an_unreachable_hub_gets_the_download_command_for_the_model_it_wanted():
+    from vllm_repo.doctor import diagnose_file
+
+    diagnosis = diagnose_file(HERE / "real_logs" / "hf-unreachable-1.log")
+    assert diagnosis.root.code == "VD114"
+    assert "`hf download Qwen/Qwen2.5-0.5B-Instruct`" in diagnosis.root.hint, diagnosis.root.hint

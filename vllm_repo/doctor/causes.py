@@ -425,12 +425,12 @@ def huggingface_unreachable(log: ServerLog) -> Iterator[Found]:
     requested = log.first(_HF_REQUESTED)
     model = requested[1]["model"] if requested else "the model"
     why = "offline mode (HF_HUB_OFFLINE) is on" if m["offline"] else "the server cannot reach huggingface.co"
+    download = f"`hf download {requested[1]['model']}`" if requested else "`hf download` with its repo id"
     yield Found(
         line,
         f"{why}, and the Hugging Face cache the server reads has no copy of {model}",
         "give model.json a local directory with the model's files, or download it where the server runs first "
-        "(`huggingface-cli download MODEL`, into the cache the server reads: HF_HOME); behind a proxy, give the "
-        "server HTTPS_PROXY",
+        f"({download}, into the cache the server reads: HF_HOME); behind a proxy, give the server HTTPS_PROXY",
     )
 
 
