@@ -14,7 +14,6 @@ removes the private temporary directory the group wrote to.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -27,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.backend.conftest import SERVER_ENV, engine_args
+from vllm_repo.benchmark.vllm_serve import engine_cli_args
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port, port_is_free
 from vllm_repo.serve.processes import DEV_SHM, process_group_members, signal_group
@@ -40,26 +40,6 @@ TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 
 class ReferenceServerError(RuntimeError):
     pass
-
-
-def engine_cli_args(settings: Mapping[str, object]) -> list[str]:
-    """EngineArgs as vLLM's command line: ``max_model_len=512`` is ``--max-model-len 512``; True is the bare flag
-    and False its ``--no-`` form (vLLM's boolean options are argparse BooleanOptionalActions); dicts and lists are
-    JSON."""
-    args: list[str] = []
-    for key, value in settings.items():
-        flag = "--" + key.replace("_", "-")
-        if value is None:
-            continue
-        if value is True:
-            args.append(flag)
-        elif value is False:
-            args.append("--no-" + key.replace("_", "-"))
-        elif isinstance(value, (dict, list)):
-            args += [flag, json.dumps(value)]
-        else:
-            args += [flag, str(value)]
-    return args
 
 
 def build_tiny_model(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.benchmark.errors import BenchError
-from vllm_repo.benchmark.report import label_of, to_text
+from vllm_repo.benchmark.report import label_of, report_text
 from vllm_repo.files import write_atomic
 
 PANELS = (("ttft_ms", "TTFT", "ttft_p99_ms"), ("itl_ms", "ITL", "itl_p99_ms"), ("e2e_ms", "end-to-end", "e2e_p99_ms"))
@@ -94,6 +94,10 @@ def panel(points: list[dict[str, Any]], key: str, title: str, slo: float | None,
 
 
 def svg(report: dict[str, Any]) -> str:
+    if "comparison" in report:
+        from vllm_repo.benchmark.compare_plot import comparison_svg
+
+        return comparison_svg(report)
     points = report["points"]
     legend_y = HEIGHT + 8
     parts = [
@@ -135,7 +139,7 @@ def page(report: dict[str, Any]) -> str:
         + "</h2>\n"
         + svg(report)
         + "\n<pre>"
-        + html.escape(to_text(report))
+        + html.escape(report_text(report))
         + "</pre>\n</body></html>\n"
     )
 
@@ -152,6 +156,14 @@ def check_plot_path(path: Path, force: bool) -> None:
         raise BenchError(f"--plot {path} exists", hint="pass --force to replace it, or choose another file")
     if not path.parent.is_dir():
         raise BenchError(f"--plot {path}: no directory {path.parent}")
+
+
+def check_output_path(path: Path, force: bool) -> None:
+    """Refuse a report file before measuring anything: one that is there already without --force, or no directory."""
+    if path.exists() and not force:
+        raise BenchError(f"--output {path} exists", hint="pass --force to replace it, or choose another file")
+    if not path.parent.is_dir():
+        raise BenchError(f"--output {path}: no directory {path.parent}")
 
 
 def write_plot(path: Path, report: dict[str, Any]) -> None:

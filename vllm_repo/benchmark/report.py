@@ -132,3 +132,12 @@ def to_text(report: dict[str, Any]) -> str:
 
 def label_of(point: dict[str, Any]) -> str:
     return f"concurrency {point['concurrency']}" if "concurrency" in point else f"rate {point['request_rate']:g}/s"
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """The text of a report: bench's table, or a comparison's tables (compare_report.py)."""
+    if "comparison" in report:
+        from vllm_repo.benchmark.compare_report import to_text as comparison_text
+
+        return comparison_text(report)
+    return to_text(report)

@@ -74,6 +74,10 @@ def load_fields(
     }
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+
+
 def bench(
     ctx: typer.Context,
     repo: Annotated[
@@ -112,7 +116,7 @@ def bench(
         Path | None,
         typer.Option("--plot", metavar="FILE", help="Write latency against throughput, SLO drawn (.html or .svg)."),
     ] = None,
-    force: Annotated[bool, force_option("an existing --plot file")] = False,
+    force: Annotated[bool, force_option("an existing --plot or --output file")] = False,
     seed: Annotated[int, seed_option()] = 0,
     warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests sent first, one at a time.")] = 1,
     wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the model to be ready first.")] = 0.0,
@@ -121,12 +125,36 @@ def bench(
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="With REPO: seconds to wait for the models to load.")
     ] = 900.0,
+    compare: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--compare",
+            metavar="vllm-serve[,backend=DIR]",
+            help="With REPO: measure the same load through vllm serve (model.json as its command line) and/or "
+            "Triton with another backend directory, and report each side's ratio to vllm serve.",
+        ),
+    ] = None,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="With --compare: rounds, the servers' order reversed in each next one.")
+    ] = 1,
+    together: Annotated[
+        bool,
+        typer.Option(
+            "--together", help="With --compare: keep every server loaded at once (refused where they do not fit)."
+        ),
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write the report (in --format) to FILE, not stdout."),
+    ] = None,
 ) -> None:
     """Measure latency and throughput of MODEL at each load point (a running server at --url, or REPO launched)."""
     from vllm_repo.benchmark import BenchSpec, bench_repository, parse_slo
     from vllm_repo.benchmark import bench as run_bench
-    from vllm_repo.benchmark.plot import check_plot_path, write_plot
-    from vllm_repo.benchmark.report import TerminalProgress, to_json, to_text
+    from vllm_repo.benchmark.compare import CompareSpec, compare_repository, parse_contenders
+    from vllm_repo.benchmark.plot import check_output_path, check_plot_path, write_plot
+    from vllm_repo.benchmark.report import TerminalProgress, report_text, to_json
+    from vllm_repo.files import write_atomic
 
     if repo is None and not model:
         raise UsageError(
@@ -137,6 +165,10 @@ def bench(
     load = load_fields(ctx, concurrency, request_rate, num_prompts, input_len, output_len, dataset)
     if plot is not None:
         check_plot_path(plot, force)
+    if output is not None:
+        check_output_path(output, force)
+    if not compare and (rounds != 1 or together):
+        raise UsageError("--rounds and --together are for --compare")
     spec = BenchSpec(
         model=model or "",
         endpoint=endpoint.value,
@@ -149,14 +181,32 @@ def bench(
         wait_s=wait,
     )
     progress = TerminalProgress(sys.stderr)
-    if repo is None:
+    run: Any
+    if compare:
+        if repo is None:
+            raise UsageError("--compare launches the servers itself: give a repository (bench REPO --compare ...)")
+        compare_spec = CompareSpec(
+            parse_contenders(compare),
+            rounds=rounds,
+            together=together,
+            endpoints=[endpoint.value] if _given(ctx, "endpoint") else None,
+        )
+        run = compare_repository(
+            repo, spec, compare_spec, progress=progress, out=sys.stderr, python=python, ready_timeout=ready_timeout
+        )
+    elif repo is None:
         run = run_bench(spec, progress)
     else:
         run = bench_repository(
             repo, spec, progress=progress, out=sys.stderr, python=python, ready_timeout=ready_timeout
         )
     report = run.report()
-    typer.echo(to_json(report) if output_format is BenchFormat.json else to_text(report))
+    text = to_json(report) if output_format is BenchFormat.json else report_text(report)
+    if output is None:
+        typer.echo(text)
+    else:
+        write_atomic(output, text + "\n")
+        typer.echo(f"report: {output}", err=True)
     if plot is not None and report["points"]:
         write_plot(plot, report)
         typer.echo(f"plot: {plot}", err=True)
