@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.model_configs import published_config
-from tests.validate.helpers import RepoBuilder, codes, run
+from tests.validate.helpers import RepoBuilder, codes, only, run
 from vllm_repo.estimate import resolve_gpu
 from vllm_repo.estimate.model_facts import load_model_facts
 from vllm_repo.estimate.packing import GiB, PackError, engine_cost, pack
@@ -103,7 +103,7 @@ def test_plan_pack_writes_budgets_that_validate_accepts_and_plan_reads_again(rep
         repo.model(name, engine_args={"model": path, "max_model_len": 8192})
     with pytest.raises(PlanError) as caught:  # without --pack: two GPUs wanted, one given, and packing named
         plan_repository(repo.root, "H100 80GB", 1, concurrency=8, vllm_version="0.26.0")
-    assert "1 is given" in caught.value.message and "plan --pack" in caught.value.hint
+    assert "1 is given" in caught.value.message and "--pack all" in caught.value.hint
     planned = plan_repository(repo.root, "H100 80GB", 1, concurrency=8, vllm_version="0.26.0", pack=True)
     assert planned.absolute and not planned.models and len(planned.packed[0].engines) == 2
     for path, (_, new) in planned.changes.items():
@@ -125,7 +125,7 @@ def test_cli_pack_option_and_project_setting(repo, weights, tmp_path):
     base = [sys.executable, "-m", "vllm_repo", "plan", str(repo.root), "--gpu", "H100", "--num-gpus", "1"]
     base += ["--vllm-version", "0.26.0", "--concurrency", "8"]
     refused = subprocess.run(base, capture_output=True, text=True, cwd=tmp_path)
-    assert refused.returncode == 1 and "plan --pack" in refused.stderr
+    assert refused.returncode == 1 and "--pack all" in refused.stderr
     shown = subprocess.run([*base, "--pack", "chat,small"], capture_output=True, text=True, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "GPU 0: 2 engines packed (chat, small)" in shown.stdout and "kv_cache_memory_bytes" in shown.stdout
@@ -134,3 +134,53 @@ def test_cli_pack_option_and_project_setting(repo, weights, tmp_path):
     (tmp_path / ".vllm-repo.toml").write_text("pack = true\n")
     from_settings = subprocess.run(base, capture_output=True, text=True, cwd=tmp_path)
     assert from_settings.returncode == 0 and "2 engines packed" in from_settings.stdout
+
+
+def test_a_repository_packed_for_another_gpu_is_replanned_for_the_gpu_given(repo, weights):
+    from tests.figures import parts_larger_than_wholes
+
+    for name, path in (("chat", weights["llama-3.1-8b"]), ("small", weights["qwen2.5-1.5b"])):
+        repo.model(name, engine_args={"model": path, "max_model_len": 8192})
+    packed = plan_repository(repo.root, "H200", 1, concurrency=1, vllm_version="0.26.0", pack=True)
+    for path, (_, new) in packed.changes.items():
+        path.write_text(new)
+    # The same repository on two H100s, a GPU each: the H200-sized budgets don't carry over.
+    planned = plan_repository(repo.root, "H100 80GB", 2, concurrency=1, vllm_version="0.26.0")
+    explained = "\n".join(planned.explain(1))
+    assert not parts_larger_than_wholes(explained), explained
+    for path, (_, new) in planned.changes.items():
+        path.write_text(new)
+    for name in ("chat", "small"):
+        args = json.loads((repo.root / name / "1" / "model.json").read_text())
+        assert "kv_cache_memory_bytes" not in args, args
+    found = codes(run(repo.root, gpu="H100 80GB", num_gpus=2, vllm_version="0.26.0"))
+    assert not found & {"VR504", "VR601", "VR603"}, found
+
+
+def test_vr603_and_plan_hints_print_pack_commands_that_run(repo, weights, tmp_path):
+    from tests.figures import commands_in, run_as_printed
+
+    for name, path in (("chat", weights["llama-3.1-8b"]), ("small", weights["qwen2.5-1.5b"])):
+        repo.model(name, engine_args={"model": path, "max_model_len": 8192})
+    # Without --pack the two need two GPUs: plan's hint names the command that packs them onto one.
+    with pytest.raises(PlanError) as caught:
+        plan_repository(repo.root, "H100 80GB", 1, concurrency=8, vllm_version="0.26.0")
+    (shown,) = commands_in(caught.value.hint)
+    assert run_as_printed(shown, tmp_path).exit_code == 0, shown
+    # Packed for an H200, validated for an H100: VR603's hint repacks them, as printed.
+    packed = plan_repository(repo.root, "H200", 1, concurrency=1, vllm_version="0.26.0", pack=True)
+    for path, (_, new) in packed.changes.items():
+        path.write_text(new)
+    (d,) = only(run(repo.root, gpu="H100 80GB", num_gpus=1, vllm_version="0.26.0"), "VR603")
+    (command,) = commands_in(d.hint)
+    result = run_as_printed(command, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "VR603" not in codes(run(repo.root, gpu="H100 80GB", num_gpus=1, vllm_version="0.26.0"))
+
+
+def test_pack_followed_by_an_option_is_a_usage_error_naming_pack_all(repo, weights, tmp_path):
+    from tests.figures import run_as_printed
+
+    repo.model("chat", engine_args={"model": weights["qwen2.5-1.5b"], "max_model_len": 8192})
+    result = run_as_printed(f"vllm-repo plan {repo.root} --gpu H100 --num-gpus 1 --pack --write", tmp_path)
+    assert result.exit_code == 2 and "--pack all --write" in result.output, result.output

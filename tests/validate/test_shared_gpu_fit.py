@@ -34,7 +34,7 @@ def test_vr603_engines_whose_absolute_budgets_overfill_a_shared_gpu(repo, weight
         args = {"model": path, "max_model_len": 8192, "gpu_memory_utilization": 0.45, "kv_cache_memory_bytes": 30 * GiB}
         repo.model(name, config=KIND_GPU_0, engine_args=args)
     (d,) = only(run(repo.root, gpu="H100 80GB", vllm_version="0.26.0"), "VR603")
-    assert "GPU 0 is shared by 2 engines" in d.message and "KV 30.0 set" in d.message and "plan --pack" in d.hint
+    assert "GPU 0 is shared by 2 engines" in d.message and "KV 30.0 set" in d.message and "--pack all --write" in d.hint
     assert "VR504" not in codes(run(repo.root, gpu="H100 80GB", vllm_version="0.26.0"))  # the fractions fit
     # Each footprint is the estimator's fixed terms plus the KV cache set: what the message adds up.
     gpu, (release, _) = resolve_gpu("H100 80GB"), resolve_release("0.26.0")

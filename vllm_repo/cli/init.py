@@ -58,4 +58,5 @@ def init(
         typer.echo(f"  {path}")
     print_notes(result.notes)
     print_diagnostics(result.diagnostics)
-    typer.echo(f"next: vllm-repo launch {result.model_dir.parent}")
+    if result.next_step is not None:
+        typer.echo(f"next: {result.next_step}")

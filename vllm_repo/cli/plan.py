@@ -52,6 +52,13 @@ def plan(
         )
     if write and diff:
         raise UsageError("--write and --diff exclude each other", hint="--diff shows, --write writes")
+    options = [name for name in pack or () if name.startswith("-")]
+    if options:
+        # `--pack --write`: the option took the next flag as its value.
+        raise UsageError(
+            f"--pack needs a value, `all` or model names; it took {options[0]} for one",
+            hint=f"write --pack all {options[0]}, or --pack NAME,NAME {options[0]}",
+        )
     packing: bool | list[str] = settings.pack or False
     if pack:
         packing = True if "all" in pack else [name for names in pack for name in names.split(",") if name]
@@ -66,8 +73,16 @@ def plan(
     )
     changes = planned.changes
     if diff:
+        # The patch alone on stdout (it can go to `git apply`), what it means on stderr. Showing it is what was asked:
+        # the command succeeded whether or not there is something to change.
         typer.echo(FixPlan(texts=changes).diff({p: display_path(p) for p in changes}), nl=False)
-        raise typer.Exit(1 if changes else 0)
+        typer.echo(
+            f"{len(changes)} file(s) would change: --write writes them"
+            if changes
+            else "the repository is already placed so",
+            err=True,
+        )
+        return
     typer.echo("\n".join(planned.explain(concurrency)))
     if not changes:
         typer.echo("the repository is already placed so", err=True)

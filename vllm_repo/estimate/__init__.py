@@ -48,12 +48,14 @@ def estimate_model(
     facts: ModelFacts | None = None,
     settings: EngineSettings | None = None,
     model_runner_v2: bool | None = None,
+    max_utilization: float | None = None,
 ) -> MemoryEstimate:
     """Estimate for a model (HF repo id or local directory) on a GPU with ``settings`` (vLLM's defaults where None).
     model_runner_v2: force Model Runner V2 on or off (VLLM_USE_V2_MODEL_RUNNER); default: the release's choice.
 
     num_gpus: GPUs available: tensor_parallel_size x pipeline_parallel_size may not exceed it, and the
-    tensor_parallel_size recommendation stays within it (default 8).
+    tensor_parallel_size recommendation stays within it (default 8). max_utilization: the most a recommended
+    gpu_memory_utilization may be (what other engines on the GPU leave).
     Raises UsageError: ModelFactsError (model unreadable), UnknownGpuError, EstimateError (settings vLLM rejects),
     or a value of the wrong form."""
     if usage_context not in USAGE_CONTEXTS:
@@ -72,7 +74,12 @@ def estimate_model(
     run = functools.partial(_run, facts, gpu_, release, reason, usage_context, model_runner_v2, settings)
     result = run()
     result.recommendations = recommend(
-        result, run, num_heads=facts.arch.num_heads, max_gpus=num_gpus, target_concurrency=target_concurrency
+        result,
+        run,
+        num_heads=facts.arch.num_heads,
+        max_gpus=num_gpus,
+        target_concurrency=target_concurrency,
+        max_utilization=max_utilization,
     )
     return result
 
@@ -106,6 +113,7 @@ def estimate_for_engine_args(
     vllm_version: str | None = None,
     offline: bool = True,
     base: Path | None = None,
+    max_utilization: float | None = None,
 ) -> MemoryEstimate | None:
     """The estimate for a model.json's engine args, for validate: None when the model's config.json is not
     reachable (offline: a local directory or the HF cache only) or the settings can't be read as numbers.
@@ -124,4 +132,12 @@ def estimate_for_engine_args(
         facts.arch.check_decoder_shape()
     except (ModelFactsError, ArchitectureError):
         return None
-    return estimate_model(model, gpu, num_gpus=num_gpus, vllm_version=vllm_version, facts=facts, settings=settings)
+    return estimate_model(
+        model,
+        gpu,
+        num_gpus=num_gpus,
+        vllm_version=vllm_version,
+        facts=facts,
+        settings=settings,
+        max_utilization=max_utilization,
+    )

@@ -39,8 +39,10 @@ def fit_engine_settings(
     tensor_parallel_size: int | None = None,
     max_model_len: int | None = None,
     user_settings: dict[str, Any] | None = None,
+    max_utilization: float | None = None,
 ) -> tuple[dict[str, int | float], list[str]]:
-    """(settings for model.json, notes). Raises UnknownGpuError for a GPU name the catalog doesn't know."""
+    """(settings for model.json, notes). max_utilization: the most gpu_memory_utilization may be raised to (what the
+    GPU's other engines leave, less a margin). Raises UnknownGpuError for a GPU name the catalog doesn't know."""
     from vllm_repo.estimate import EstimateError, ModelFactsError, UnknownGpuError, estimate_model, load_model_facts
     from vllm_repo.repository.engine_settings import read_engine_settings
 
@@ -63,7 +65,9 @@ def fit_engine_settings(
     def fit(num_gpus: int | None) -> tuple[MemoryEstimate, dict[str, int | float | str]]:
         """Follow the estimator's recommendations from the user's settings; returns (estimate, what changed)."""
         changes: dict[str, int | float | str] = {}
-        est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, settings=start)
+        est = estimate_model(
+            model, name, num_gpus=num_gpus, facts=facts, settings=start, max_utilization=max_utilization
+        )
         for _ in range(_MAX_ROUNDS):
             if est.fits and not est.recommendations:
                 break
@@ -75,7 +79,14 @@ def fit_engine_settings(
             if not usable:
                 break
             changes[usable[0].setting] = usable[0].value
-            est = estimate_model(model, name, num_gpus=num_gpus, facts=facts, settings=start.replace(**changes))
+            est = estimate_model(
+                model,
+                name,
+                num_gpus=num_gpus,
+                facts=facts,
+                settings=start.replace(**changes),
+                max_utilization=max_utilization,
+            )
         return est, changes
 
     try:

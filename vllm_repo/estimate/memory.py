@@ -15,6 +15,7 @@ from vllm_repo.errors import UsageError
 from vllm_repo.estimate import activation, kv_cache
 from vllm_repo.estimate.gpus import GiB, Gpu
 from vllm_repo.estimate.model_facts import ModelFacts
+from vllm_repo.estimate.units import compared_sizes
 from vllm_repo.estimate.weights import model_dtype_bytes, weights_per_rank
 from vllm_repo.hf import derived_max_model_len
 from vllm_repo.releases.memory_budget import Release
@@ -226,10 +227,12 @@ def estimate(
         reserve = lay.bytes_per_block if release.reserves_null_block else 0
         if lay.needed_bytes_one_request > available - reserve:
             est_len = max_len_that_fits(specs, available - reserve, max_model_len, tokens, lay.block_size, in_flight)
+            # vLLM's words, with figures that differ as printed (vLLM's two decimals of GiB can read "0.00 ... 0.00").
+            needed, there = compared_sizes(lay.needed_bytes_one_request, available - reserve)
             error = (
                 f"To serve at least one request with the model's max seq len ({max_model_len}), "
-                f"({_gib(lay.needed_bytes_one_request):.2f} GiB KV cache is needed, which is larger than the "
-                f"available KV cache memory ({_gib(available):.2f} GiB). Based on the available memory, the "
+                f"({needed} KV cache is needed, which is larger than the available KV cache memory ({there})"
+                f"{' less the block vLLM keeps back' if reserve else ''}). Based on the available memory, the "
                 f"estimated maximum model length is {est_len}."
             )
     if weights.bytes_per_rank + CUDA_CONTEXT_GIB * GiB > total:

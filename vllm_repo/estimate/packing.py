@@ -169,6 +169,12 @@ def engine_cost(
     return EngineCost(name, single, facts, alone, fixed_bytes(alone), kv_min, concurrency)
 
 
+def fraction_room(taken: float, margin: float = DEFAULT_MARGIN_FRACTION) -> float:
+    """The gpu_memory_utilization one more engine may take on a GPU whose other engines claim ``taken`` of it, the
+    margin kept free as plan --pack keeps it: rounded down to a hundredth (negative when nothing is left)."""
+    return math.floor((1 - margin - taken) * 100 + 1e-9) / 100
+
+
 def margin_bytes(gpu: Gpu, margin_gib: float | None) -> int:
     return int(margin_gib * GiB) if margin_gib is not None else int(gpu.total_bytes * DEFAULT_MARGIN_FRACTION)
 

@@ -32,12 +32,16 @@ def recommend(
     num_heads: int,
     max_gpus: int | None = None,
     target_concurrency: float | None = None,
+    max_utilization: float | None = None,
 ) -> list[Recommendation]:
-    """`run(**changes)` re-estimates with some settings changed; est is the estimate for the settings as given."""
+    """`run(**changes)` re-estimates with some settings changed; est is the estimate for the settings as given.
+    max_utilization: the most gpu_memory_utilization may be (what other engines on the GPU leave, less a margin)."""
     recs: list[Recommendation] = []
     want = target_concurrency or 1.0
     ceiling = round(1 - (CUDA_CONTEXT_GIB * GiB) / (est.gpu_total_gib * GiB) - 0.005, 2)
-    if est.error and est.error.startswith("Free memory on device"):
+    if max_utilization is not None:
+        ceiling = min(ceiling, max_utilization)
+    if est.error and est.error.startswith("Free memory on device") and ceiling > 0:
         return [
             Recommendation(
                 setting="gpu_memory_utilization",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
+import shlex
 import shutil
 import string
 import tempfile
@@ -25,6 +25,7 @@ from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository.engine_settings import read_engine_settings
+from vllm_repo.scaffold import sharing
 from vllm_repo.schema.loader import accepts
 from vllm_repo.validate.diagnostics import Diagnostic
 
@@ -56,6 +57,7 @@ class InitResult:
     notes: list[str]
     diagnostics: list[Diagnostic]  # validate's warnings and infos on the written model (errors abort init)
     replaced: bool
+    next_step: str | None = None  # the command to run next, as a shell runs it
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -152,10 +154,16 @@ def resolve_model(model: str) -> str:
 
 
 def plan_engine(
-    model: str, gpu: str | None, tp: int | None, max_model_len: int | None, user_settings: dict[str, Any] | None = None
+    model: str,
+    gpu: str | None,
+    tp: int | None,
+    max_model_len: int | None,
+    user_settings: dict[str, Any] | None = None,
+    max_utilization: float | None = None,
 ) -> EnginePlan:
     """tensor_parallel_size, gpu_memory_utilization and max_model_len: from the estimator for ``gpu``, else only what
-    the user gave. Never fails: what could not be worked out is said in ``notes``."""
+    the user gave; gpu_memory_utilization no more than ``max_utilization``. Never fails: what could not be worked out
+    is said in ``notes``."""
     plan = EnginePlan()
     if tp is not None:
         plan.settings["tensor_parallel_size"] = tp
@@ -174,46 +182,46 @@ def plan_engine(
 
     # An unknown GPU name is the estimator's UsageError, with the names it knows.
     fitted, notes = fit_engine_settings(
-        model, gpu, tensor_parallel_size=tp, max_model_len=max_model_len, user_settings=user_settings
+        model,
+        gpu,
+        tensor_parallel_size=tp,
+        max_model_len=max_model_len,
+        user_settings=user_settings,
+        max_utilization=max_utilization,
     )
     plan.settings.update(fitted)
     plan.notes.extend(notes)
     return plan
 
 
-# The least share of a GPU worth starting an engine with: below it the weights of any model worth serving don't fit.
-MIN_SHARE = 0.05
+def plan_shared_engine(
+    model: str,
+    gpu: str | None,
+    tp: int | None,
+    max_model_len: int | None,
+    settings: dict[str, Any],
+    room: sharing.GpuRoom,
+) -> tuple[EnginePlan, bool]:
+    """The engine plan for a model on a GPU other models already crowd, and whether it is left for plan --pack (no
+    share written): a share is written only where ``gpu`` is known and the estimator says the engine starts in what
+    the others leave."""
+    if gpu is not None and room.room >= sharing.MIN_SHARE:
+        from vllm_repo.estimate.fit import parse_gpu
 
-
-def share_of_shared_gpus(
-    repo: Path, name: str, tp: int | None, settings: dict[str, Any], vllm_version: str | None
-) -> tuple[float, str] | None:
-    """gpu_memory_utilization for a new model whose GPUs other models of the repository already use: what they leave
-    (rounded down to a hundredth), with a note that says so. None when the GPUs are free enough for vLLM's default or
-    the user set it. Raises InitError when they leave too little."""
-    if "gpu_memory_utilization" in settings or not repo.is_dir():
-        return None
-    from vllm_repo.repository import open_repository, placement
-    from vllm_repo.schema.loader import choose_schema_version, load_schema
-
-    default = load_schema(choose_schema_version(vllm_version, start=repo).schema_version).default_gpu_memory_utilization
-    size = read_engine_settings(settings).overridden_by(tensor_parallel_size=tp).parallel_size
-    gpus = range(min(size, placement.MAX_GPU_IDS))
-    left, on_it = placement.fraction_left(open_repository(repo), gpus, default, without=name)
-    if left >= default:
-        return None
-    parts = " + ".join(f"{e.model.name} {e.fraction:g}" for e in on_it)
-    share = math.floor(left * 100 + 1e-9) / 100
-    if share < MIN_SHARE:
-        raise InitError(
-            f"the GPU '{name}' would run on is taken: {parts} of its memory leave {max(left, 0):.2f}",
-            hint="lower gpu_memory_utilization in those models' model.json, or pin models to different GPUs "
-            "(instance_group KIND_GPU gpus: [...]) and give this one --set gpu_memory_utilization=X",
-        )
-    return share, (
-        f"gpu_memory_utilization {share:g}: what the other models on the same GPU leave ({parts}); "
-        "--set gpu_memory_utilization=X to choose"
-    )
+        name, count = parse_gpu(gpu)
+        # On the GPUs the others leave room on, not spread over more (which they may crowd too).
+        on = gpu if count is not None else f"{tp or 1}x{name}"
+        given = {**settings, "gpu_memory_utilization": room.room}
+        plan = plan_engine(model, on, tp, max_model_len, given, max_utilization=room.room)
+        if "gpu_memory_utilization" in plan.settings:
+            plan.notes.insert(0, sharing.share_note(room, plan.settings["gpu_memory_utilization"]))
+            return plan, False
+    plan = EnginePlan()
+    if tp is not None:
+        plan.settings["tensor_parallel_size"] = tp
+    if max_model_len is not None:
+        plan.settings["max_model_len"] = max_model_len
+    return plan, True
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -375,12 +383,13 @@ def init_model(
 
     model_ref = resolve_model(model)
     settings = dict(settings or {})
-    shared = share_of_shared_gpus(repo, name, tensor_parallel_size, settings, vllm_version)
-    if shared is not None:
-        settings["gpu_memory_utilization"], share_note = shared
-    plan = plan_engine(model_ref, gpu, tensor_parallel_size, max_model_len, settings)
-    if shared is not None:
-        plan.notes.insert(0, share_note)
+    gpu_name, count = _parse_gpu(gpu)
+    room = sharing.gpu_room(repo, name, sharing.engine_gpus(settings, tensor_parallel_size, count), vllm_version)
+    left_for_plan = False
+    if room.crowded and not {"gpu_memory_utilization", "kv_cache_memory_bytes"} & set(settings):
+        plan, left_for_plan = plan_shared_engine(model_ref, gpu, tensor_parallel_size, max_model_len, settings, room)
+    else:
+        plan = plan_engine(model_ref, gpu, tensor_parallel_size, max_model_len, settings, max_utilization=room.room)
     engine_args = render_engine_args(model_ref, plan, settings, dict(loras or {}), vllm_version)
     config_text = render_config(name, model, engine_args)
 
@@ -403,8 +412,15 @@ def init_model(
         # sum of gpu_memory_utilization on a shared GPU. Findings name the staging directory; point them at where
         # the files will be.
         _link_siblings(repo, staging, name)
+        next_step: str | None = f"vllm-repo launch {shlex.quote(str(repo))}"
+        if left_for_plan:
+            # No share written: what sizes every engine of the GPU together, checked on the staged repository.
+            note, next_step = _left_for_plan(repo, staging, room, gpu_name, count, tensor_parallel_size, vllm_version)
+            plan.notes.insert(0, note)
         diagnostics = [_relocate(d, staging.name) for d in _validate(staged, vllm_version)]
-        errors = [d for d in diagnostics if d.severity.value == "error"]
+        # A model left for plan --pack is over its GPU's shares until plan sizes them: that is what the note says.
+        excused = sharing.SHARING_CODES if left_for_plan else frozenset()
+        errors = [d for d in diagnostics if d.severity.value == "error" and d.code not in excused]
         if errors:
             raise InitError(
                 f"the scaffolded model for '{model}' does not pass validate; nothing was written",
@@ -424,7 +440,44 @@ def init_model(
         notes=plan.notes,
         diagnostics=diagnostics,
         replaced=replaced,
+        next_step=next_step,
     )
+
+
+def _parse_gpu(gpu: str | None) -> tuple[str | None, int | None]:
+    if gpu is None:
+        return None, None
+    from vllm_repo.estimate.fit import parse_gpu
+
+    return parse_gpu(gpu)
+
+
+def _left_for_plan(
+    repo: Path,
+    staging: Path,
+    room: sharing.GpuRoom,
+    gpu: str | None,
+    count: int | None,
+    tp: int | None,
+    vllm_version: str | None,
+) -> tuple[str, str | None]:
+    """The note for a model written without a share, and the command to run next: plan --pack for the GPU init was
+    given (or the project's), where the models fit so."""
+    from vllm_repo.estimate import resolve_gpu
+    from vllm_repo.estimate.pack_advice import packing_advice
+    from vllm_repo.settings import resolve_settings
+
+    project = resolve_settings(repo)
+    num_gpus = count or project.num_gpus or tp or 1
+    if gpu is None and project.gpu_spec is not None and project.num_gpus is not None:
+        gpu, num_gpus = str(project.gpu_spec), project.num_gpus
+    if gpu is None:
+        return sharing.left_for_plan_note(room, None, None), None
+    advice = packing_advice(staging, resolve_gpu(gpu), num_gpus, vllm_version, shown_as=repo)
+    why = "it does not start in that" if room.room >= sharing.MIN_SHARE else "that is too little to start in"
+    note = sharing.left_for_plan_note(room, gpu, f"{why}; {advice}")
+    commands = re.findall(r"`([^`]+)`", advice)
+    return note, commands[0] if commands else None
 
 
 def _write(path: Path, text: str) -> None:

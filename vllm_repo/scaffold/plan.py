@@ -32,6 +32,10 @@ class PlanError(VllmRepoError):
     pass
 
 
+# The budgets plan --pack writes for an engine sharing a GPU: sized for that GPU and its neighbours only.
+SHARED_BUDGET_KEYS = ("kv_cache_memory_bytes", "gpu_memory_utilization")
+
+
 @dataclasses.dataclass(frozen=True)
 class Option:
     """One engine size for a model: its tensor_parallel_size and what the estimator says one engine gets."""
@@ -52,6 +56,7 @@ class ModelPlan:
     chosen: Option
     instances: int
     gpu_groups: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    dropped: dict[str, Any] = dataclasses.field(default_factory=dict)  # a shared GPU's budget, not for GPUs of its own
 
     @property
     def gpus(self) -> int:
@@ -70,6 +75,12 @@ class ModelPlan:
             f"{est.max_model_len:,} tokens; {self.instances * self.chosen.concurrency:.1f} in all "
             f"(asked: {concurrency})",
         ]
+        if self.dropped:
+            was = ", ".join(f"{k} {v}" for k, v in self.dropped.items())
+            lines.append(
+                f"  model.json's {was}: a budget for a GPU shared with other engines (plan --pack's), not for GPUs "
+                "of its own: removed, vLLM's default share applies"
+            )
         larger = [o for o in self.options if tp < o.tensor_parallel_size <= self.gpus]
         if larger:
             alt = larger[-1]
@@ -110,6 +121,8 @@ def engine_options(
 
     settings, facts = _settings_and_facts(engine_args, base, name)
     settings = settings.replace(pipeline_parallel_size=None)  # plan spreads engines with tensor parallelism only
+    if shared_budget(engine_args):
+        settings = settings.replace(kv_cache_memory_bytes=None, gpu_memory_utilization=None)
     model = settings.model or ""  # _settings_and_facts refused a model.json without one
 
     def fitting(settings: EngineSettings) -> list[Option]:
@@ -144,6 +157,15 @@ def engine_options(
                 "apply)",
             )
     return options
+
+
+def shared_budget(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """The budget of an engine packed onto a shared GPU (kv_cache_memory_bytes, with the gpu_memory_utilization
+    beside it), as model.json has it; empty for any other engine. It was sized for that GPU and the engines beside it:
+    an engine plan gives GPUs of its own takes vLLM's default share instead."""
+    if not engine_args.get("kv_cache_memory_bytes"):
+        return {}
+    return {key: engine_args[key] for key in SHARED_BUDGET_KEYS if key in engine_args}
 
 
 def choose(
@@ -318,16 +340,24 @@ def placement_config(text: str, groups: list[tuple[int, ...]], why: str | None =
     return new
 
 
-def placement_engine_args(text: str, tensor_parallel_size: int, budget: dict[str, int | float] | None = None) -> str:
+def placement_engine_args(
+    text: str,
+    tensor_parallel_size: int,
+    budget: dict[str, int | float] | None = None,
+    drop: Collection[str] = (),
+) -> str:
     """``text`` (a model.json) with tensor_parallel_size set and pipeline_parallel_size dropped; ``budget``: the
-    memory settings of a packed engine (kv_cache_memory_bytes, gpu_memory_utilization) set too."""
+    memory settings of a packed engine (kv_cache_memory_bytes, gpu_memory_utilization) set too; ``drop``: keys
+    removed (a shared GPU's budget, for an engine placed on GPUs of its own)."""
     data = json.loads(text)
     wanted = {"tensor_parallel_size": tensor_parallel_size, **(budget or {})}
-    if all(data.get(k, 1 if k == "tensor_parallel_size" else None) == v for k, v in wanted.items()) and (
-        "pipeline_parallel_size" not in data
+    removed = {"pipeline_parallel_size", *drop} - set(wanted)
+    if all(data.get(k, 1 if k == "tensor_parallel_size" else None) == v for k, v in wanted.items()) and not (
+        removed & set(data)
     ):
         return text  # already so: leave the file as it is written
-    data.pop("pipeline_parallel_size", None)
+    for key in removed:
+        data.pop(key, None)
     data.update(wanted)
     indent = 2 if "\n" in text.strip() else None
     return json.dumps(data, indent=indent) + "\n"
@@ -404,9 +434,10 @@ def plan_repository(
             changes[path] = (old, new)
 
     for p in plans:
-        cfg_path, cfg_text, doc_path, doc_text, _ = texts[p.name]
+        cfg_path, cfg_text, doc_path, doc_text, data = texts[p.name]
+        p.dropped = shared_budget(data)
         change(cfg_path, cfg_text, placement_config(cfg_text, p.gpu_groups))
-        change(doc_path, doc_text, placement_engine_args(doc_text, p.chosen.tensor_parallel_size))
+        change(doc_path, doc_text, placement_engine_args(doc_text, p.chosen.tensor_parallel_size, drop=p.dropped))
     for on_gpu in packed:
         for engine in on_gpu.engines:
             cfg_path, cfg_text, doc_path, doc_text, _ = texts[engine.name]
@@ -467,8 +498,17 @@ def _packing_hint(
     except (PlanError, UsageError):
         return None
     shared = [p for p in packed if len(p.engines) > 1]
+    if not shared:
+        return None
+    from vllm_repo.estimate.pack_advice import pack_command
+
     where = "; ".join(f"{', '.join(e.name for e in p.engines)} on GPU {p.gpu}" for p in shared)
-    return f"they fit when packed (plan --pack): {where}" if shared else None
+    command = pack_command(repo, str(gpu), num_gpus, vllm_version, write=False)
+    if concurrency != 1:
+        command += f" --concurrency {concurrency}"
+    if margin_gib is not None:
+        command += f" --margin-gib {margin_gib:g}"
+    return f"they fit when packed ({where}): `{command}` shows how, with --write it writes it"
 
 
 def _settings_and_facts(data: dict[str, Any], base: Path, name: str) -> tuple[EngineSettings, ModelFacts]:

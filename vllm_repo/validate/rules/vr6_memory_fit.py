@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from vllm_repo import hf
 from vllm_repo.errors import UsageError
@@ -12,6 +13,9 @@ from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, engine_args_objects, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
+
+if TYPE_CHECKING:
+    from vllm_repo.estimate import MemoryEstimate
 
 
 @rule("VR601", "does-not-fit", Severity.ERROR)
@@ -48,6 +52,8 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
         return
     # The estimator is imported only here: validate without a GPU never pays for it.
     from vllm_repo.estimate import estimate_for_engine_args
+    from vllm_repo.estimate.pack_advice import packing_advice
+    from vllm_repo.estimate.packing import fraction_room
 
     for _, doc in vllm_engine_args(model):
         if not doc.ok or not isinstance(doc.data, dict):
@@ -63,9 +69,17 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
                 hint="lower tensor_parallel_size, or set num-gpus in [tool.vllm-repo]",
             )
             continue
+        # What the host and the other engines on its GPUs leave: the recommendations stay within both.
+        taken, others = _taken_by_others(model, doc.data, ctx)
         try:
             est = estimate_for_engine_args(
-                doc.data, ctx.gpu, vllm_version=ctx.schema.vllm_version, offline=True, base=model.path
+                doc.data,
+                ctx.gpu,
+                num_gpus=ctx.num_gpus,
+                vllm_version=ctx.schema.vllm_version,
+                offline=True,
+                base=model.path,
+                max_utilization=fraction_room(taken),
             )
         except (UsageError, ArithmeticError):  # ArithmeticError: numbers beyond float range
             continue  # settings vLLM rejects outright (EstimateError) are the engine-args rules' findings
@@ -73,19 +87,51 @@ def does_not_fit(model: ModelDirectory, ctx: CheckContext) -> Iterator[Finding]:
             continue
         if est.model_max_model_len is not None and est.max_model_len > est.model_max_model_len:
             continue  # a context longer than the model's own is VR401's finding, not a memory one
-        hint = "; ".join(f"{r.setting}={r.value} ({r.reason})" for r in est.recommendations[:3]) or None
+        recommendations = [r for r in est.recommendations if not (others and r.setting == "tensor_parallel_size")]
+        hint = "; ".join(f"{r.setting}={r.value} ({r.reason})" for r in recommendations[:3]) or None
+        if others and hint is None:
+            advice = packing_advice(model.path.parent, ctx.gpu, ctx.num_gpus or 1, ctx.schema.vllm_version)
+            hint = f"the other engines on its GPU ({others}) leave no share it starts in; {advice}"
         # At the setting the first recommendation changes, where the file has it.
-        keys = [r.setting for r in est.recommendations[:1]] + ["max_model_len", "gpu_memory_utilization", "model"]
+        keys = [r.setting for r in recommendations[:1]] + ["max_model_len", "gpu_memory_utilization", "model"]
         where = next((doc.position_of(k) for k in keys if doc.position_of(k) is not None), None)
         yield Finding(
-            doc.path,
-            f"on {est.gpu} this model won't start: weights {est.weights_gib:.1f} GiB, "
-            f"activations {est.activation_gib:.1f} GiB, CUDA graphs {est.cudagraph_gib:.1f} GiB of a "
-            f"{est.requested_gib:.1f} GiB budget leave {est.kv_cache_gib:.2f} GiB for the KV cache. "
-            f"vLLM: {est.error}",
-            where,
-            hint=hint,
+            doc.path, f"on {est.gpu} this model won't start: {_split_text(est)}. vLLM: {est.error}", where, hint=hint
         )
+
+
+def _split_text(est: MemoryEstimate) -> str:
+    """What takes the memory, against what the engine is given: no part printed as larger than its whole."""
+    from vllm_repo.estimate.units import GiB, size_text
+
+    terms = f"weights {size_text(est.weights_gib * GiB)}, activations {size_text(est.activation_gib * GiB)}"
+    if est.cudagraph_gib:
+        terms += f", CUDA graphs {size_text(est.cudagraph_gib * GiB)}"
+    if est.notes and any("kv_cache_memory_bytes" in note for note in est.notes):
+        return f"{terms}, and kv_cache_memory_bytes gives the KV cache {size_text(est.kv_cache_gib * GiB)}"
+    budget = (
+        f"the {size_text(est.requested_gib * GiB)} budget (gpu_memory_utilization {est.gpu_memory_utilization:g} of "
+        f"{size_text(est.gpu_total_gib * GiB)})"
+    )
+    if est.kv_cache_gib <= 0:
+        used = (est.weights_gib + est.activation_gib + est.non_torch_gib + est.cudagraph_gib) * GiB
+        return (
+            f"{terms} and non-torch memory take {size_text(used)}, more than {budget}: nothing is left for the KV cache"
+        )
+    return f"{terms} leave {size_text(est.kv_cache_gib * GiB)} of {budget} for the KV cache"
+
+
+def _taken_by_others(model: ModelDirectory, engine_args: dict, ctx: CheckContext) -> tuple[float, str]:
+    """The share of the fullest of the model's GPUs the repository's other engines claim, and who they are
+    ("chat 0.6 + coder 0.3"; empty when none share its GPUs)."""
+    from vllm_repo.repository import open_repository
+
+    settings = read_engine_settings(engine_args)
+    gpus = placement.engine_gpus(model, settings) or range(min(ctx.num_gpus or settings.parallel_size, 64))
+    left, on_it = placement.fraction_left(
+        open_repository(model.path.parent), gpus, ctx.schema.default_gpu_memory_utilization, without=model.name
+    )
+    return 1 - left, " + ".join(f"{e.model.name} {e.fraction:g}" for e in on_it)
 
 
 @rule("VR602", "memory-check-skipped", Severity.INFO)
@@ -146,7 +192,8 @@ def shared_gpu_does_not_fit(repo: ModelRepository, ctx: CheckContext) -> Iterato
     activation peak, CUDA graphs, non-torch memory and CUDA context; an engine with a fraction only takes that share of
     the GPU and its context. With a GPU named, validate adds up every engine placed on each GPU (as VR504 reads the
     placement) and reports the GPUs where the sum exceeds its memory: the last engine to load runs out of memory.
-    `vllm-repo plan --pack` sizes the KV caches of engines sharing a GPU together. Run the example with --gpu L4.
+    `vllm-repo plan REPO --gpu GPU --num-gpus N --pack all --write` sizes the KV caches of engines sharing a GPU
+    together. Run the example with --gpu L4.
 
     Example::
 
@@ -181,6 +228,7 @@ def shared_gpu_does_not_fit(repo: ModelRepository, ctx: CheckContext) -> Iterato
     if len(placed) < 2 or not any(i.settings.kv_cache_memory_bytes for i in placed):
         return  # fractions only: VR504 adds them up
     from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
+    from vllm_repo.estimate.pack_advice import packing_advice
     from vllm_repo.estimate.packing import Footprint, footprint
     from vllm_repo.releases.memory_budget import resolve_release
 
@@ -221,13 +269,14 @@ def shared_gpu_does_not_fit(repo: ModelRepository, ctx: CheckContext) -> Iterato
             for i, f in known
         )
         unsized = [i.model.name for i, f in sized if f is None]
+        gpus = ctx.num_gpus or max(gpu_ids) + 1
+        advice = packing_advice(repo.root, ctx.gpu, gpus, ctx.schema.vllm_version)
         yield Finding(
             first.engine_args.path,
-            f"GPU {gpu} is shared by {len(on_gpu)} engines whose footprints add up to {total / 2**30:.1f} GiB of the "
-            f"{ctx.gpu.name}'s {ctx.gpu.total_bytes / 2**30:.1f} GiB (GiB each: {parts})"
+            f"GPU {gpu} is shared by {len(on_gpu)} engines whose footprints add up to {total / 2**30:.1f} GiB, more "
+            f"than the {ctx.gpu.name}'s {ctx.gpu.total_bytes / 2**30:.1f} GiB (GiB each: {parts})"
             + (f"; not counted, unsized: {', '.join(unsized)}" if unsized else "")
             + ": the last one to load runs out of memory",
             first.engine_args.position_of("kv_cache_memory_bytes") or first.engine_args.position_of("model"),
-            hint="`vllm-repo plan --pack --write` sizes their KV caches together; or lower kv_cache_memory_bytes, or "
-            "place the models on different GPUs",
+            hint=f"{advice}; or lower kv_cache_memory_bytes, or place the models on different GPUs",
         )
