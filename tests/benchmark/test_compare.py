@@ -249,3 +249,27 @@ def test_ctrl_c_stops_every_server_and_keeps_the_rounds_measured(tmp_path, monke
     report = run.report()
     assert report["interrupted"] is True and report["comparison"]["points"][0]["requests_compared"] == 2
     assert "interrupted" in to_text(report)
+
+
+def test_a_port_taken_is_refused_before_vllm_serve_starts(tmp_path):
+    import socket
+
+    from vllm_repo.benchmark.vllm_serve import ServeArgs, VllmServe
+
+    info = PythonInfo(Path("/venv/bin/python"), "3.11", Path("/usr/lib"), "1.26.4", "0.32.0")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = VllmServe(info, ServeArgs("tiny", {"model": "/m"}, {}, None), taken.getsockname()[1])
+        with pytest.raises(BenchError, match="is in use"):
+            server.start()
+    assert server.process is None
+
+
+def test_the_docs_page_names_every_key_of_the_comparison():
+    from vllm_repo.benchmark.compare_report import RATIO_FIGURES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "bench.md").read_text()
+    comparison = made_up_run({"triton native": [1.0], "vllm-serve": [1.0]}).report()["comparison"]
+    keys = set(comparison) | set(comparison["points"][0]) | set(comparison["sides"][0]) | set(RATIO_FIGURES)
+    assert {k for k in keys if f"`{k}`" not in text} <= {"concurrency"}
