@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from vllm_repo.releases.backend_support import older_than_supported
 from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.errors import LaunchError, TritonServerError
+from vllm_repo.serve.hub_check import check_hub_models
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT, check_ports
 from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
 from vllm_repo.serve.ray_cluster import ray_preflight
@@ -241,6 +242,8 @@ def prepare_launch(
             "`vllm-repo launch --docker` with the directory mounted",
             diagnostics=missing_paths,
         )
+    # A Hub model the server could not download would fail half a minute into the start: said now instead.
+    check_hub_models(open_repository(repo).models, os.environ)
     if info is None:
         assert python_error is not None  # the probe either answered or raised
         raise python_error
