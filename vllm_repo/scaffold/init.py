@@ -191,7 +191,25 @@ def plan_engine(
     )
     plan.settings.update(fitted)
     plan.notes.extend(notes)
+    if not fitted and is_repo_id(model):
+        plan.notes.extend(_sizing_hint(model))
     return plan
+
+
+def _sizing_hint(model: str) -> list[str]:
+    """What would size a Hub model the estimator could not read (the Hub unreachable): estimate's advice, as a note."""
+    from vllm_repo.estimate import ModelFactsError, load_model_facts
+
+    try:
+        load_model_facts(model)
+    except ModelFactsError as exc:
+        if exc.hint:
+            return [
+                "to size it, give --model a local directory with the model's files, or set HF_HUB_OFFLINE=1 with its "
+                f"config.json in the local Hugging Face cache (`hf download {model} config.json` where the Hub is "
+                "reachable); behind a proxy, set HTTPS_PROXY"
+            ]
+    return []
 
 
 def plan_shared_engine(
