@@ -18,6 +18,7 @@ class SlowServer:
         self.process = object()  # it ran
         self.gateway = gateway
         self.gateway_running: list[bool] = []
+        self.escalated_to: str | None = None
 
     def stop(self, timeout: float = 30.0) -> int:
         self.gateway_running.append(self.gateway.poll() is None)
@@ -50,3 +51,31 @@ def test_the_gateway_is_told_to_stop_before_triton_and_both_stop_together():
     assert server.gateway_running == [True, False]
     assert took < 2.3, took  # side by side: 1.5 s (Triton) and 1 s (gateway), not 2.5 s
     assert "stopped (" in out.getvalue()
+
+
+class AbortingServer:
+    """A server that served, and died of SIGABRT as it shut down (its Python backend's directory taken away)."""
+
+    process = object()
+    escalated_to = None
+    log_path = "/tmp/tritonserver.log"
+
+    def stop(self, timeout: float = 30.0) -> int:
+        return -6
+
+    def log_text(self) -> str:
+        return (
+            "terminate called after throwing an instance of 'triton::backend::python::PythonBackendException'\n"
+            "  what():  fts_read error: /tmp/python_env_abc123 error: No such file or directory\nSignal (6) received.\n"
+        )
+
+
+def test_a_server_that_did_not_stop_cleanly_is_reported_so():
+    out = io.StringIO()
+    assert launch._shut_down(launch._Running(server=AbortingServer(), ready=True), out) is False
+    said = out.getvalue()
+    assert "not cleanly: tritonserver died of SIGABRT while it shut down (fts_read error: /tmp/python_env_" in said
+    assert "/tmp/tritonserver.log" in said
+    out = io.StringIO()
+    assert launch._shut_down(launch._Running(server=SlowServer(subprocess.Popen(["true"]))), out) is True
+    assert "not cleanly" not in out.getvalue()

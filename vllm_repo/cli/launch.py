@@ -35,10 +35,12 @@ def given_on_the_command_line(ctx: typer.Context, names: tuple[str, ...]) -> lis
 def launch(
     ctx: typer.Context,
     repo: Annotated[Path, typer.Argument(help="Model repository to serve.")],
-    http_port: Annotated[int, typer.Option("--http-port", help="HTTP port.")] = DEFAULT_HTTP_PORT,
-    grpc_port: Annotated[int, typer.Option("--grpc-port", help="gRPC port.")] = DEFAULT_GRPC_PORT,
+    http_port: Annotated[
+        int, typer.Option("--http-port", help="HTTP port (0: a free one, picked).")
+    ] = DEFAULT_HTTP_PORT,
+    grpc_port: Annotated[int, typer.Option("--grpc-port", help="gRPC port (0: a free one).")] = DEFAULT_GRPC_PORT,
     metrics_port: Annotated[
-        int, typer.Option("--metrics-port", help="Prometheus metrics port.")
+        int, typer.Option("--metrics-port", help="Prometheus metrics port (0: a free one).")
     ] = DEFAULT_METRICS_PORT,
     host: Annotated[str, host_option("the server to other machines")] = DEFAULT_HOST,
     tritonserver: Annotated[Path | None, typer.Option("--tritonserver", help="A tritonserver binary to use.")] = None,
@@ -92,7 +94,7 @@ def launch(
             "--openai-port",
             metavar="PORT",
             help="Also serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models) and "
-            "the Anthropic Messages API (/v1/messages) on this port.",
+            "the Anthropic Messages API (/v1/messages) on this port (0: a free one).",
         ),
     ] = None,
     api_key: Annotated[list[str] | None, api_key_option("With --openai-port: ")] = None,
@@ -121,6 +123,8 @@ def launch(
         raise UsageError(
             "--openai-port goes without --docker; run `vllm-repo openai --triton-url` beside the container"
         )
+    if docker and 0 in (http_port, grpc_port, metrics_port):
+        raise UsageError("a port of 0 (a free one, picked) goes without --docker: give the container's ports")
     if docker:
         _docker(repo, http_port, grpc_port, metrics_port, host, vllm_version, dry_run, ray_address, image)
         return

@@ -6,6 +6,7 @@
 - server_files.py: where the server comes from (embedded nvidia-pytriton wheel, PATH, --tritonserver) and the
   backend directory laid out for it; python_env.py: the serving Python, probed by running it;
 - ports.py: the default ports and checks; processes.py: the group's processes and segments in /proc and /dev/shm;
+  claims.py: what two servers on one machine could both take (ports, Triton's /tmp/python_env_*), claimed for one;
 - shm_watch.py and guardian.py: shared memory the group leaves, and a watchdog that stops it if launch is killed;
 - ray_cluster.py: launch --ray-address's check that a Ray cluster holds the placement groups vLLM will ask for;
 - docker.py: the same repository in the NGC container whose vLLM matches (releases/ngc.py);

@@ -20,9 +20,10 @@ _GUARDIAN = r"""
 import os, shutil, signal, sys, time
 groups, prefix, grace, remove = {int(g) for g in sys.argv[1].split(",")}, sys.argv[2], float(sys.argv[3]), sys.argv[4:]
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-message = sys.stdin.read()
-if message.strip() == "done":
+lines = sys.stdin.read().splitlines()
+if lines and lines[-1].strip() == "done":
     sys.exit(0)
+remove += [line[len("remove "):] for line in lines if line.startswith("remove ")]
 
 def members():
     found = []
@@ -90,6 +91,15 @@ class Guardian:
             start_new_session=True,
             close_fds=True,
         )
+
+    def remove_too(self, path: Path) -> None:
+        """Remove ``path`` as well, should the owner die: what the server made once it ran."""
+        assert self.process.stdin is not None  # started with stdin=subprocess.PIPE
+        try:
+            self.process.stdin.write(f"remove {path}\n".encode())
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
 
     def release(self) -> None:
         """The server was stopped normally: let the guardian go without touching anything."""

@@ -24,9 +24,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from vllm_repo.serve.claims import hold_ports, release_ports
 from vllm_repo.serve.errors import LaunchError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.launch_plan import LaunchPlan, gateway_command
+from vllm_repo.serve.ports import PORT_OPTIONS
 from vllm_repo.serve.processes import signal_group
 from vllm_repo.serve.server import TritonServer
 from vllm_repo.serve.shm_watch import SharedMemoryWatch
@@ -183,6 +185,7 @@ class _Running:
     gateway: subprocess.Popen | None = None
     watch: SharedMemoryWatch | None = None
     guardian: Guardian | None = None
+    ready: bool = False  # the server served: how it stops is reported
 
 
 def run_server(
@@ -206,7 +209,13 @@ def run_server(
         fd, name = tempfile.mkstemp(prefix="vllm-repo-tritonserver-", suffix=".log")
         os.close(fd)
         log_path = own_log = Path(name)
-    running = _Running(server_for(plan, log_path))
+    # The OpenAI port is held as the server holds its own (claims.py); ports picked for the plan are let go at the end.
+    held = hold_ports({"OpenAI": plan.openai_port}, PORT_OPTIONS.__getitem__) if plan.openai_port is not None else []
+    try:
+        running = _Running(server_for(plan, log_path))
+    except BaseException:
+        release_ports([*held, *plan.picked_ports])
+        raise
     previous = _install_stop_handlers()
     failed = True
     try:
@@ -223,11 +232,13 @@ def run_server(
         # A second Ctrl-C or SIGTERM must not cut the cleanup short: stop() ends with SIGKILL on its own.
         _ignore_stop_signals(previous)
         try:
-            _shut_down(running, out)
-            # Kept only when it can tell something: after a failure, and if the server wrote anything.
-            if own_log is not None and (not failed or not own_log.exists() or own_log.stat().st_size == 0):
+            clean = _shut_down(running, out)
+            # Kept only when it can tell something: after a failure or a shutdown that was not clean, and if the
+            # server wrote anything.
+            if own_log is not None and ((not failed and clean) or not own_log.exists() or own_log.stat().st_size == 0):
                 own_log.unlink(missing_ok=True)
         finally:
+            release_ports([*held, *plan.picked_ports])
             _restore_handlers(previous)
 
 
@@ -240,7 +251,8 @@ def _start(running: _Running, plan: LaunchPlan, out: TextIO, ready_timeout: floa
     except OSError as exc:  # the backend directory could not be laid out
         raise LaunchError(f"could not set up the server: {exc}") from exc
     # Should launch be killed, the guardian also removes what a normal stop would: the work directory, our log.
-    leftovers = [p for p in (server.work_directory, *remove) if p is not None]
+    python_env = Path(server.python_env) if server.python_env else None  # left only by a server killed first
+    leftovers = [p for p in (server.work_directory, python_env, *remove) if p is not None]
     running.gateway = start_openai_gateway(plan) if plan.openai_port is not None else None
     also = [running.gateway.pid] if running.gateway is not None else []
     pgid = server.started.pid  # the leader of the server's own process group
@@ -248,6 +260,7 @@ def _start(running: _Running, plan: LaunchPlan, out: TextIO, ready_timeout: floa
     running.watch = watch = SharedMemoryWatch(pgid)
     began = time.monotonic()
     took = _wait_ready(server, plan, out, ready_timeout, watch)
+    running.ready = True
     openai_url = None
     if running.gateway is not None and plan.openai_port is not None:
         from vllm_repo.serve.openai.gateway import base_url
@@ -285,9 +298,10 @@ def _serve(running: _Running, plan: LaunchPlan, out: TextIO, stop_event: threadi
     raise server_failure(server, f"tritonserver exited by itself (status {server.started.returncode})")
 
 
-def _shut_down(running: _Running, out: TextIO) -> None:
+def _shut_down(running: _Running, out: TextIO) -> bool:
     """Stop the gateway and the server's whole group, and remove the shared memory it left. The gateway is told first
-    (it stops taking requests) and both stop side by side: one after the other, Ctrl-C took their sum."""
+    (it stops taking requests) and both stop side by side: one after the other, Ctrl-C took their sum. Returns whether
+    the server's own shutdown was clean (it exited 0 without being signalled again), and says so when it was not."""
     server, watch = running.server, running.watch
     if running.gateway is not None:
         signal_group(running.gateway.pid, signal.SIGTERM)
@@ -295,21 +309,26 @@ def _shut_down(running: _Running, out: TextIO) -> None:
         if running.gateway is not None:
             stop_openai_gateway(running.gateway, signalled=True)
         server.stop()  # nothing ran; removes the work directory
-        return
+        return True
     print("stopping Triton ...", file=out, flush=True)
     began = time.monotonic()
     if watch is None:
-        server.stop(timeout=20)
+        status = server.stop(timeout=20)
         removed = []
     else:
         with watch.polling():
-            server.stop(timeout=20)
+            status = server.stop(timeout=20)
         removed = watch.remove_leftovers()
     if running.gateway is not None:
         stop_openai_gateway(running.gateway, signalled=True)
     if running.guardian is not None:
         running.guardian.release()
-    print(f"stopped ({time.monotonic() - began:.1f} s).", file=out, flush=True)
+    took = time.monotonic() - began
+    clean = status == 0 and server.escalated_to is None
+    if clean or not running.ready:  # a server that never served: its failure is reported as such
+        print(f"stopped ({took:.1f} s).", file=out, flush=True)
+    else:
+        print(f"stopped ({took:.1f} s), not cleanly: {_unclean(server, status)}", file=out, flush=True)
     if removed:
         print(
             f"removed {len(removed)} shared-memory segment(s) the server left in /dev/shm: "
@@ -317,6 +336,24 @@ def _shut_down(running: _Running, out: TextIO) -> None:
             file=out,
             flush=True,
         )
+    return clean
+
+
+def _unclean(server: TritonServer, status: int | None) -> str:
+    """Why a server's stop was not clean, in a few words, with the log's error line and where the log is."""
+    from vllm_repo.doctor import root_error
+
+    if server.escalated_to is not None:
+        why = f"tritonserver did not stop by itself and its process group was sent {server.escalated_to}"
+    elif status is not None and status < 0:
+        name = signal.Signals(-status).name if -status in signal.valid_signals() else f"signal {-status}"
+        why = f"tritonserver died of {name} while it shut down"
+    else:
+        why = f"tritonserver exited with status {status} while it shut down"
+    text = server.log_text()
+    aborted = re.findall(r"what\(\):\s*(.+)", text)  # a C++ exception that ended the server: its own words
+    error = aborted[-1].strip() if aborted else root_error(text)
+    return f"{why}{f' ({error})' if error else ''}; log: {server.log_path}"
 
 
 class _LogFollower:

@@ -17,9 +17,17 @@ from typing import TYPE_CHECKING
 
 from vllm_repo.releases.backend_support import older_than_supported
 from vllm_repo.repository import ModelDirectory, open_repository
+from vllm_repo.serve.claims import release_ports
 from vllm_repo.serve.errors import LaunchError, TritonServerError
 from vllm_repo.serve.hub_check import check_hub_models
-from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT, check_ports
+from vllm_repo.serve.ports import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_METRICS_PORT,
+    check_ports,
+    pick_ports,
+)
 from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
 from vllm_repo.serve.ray_cluster import ray_preflight
 from vllm_repo.serve.server_files import ServerChoice, find_server
@@ -51,6 +59,8 @@ class LaunchPlan:
     openai_api_keys: list[str] = dataclasses.field(default_factory=list)  # what its /v1 paths require
     openai_cors: CorsPolicy | None = None  # which other origins' pages may call it (None: vllm serve's default)
     server_args: list[str] = dataclasses.field(default_factory=list)  # more tritonserver options
+    # Ports given as 0 and picked for it, held for this process until run_server's end (claims.release_ports).
+    picked_ports: list[int] = dataclasses.field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -254,7 +264,14 @@ def prepare_launch(
 
         require_gateway()  # before Triton starts, not once it is up
         ports["OpenAI"] = openai_port
-    check_ports(host, ports)
+    ports, picked = pick_ports(host, ports)  # 0: a free one, held for this process
+    try:
+        check_ports(host, ports)
+    except LaunchError:
+        release_ports(picked)
+        raise
+    http_port, grpc_port, metrics_port = ports["HTTP"], ports["gRPC"], ports["metrics"]
+    openai_port = ports.get("OpenAI")
     server = find_server(tritonserver, progress=progress)
     notes = check_serving_python(info, strict_numpy=server.embedded)
     if vllm_version and not _same_release(vllm_version, info.vllm_version):
@@ -316,6 +333,7 @@ def prepare_launch(
         openai_api_keys=[k for k in openai_api_keys if k],
         openai_cors=openai_cors,
         server_args=server_args,
+        picked_ports=picked,
     )
 
 

@@ -1,4 +1,5 @@
-"""Triton's ports: the defaults every serving command uses, and whether a port can be listened on now."""
+"""Triton's ports: the defaults every serving command uses, whether a port can be listened on now, and free ones
+picked and held for a server (claims.py: no other vllm-repo process picks a port this one holds)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
+from vllm_repo.serve.claims import held_elsewhere, held_here, hold_port
 from vllm_repo.serve.errors import LaunchError
 
 DEFAULT_HTTP_PORT = 8000
@@ -50,8 +52,10 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` now, none of ``avoid``.
+def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = (), *, hold: bool = False) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now, none of ``avoid`` and none that another vllm-repo process
+    holds (claims.hold_port). With ``hold`` this process holds them when they are returned, until claims.release_ports:
+    another vllm-repo process starting a server at the same moment picks others.
 
     Picked outside the kernel's ephemeral range: a port there that is free now can be handed by the kernel to any
     socket before our server binds it. vLLM binds port 0 for torch.distributed's store while Triton loads the model,
@@ -73,15 +77,26 @@ def free_ports(count: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -
                 s.bind((host, port))  # no SO_REUSEADDR: a port still in TIME_WAIT is passed over too
             except OSError:
                 continue
-            ports.append(port)
+            if _take(port, hold):
+                ports.append(port)
         # Nearly every port outside the kernel's range is taken (or it has none): the kernel picks the rest.
         while len(ports) < count:
             s = held.enter_context(socket.socket(_family(host), socket.SOCK_STREAM))
             s.bind((host, 0))
             port = s.getsockname()[1]
-            if port not in avoided:
+            if port not in avoided and _take(port, hold):
                 ports.append(port)
         return ports
+
+
+def _take(port: int, hold: bool) -> bool:
+    """Whether ``port`` may be picked: held by no other vllm-repo process (with ``hold``: now held by this one). One
+    this process holds already is another of its servers': passed over too."""
+    if held_here(port):
+        return False
+    if not hold:
+        return not held_elsewhere(port)
+    return hold_port(port)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -101,25 +116,38 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+PORT_OPTIONS = {"HTTP": "--http-port", "gRPC": "--grpc-port", "metrics": "--metrics-port", "OpenAI": "--openai-port"}
+
+
+def pick_ports(host: str, ports: dict[str, int]) -> tuple[dict[str, int], list[int]]:
+    """``ports`` (label -> port) with each 0 replaced by a free port, held for this process (claims.release_ports lets
+    them go); and the ports picked."""
+    wanted = [label for label, port in ports.items() if port == 0]
+    if not wanted:
+        return dict(ports), []
+    picked = free_ports(len(wanted), host, avoid=[p for p in ports.values() if p], hold=True)
+    return {**ports, **dict(zip(wanted, picked, strict=True))}, picked
+
+
 def check_ports(host: str, ports: dict[str, int]) -> None:
     seen: dict[int, str] = {}
     for label, port in ports.items():
         if not 0 < port < 65536:
-            raise LaunchError(f"{label} port {port} is not a TCP port number (1-65535)")
+            raise LaunchError(f"{label} port {port} is not a TCP port number (1-65535; 0 picks a free one)")
         if port in seen:
             raise LaunchError(
                 f"{label} port {port} is also the {seen[port]} port",
                 hint="give each of --http-port, --grpc-port, --metrics-port (and --openai-port) its own port",
             )
         seen[port] = label
+        if held_elsewhere(port):
+            raise LaunchError(
+                f"{label} port {port} is held by another vllm-repo server on this machine (starting or serving)",
+                hint=f"choose another port with {PORT_OPTIONS[label]} N, or {PORT_OPTIONS[label]} 0 to have one picked",
+            )
         if not port_is_free(port, host):
-            option = {
-                "HTTP": "--http-port",
-                "gRPC": "--grpc-port",
-                "metrics": "--metrics-port",
-                "OpenAI": "--openai-port",
-            }[label]
+            option = PORT_OPTIONS[label]
             raise LaunchError(
                 f"{label} port {port} on {host} is already in use (another Triton server?)",
-                hint=f"stop whatever listens there, or choose another port with {option} N",
+                hint=f"stop whatever listens there, or choose another port with {option} N ({option} 0 picks one)",
             )

@@ -6,13 +6,14 @@ PATH and its libpython on LD_LIBRARY_PATH (``serving_env``).
 
 The server runs in its own process group: the Python stub, vLLM's EngineCore and multiprocessing's resource tracker are
 all descendants, and stopping only ``tritonserver`` leaves them running. ``stop()`` ends the whole group and removes
-any shared-memory segment left under this server's unique prefix.
+any shared-memory segment left under this server's unique prefix. What another server on the machine could take too,
+its ports and the Python backend's /tmp/python_env_* directory, is claimed for this one (claims.py): it never removes
+another's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
 import signal
@@ -26,6 +27,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
+from vllm_repo.serve.claims import (
+    PYTHON_ENV_DIRS,
+    claim_python_env,
+    hold_ports,
+    python_env_dirs,
+    python_env_lock,
+    release_ports,
+    remove_python_env,
+)
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_ports, port_is_free
@@ -64,10 +74,7 @@ def serving_env(
 RPC_PATH_ENV = "VLLM_RPC_BASE_PATH"
 # torch.compile's cache (default: /tmp/torchinductor_<user>, hundreds of MB a model): with vllm-repo's other caches.
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-# The directory Triton's Python backend makes for each server (for execution environments), at a fixed place and
-# never removed: the server's own, found by what appeared while it ran, go with it.
-PYTHON_ENV_DIRS = "/tmp/python_env_*"
-PYTHON_ENV_MADE_WITHIN_S = 120.0
+__all__ = ["PYTHON_ENV_DIRS", "TritonServer", "serving_env"]
 
 
 class TritonServer:
@@ -106,11 +113,14 @@ class TritonServer:
         self.python = serving_python if isinstance(serving_python, PythonInfo) else probe_python(serving_python)
         self.triton_home = triton_home if isinstance(triton_home, TritonHome) else TritonHome(Path(triton_home))
         self.host = host
-        given = [p for p in (http_port, grpc_port, metrics_port) if p]
-        picked = iter(free_ports(3 - len(given), host, avoid=given))
-        self.http_port = http_port or next(picked)
-        self.grpc_port = grpc_port or next(picked)
-        self.metrics_port = metrics_port or next(picked)
+        # Held for this process until stop(): no other vllm-repo process picks them meanwhile (claims.py).
+        given = {label: p for label, p in (("HTTP", http_port), ("gRPC", grpc_port), ("metrics", metrics_port)) if p}
+        self._held_ports = hold_ports(given)
+        picked = free_ports(3 - len(given), host, avoid=given.values(), hold=True)
+        self._held_ports += picked
+        self.http_port = http_port or picked.pop(0)
+        self.grpc_port = grpc_port or picked.pop(0)
+        self.metrics_port = metrics_port or picked.pop(0)
         self.shm_prefix = unique_shm_prefix()
         self._own_workdir: Path | None = None
         self._backend_directory = Path(backend_directory) if backend_directory else None
@@ -126,8 +136,8 @@ class TritonServer:
         self.log_start = 0
         self._final_log: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
-        # The Python backend's environment directories before start(), and when it ran (None: it never did).
-        self._python_envs_before: tuple[set[str], float | None] = (set(), None)
+        # The Python backend's /tmp/python_env_* directory of this server, once it made one (claims.py).
+        self.python_env: str | None = None
         # Set by stop() when the server's own shutdown was not enough and its process group had to be signalled.
         self.escalated_to: str | None = None
 
@@ -213,18 +223,27 @@ class TritonServer:
             if INDUCTOR_CACHE_ENV not in overrides and INDUCTOR_CACHE_ENV not in os.environ:
                 overrides[INDUCTOR_CACHE_ENV] = str(cache_dir() / "torchinductor")
             env = serving_env(self.python, self.triton_home, overrides=overrides)
-            self._python_envs_before = set(glob.glob(PYTHON_ENV_DIRS)), time.time()
-            self.process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log_file,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=str(cwd or self._own_workdir),
-                start_new_session=True,
-                preexec_fn=_reset_signals if _signals_need_reset() else None,
-            )
+            with python_env_lock():  # the one python_env directory that appears meanwhile is this server's
+                before = python_env_dirs()
+                self.process = subprocess.Popen(
+                    self.command(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=self._log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=str(cwd or self._own_workdir),
+                    start_new_session=True,
+                    preexec_fn=_reset_signals if _signals_need_reset() else None,
+                )
+                if self._guard:
+                    self.guardian = Guardian(self.process.pid, self.shm_prefix, remove=[self._own_workdir])
+                self.python_env = claim_python_env(before, self._settled)
+            if self.python_env is not None and self.guardian is not None:
+                self.guardian.remove_too(Path(self.python_env))
         except BaseException:
+            if self.process is not None:  # interrupted while it started: stopped, as a started server would be
+                self.stop()
+                raise
             # Nothing of a start that failed before the server ran stays behind: its work directory, its log file.
             if self._log_file is not None:
                 self._log_file.close()
@@ -234,9 +253,11 @@ class TritonServer:
             self._backend_directory = None if laid_out else self._backend_directory
             self._log_path = None if logged else self._log_path
             raise
-        if self._guard:
-            self.guardian = Guardian(self.process.pid, self.shm_prefix, remove=[self._own_workdir])
         return self
+
+    def _settled(self) -> bool:
+        """Whether the server got as far as it will without a python_env directory: it exited, or is ready."""
+        return self.process is None or self.process.poll() is not None or self.is_ready()
 
     @property
     def started(self) -> subprocess.Popen[bytes]:
@@ -333,14 +354,12 @@ class TritonServer:
             time.sleep(0.1)
 
     def _cleanup_workdir(self) -> None:
-        # The Python backend's directory of this run: made while the server started (the backend is loaded with the
-        # first model), and still empty. Another server started in that minute is the only one that could own it.
-        before, started = self._python_envs_before
-        if started is not None:
-            for path in set(glob.glob(PYTHON_ENV_DIRS)) - before:
-                with contextlib.suppress(OSError):
-                    if os.stat(path).st_mtime - started < PYTHON_ENV_MADE_WITHIN_S:
-                        os.rmdir(path)
+        # The Python backend's own directory, should the server have died before its shutdown removed it; never
+        # another server's (claims.py). Then the ports: the server that held them is gone.
+        remove_python_env(self.python_env)
+        self.python_env = None
+        release_ports(self._held_ports)
+        self._held_ports = []
         # A log inside our own work directory is kept in memory, so log_text() still answers after stop().
         if self._own_workdir is not None:
             if self._log_path is not None and self._own_workdir in self._log_path.parents:
