@@ -655,6 +655,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check_cancel:
             results["cancel_http"] = loop.run_until_complete(check_cancellation(server, settings["max_model_len"] - 64))
             print("cancellation:", results["cancel_http"], flush=True)
+        if metrics_on:
+            results["metric_values_recorded"] = histogram_values_by_model(server.metrics_url)
         results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
         print(json.dumps(results["summary"], indent=1))
         (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
@@ -663,11 +665,30 @@ def main(argv: list[str] | None = None) -> int:
             engine.shutdown()
         server.stop()
         results["backend_send_log"] = [
-            line for line in server.log_text().splitlines() if "responses sent" in line or "finalized" in line
+            line
+            for line in server.log_text().splitlines()
+            if "responses sent" in line or "finalized" in line or "metric calls" in line
         ]
     if "summary" in results:
         (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
     return 0
+
+
+def histogram_values_by_model(metrics_url: str) -> dict[str, int]:
+    """Per model, how many values its vLLM histograms hold (the sum of their _count series): with one call to the
+    server per value, as Triton's own vLLM backend reports them, the round trips they took; the bundled backend logs
+    its own calls at unload ("metric calls")."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(metrics_url, timeout=30) as response:
+        text = response.read().decode()
+    found: dict[str, int] = collections.Counter()
+    for line in text.splitlines():
+        match = re.match(r'vllm:\w+_count\{.*model="([^"]+)".*\} ([\d.e+]+)$', line)
+        if match:
+            found[match.group(1)] += int(float(match.group(2)))
+    return dict(found)
 
 
 def backend_sha256(source: Path) -> str:

@@ -20,13 +20,16 @@
 #      or, for bench/pack_gpu.py, the same carry:                  bash bench/device_backend.sh pack [pack args]
 #      or, for bench/tune_gpu.py, carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/tc] (tritonclient's wheels):
 #                                                                     bash bench/device_backend.sh tune [tune_gpu args]
+#      then, while warm, carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps]:
+#                                                                     bash bench/device_backend.sh next STEP ...
+#      (bench/gpu_proof.sh's steps: the faults, bench --compare; results beside the run's, all brought back each call)
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
 #   5. no carry: bash bench/device_backend.sh cachepack   (vLLM's compile cache back in pieces, for the next lease's
 #      carry [.gpuroute/compile_cache]: bash bench/device_backend.sh cacheunpack, after unpack)
 # The report's run: run --rounds 3 --concurrency 1,32,128,256,512 --requests 6,2,2,2,2 --prompt-words 128 ...
 set -uo pipefail
-stage=${1:?part NN | unpack | run | pack | tune | wait | cachepack | cacheunpack}; shift
+stage=${1:?part NN | unpack | run | next STEP | pack | tune | wait | cachepack | cacheunpack}; shift
 RUN=/tmp/backend-bench
 collect() {
   # What the benchmark wrote so far, and its log, come back under $OUT; HOPS=1's events as one xz file, and its report.
@@ -101,6 +104,26 @@ run|pack|tune)
   export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
   setsid nohup "$PY" bench/backend_throughput.py --device gpu --model /tmp/m --clients http --tokens 128 \
     --out "$RUN"/out "$@" > "$RUN"/run.log 2>&1 &
+  echo $! > "$RUN"/pid
+  follow ;;
+next)
+  # One more step of a series in the same lease (bench/gpu_proof.sh STEP): this call's tree replaces the run's, the
+  # results under $RUN/out stay and come back together. carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps].
+  source .gpuroute/remote/install.sh /tmp/vp /tmp/site || exit 1
+  [ -d /tmp/triton/pytriton ] || { echo "no Triton files here: the run stage first"; exit 1; }
+  SP=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # vllm-repo's own command: tritonclient's wheels into the device's Python (as for tune), the packages it lacks
+  # (jsonschema and its kin) after site-packages, so none of the device's own is shadowed.
+  if [ ! -f /tmp/vrdeps/.ok ]; then
+    "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
+      "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl || exit 1
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/vrdeps .gpuroute/vrdeps/*.whl || exit 1
+    echo /tmp/vrdeps > "$SP/zzz_vrdeps.pth" && touch /tmp/vrdeps/.ok
+  fi
+  mkdir -p "$RUN"/out && rm -rf "$RUN"/tree && cp -r . "$RUN"/tree && cd "$RUN"/tree || exit 1
+  ln -sfn ../schemas vllm_repo/_schemas
+  export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH" RUN
+  setsid nohup bash bench/gpu_proof.sh "$@" > "$RUN"/run.log 2>&1 &
   echo $! > "$RUN"/pid
   follow ;;
 wait)

@@ -1,0 +1,244 @@
+"""Faults under load through Triton + the bundled backend, with metrics on as `vllm-repo init` writes a model:
+
+1. cancel: STREAMS streams over HTTP generate_stream, a quarter of them closed by their clients after a few
+   responses. Every other request must end complete, every closed one must be aborted in the engine (the backend's
+   "aborted in the engine" log line, one per closed stream), and the running/waiting gauges must come back to 0.
+2. kill: STREAMS streams, then the engine's process killed with SIGKILL mid-load (ENGINE_PROCESS's own process, or
+   in the stub's shape vLLM's EngineCore below the stub). Every open request must end with an error (none hangs), the
+   model must report not ready (ENABLE_VLLM_HEALTH_CHECK unloads it), and a load through Triton's model-control API
+   must serve again.
+
+Run by hand with the serving Python, from the repository root (bench/results/backend.md has the runs):
+
+    $VLLM_REPO_SERVING_PYTHON bench/backend_faults.py [--streams 32] [--parameters '{"ENGINE_PROCESS": "true"}']
+    python bench/backend_faults.py --device gpu --model M --engine-args '{"load_format": "dummy", ...}' --streams 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from backend_throughput import (
+    CPU_ENV,
+    MODEL_NAME,
+    OFFLINE_ENV,
+    PROMPT,
+    build_tiny_model,
+    children_of,
+    default_engine_args,
+    sampling_json,
+    write_model,
+)
+from http_stream import GenerateStreamConnection, GenerateStreamError
+
+ABORTED = "cancelled by the client: aborted in the engine"
+ENGINE_PROCESS_READY = re.compile(rf"model {MODEL_NAME} ready \(vLLM [^,]+, process (\d+)\)")
+
+
+class _Close(Exception):
+    pass
+
+
+async def one_stream(host: str, port: int, tokens: int, close_after: int | None, deadline_s: float) -> dict:
+    """One generate_stream request: its outcome ("complete", "closed", "error", "hung") and tokens received."""
+    received = []
+
+    def on_event(event: dict) -> None:
+        received.append(event)
+        if close_after is not None and len(received) >= close_after:
+            raise _Close
+
+    conn = GenerateStreamConnection(host, port)
+    body = {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling_json(tokens)}
+    body["return_num_output_tokens"] = True
+    try:
+        await asyncio.wait_for(conn.generate(MODEL_NAME, body, on_event=on_event), deadline_s)
+        outcome, detail = "complete", ""
+    except _Close:
+        outcome, detail = "closed", ""
+    except asyncio.TimeoutError:
+        outcome, detail = "hung", f"no end within {deadline_s} s"
+    except (GenerateStreamError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        outcome, detail = "error", str(exc)[:300]
+    finally:
+        await conn.close()
+    count = sum(int(e.get("num_output_tokens", 0) or 0) for e in received)
+    return {"outcome": outcome, "tokens": count, "detail": detail}
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        match = re.match(rf'(vllm:num_requests_\w+)\{{.*model="{MODEL_NAME}".*\}} ([\d.e+-]+)$', line)
+        if match:
+            values[match.group(1)] = float(match.group(2))
+    return values
+
+
+def http_status(url: str, method: str = "GET") -> int:
+    request = urllib.request.Request(url, data=b"{}" if method == "POST" else None, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+async def cancel_phase(server, streams: int, tokens: int) -> dict:
+    aborted_before = server.log_text().count(ABORTED)
+    closing = set(range(0, streams, 4))  # a quarter
+    started = time.perf_counter()
+    results = await asyncio.gather(
+        *(one_stream(server.host, server.http_port, tokens, 3 if i in closing else None, 600) for i in range(streams))
+    )
+    wall = time.perf_counter() - started
+    complete = [r for i, r in enumerate(results) if i not in closing]
+    deadline = time.monotonic() + 30
+    while server.log_text().count(ABORTED) - aborted_before < len(closing) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    gauges = {}
+    while time.monotonic() < deadline + 30:
+        gauges = scrape(server.metrics_url)
+        if gauges and not any(gauges.values()):
+            break
+        await asyncio.sleep(0.5)
+    return {
+        "streams": streams,
+        "closed_by_client": len(closing),
+        "complete": sum(r["outcome"] == "complete" and r["tokens"] == tokens for r in complete),
+        "others": len(complete),
+        "not_complete": [r for r in complete if r["outcome"] != "complete" or r["tokens"] != tokens][:5],
+        "aborted_in_engine": server.log_text().count(ABORTED) - aborted_before,
+        "gauges_after": gauges,
+        "wall_s": round(wall, 1),
+    }
+
+
+def engine_pid(server, stub_pid: int | None) -> int | None:
+    """ENGINE_PROCESS's process (the backend logs its pid when the model is ready), else vLLM's EngineCore below the
+    stub (in-stub shape)."""
+    found = ENGINE_PROCESS_READY.findall(server.log_text())
+    if found:
+        return int(found[-1])
+    if stub_pid is None:
+        return None
+    for pid in children_of(stub_pid):
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if "EngineCore" in name or "VLLM" in name:
+            return pid
+    return None
+
+
+async def kill_phase(server, streams: int, tokens: int, stub_pid: int | None) -> dict:
+    victim = engine_pid(server, stub_pid)
+    if victim is None:
+        return {"error": "no engine process found"}
+    tasks = [
+        asyncio.ensure_future(one_stream(server.host, server.http_port, tokens, None, 120)) for _ in range(streams)
+    ]
+    await asyncio.sleep(3)  # under load: every stream admitted and streaming
+    killed_at = time.perf_counter()
+    os.kill(victim, signal.SIGKILL)
+    results = await asyncio.gather(*tasks)
+    ended_s = time.perf_counter() - killed_at
+    base = f"http://{server.host}:{server.http_port}/v2"
+    ready_after_kill = http_status(f"{base}/models/{MODEL_NAME}/ready")
+    load_started = time.perf_counter()
+    load_status = http_status(f"{base}/repository/models/{MODEL_NAME}/load", "POST")
+    load_s = time.perf_counter() - load_started
+    again = await one_stream(server.host, server.http_port, 16, None, 120)
+    outcomes: dict[str, int] = {}
+    for r in results:
+        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+    return {
+        "streams": streams,
+        "killed_pid": victim,
+        "outcomes": outcomes,
+        "errors_sample": sorted({r["detail"] for r in results if r["outcome"] == "error"})[:3],
+        "all_ended_within_s": round(ended_s, 1),
+        "ready_status_after_kill": ready_after_kill,
+        "load_status": load_status,
+        "load_s": round(load_s, 1),
+        "served_after_reload": again,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--model", help="model directory (default on the CPU: a tiny model built here)")
+    parser.add_argument("--engine-args", default="{}", help="model.json settings over the defaults, as JSON")
+    parser.add_argument("--parameters", default="{}", help="more config.pbtxt parameters, e.g. ENGINE_PROCESS")
+    parser.add_argument("--streams", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = parser.parse_args(argv)
+    env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
+    os.environ.update(env)
+
+    from vllm_repo.serve.server import TritonServer
+
+    work = Path(tempfile.mkdtemp(prefix="backend-faults-"))
+    if args.model is None and args.device == "gpu":
+        parser.error("--model is required with --device gpu")
+    model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
+    settings = dict(
+        default_engine_args(model_dir, args.device), disable_log_stats=False, **json.loads(args.engine_args)
+    )
+    # As init writes it (metrics on), and the health check that unloads a model whose engine died.
+    parameters = {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true", **json.loads(args.parameters)}
+    kind = "KIND_CPU" if args.device == "cpu" else "KIND_GPU"
+    write_model(work / "repo", settings, kind, parameters=parameters)
+    server = TritonServer(
+        work / "repo",
+        serving_python=sys.executable,
+        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
+        env=env,
+        log_path=work / "tritonserver.log",
+        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
+    )
+    results: dict = {"device": args.device, "engine_args": settings, "parameters": parameters, "tokens": args.tokens}
+    server.start()
+    try:
+        server.wait_ready(timeout=900)
+        from backend_throughput import _process_group, stub_pids
+
+        stub = stub_pids(_process_group(server.pgid)).get(MODEL_NAME)
+        loop = asyncio.new_event_loop()
+        results["cancel"] = loop.run_until_complete(cancel_phase(server, args.streams, args.tokens))
+        print("cancel:", json.dumps(results["cancel"]), flush=True)
+        results["kill"] = loop.run_until_complete(kill_phase(server, args.streams, args.tokens, stub))
+        print("kill:", json.dumps(results["kill"]), flush=True)
+    finally:
+        server.stop()
+        results["log_tail"] = server.log_text().splitlines()[-40:]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"backend_faults_{args.device}_{time.strftime('%Y%m%dT%H%M%S')}.json"
+    (out / name).write_text(json.dumps(results, indent=1))
+    print(f"wrote {out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The steps of the GPU proof run after bench/backend_throughput.py (bench/results/backend.md), each started by
+# `bash bench/device_backend.sh next STEP [SHAPE]` on the warm device: $PY is the device's Python with vLLM, $RUN the
+# run's directory (results under $RUN/out/STEP), the model the Llama-3-8B shape at /tmp/m with dummy weights.
+#   faults [PARAMETERS]  bench/backend_faults.py: 256 streams, a quarter closed mid-stream; the engine killed under load
+#   compare [SHAPE]      vllm-repo bench REPO --compare vllm-serve at 1,32,128,256 streams, 3 rounds, on a repository
+#                        that `vllm-repo init` writes (metrics on), native and OpenAI endpoints
+#   off                  bench/backend_throughput.py with --metrics off at 256 and 1,024 streams: the labelled variant
+set -uo pipefail
+step=${1:?faults | compare | off}; shift
+out="$RUN/out/$step" && mkdir -p "$out"
+# Sized for one card: a single engine at a time in these steps (the run's three shared it at 0.29 each).
+engine='{"load_format": "dummy", "tokenizer": "/tmp/m/tok", "max_num_batched_tokens": 8192, "max_num_seqs": 1024'
+echo "== $step $(date +%T)"
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+case $step in
+faults)
+  "$PY" bench/backend_faults.py --device gpu --model /tmp/m --engine-args "$engine, \"gpu_memory_utilization\": 0.5}" \
+    --streams 256 --tokens 512 --parameters "${1:-"{}"}" --out "$out" ;;
+compare)
+  echo "TODO" ;;
+off)
+  "$PY" bench/backend_throughput.py --device gpu --model /tmp/m --clients http --tokens 128 --metrics off \
+    --engine-args "$engine, \"gpu_memory_utilization\": 0.29}" --parameters '{"ENGINE_PROCESS": "false"}' \
+    --variants '{"process": {"ENGINE_PROCESS": "true"}}' --concurrency 256,1024 --requests 2,2 --prompt-words 128 \
+    --rounds 2 --out "$out" ;;
+esac
+echo "== $step done rc=$? $(date +%T)"
