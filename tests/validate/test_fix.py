@@ -211,3 +211,50 @@ def test_a_fixed_file_keeps_its_permissions(tmp_path):
     model_json.chmod(0o640)
     fix_paths([repo], vllm_version=VERSION)
     assert '"bfloat16"' in model_json.read_text() and stat.S_IMODE(model_json.stat().st_mode) == 0o640
+
+
+def test_fix_goes_on_until_nothing_changes_a_moved_file_is_checked_and_fixed_in_the_same_run(tmp_path):
+    # models.json is not read as engine arguments until it is model.json: its removed key shows only then.
+    model = tmp_path / "llm"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('backend: "vllm"\n')
+    (model / "1" / "models.json").write_text('{\n  "model": "m",\n  "disable_log_requests": true\n}\n')
+    plan, after = fix_paths([model], vllm_version=VERSION)
+    assert sorted(d.code for d, _ in plan.applied) == ["VR104", "VR302"]
+    assert json.loads((model / "1" / "model.json").read_text()) == {"model": "m", "enable_log_requests": False}
+    assert not after.has_errors and not after.diagnostics
+    again, _ = fix_paths([model], vllm_version=VERSION)
+    assert not again.changes  # nothing left for a second run
+
+    # The same from the command line: one run, both fixes reported, nothing left.
+    (model / "1" / "model.json").rename(model / "1" / "models.json")
+    (model / "1" / "models.json").write_text('{\n  "model": "m",\n  "disable_log_requests": true\n}\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_repo", "validate", "--fix", "--vllm-version", VERSION, str(model)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[VR104]" in done.stderr and "[VR302]" in done.stderr and "stopped after" not in done.stderr
+
+
+def test_fix_stops_after_a_bounded_number_of_passes_and_says_so(tmp_path, monkeypatch):
+    # Two fixes that undo each other never converge: the run ends, and says it did not settle.
+    from vllm_repo.validate import runner
+
+    model = tmp_path / "llm"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('backend: "vllm"\n')
+    (model / "1" / "model.json").write_text('{"model": "m", "dtype": "bf16"}\n')
+    real_plan = runner.plan
+
+    def flip(fixes):
+        result = real_plan(fixes)
+        path = model / "1" / "model.json"
+        text = path.read_text()
+        result.texts[path] = (text, text.replace("bfloat16", "bf16") if "bfloat16" in text else text)
+        return result
+
+    monkeypatch.setattr(runner, "plan", flip)
+    plan, _ = fix_paths([model], vllm_version=VERSION)
+    assert plan.passes == runner.MAX_FIX_PASSES and not plan.converged

@@ -84,12 +84,24 @@ def validate(
             else "nothing for --fix to change (no finding has one right answer); what is found:",
             err=True,
         )
+        if plan.moves:
+            typer.echo(
+                "a file under its right name is checked only then: --fix checks the moved files too, and fixes them "
+                "in the same run",
+                err=True,
+            )
         REPORTERS[output_format.value](left, sys.stderr, sys.stderr)
         raise typer.Exit(1 if plan.changes or result.has_errors else 0)
     for diagnostic, change in plan.applied:
         typer.echo(f"fixed {diagnostic.location()}: [{diagnostic.code}] {change.description}", err=True)
     for diagnostic, _, why in plan.skipped:
         typer.echo(f"not fixed {diagnostic.location()}: [{diagnostic.code}] {why}", err=True)
+    if not plan.converged:
+        typer.echo(
+            f"--fix stopped after {plan.passes} passes, each of which still changed something: two fixes may undo "
+            "each other; the findings below are what is left",
+            err=True,
+        )
     REPORTERS[output_format.value](result, sys.stdout, sys.stderr)  # what is left
     raise typer.Exit(1 if result.has_errors else 0)
 

@@ -125,6 +125,9 @@ class FixPlan(Generic[Answered]):
     moves: list[Move] = dataclasses.field(default_factory=list)
     applied: list[tuple[Answered, Fix]] = dataclasses.field(default_factory=list)  # (diagnostic, fix)
     skipped: list[tuple[Answered, Fix, str]] = dataclasses.field(default_factory=list)  # (diagnostic, fix, why)
+    # validate --fix's passes over the files (runner.fix_paths), and whether its last left nothing to change.
+    passes: int = 0
+    converged: bool = False
 
     def diff(self, display: dict[Path, str] | None = None) -> str:
         import difflib

@@ -87,18 +87,37 @@ def validate_paths(
     return ValidationResult(diagnostics=ordered, vllm_version=choice, models=models)
 
 
+# validate --fix runs again on what it wrote until nothing changes (a file moved to its right name is read, and
+# checked, only then); a run that still changes something after this many passes stops, and says so.
+MAX_FIX_PASSES = 10
+
+
 def fix_paths(
     paths: Iterable[str | Path], *, write: bool = True, **options: Any
 ) -> tuple[FixPlan[Diagnostic], ValidationResult]:
-    """validate ``paths``, apply the fixes its findings carry (``write``; else only plan them, for a diff), and return
-    the plan with what validate finds afterwards (before, when nothing was written). ``options`` are validate_paths'."""
+    """validate ``paths``, apply the fixes its findings carry, and validate again, until no fix changes anything (at
+    most MAX_FIX_PASSES); return every pass's fixes in one plan (``passes``, ``converged``; ``skipped``: what the last
+    pass could not fix) with what validate finds afterwards. Without ``write``, one pass is planned and nothing
+    written (a diff). ``options`` are validate_paths'."""
     paths = list(paths)
-    before = validate_paths(paths, **options)
-    fixes = plan((d, d.fix) for d in before.diagnostics if d.fix is not None)
-    if not write or not fixes.changes:
-        return fixes, before
-    fixes.write()
-    return fixes, validate_paths(paths, **options)
+    result = validate_paths(paths, **options)
+    total: FixPlan[Diagnostic] = FixPlan()
+    for _ in range(MAX_FIX_PASSES if write else 1):
+        fixes = plan((d, d.fix) for d in result.diagnostics if d.fix is not None)
+        total.skipped = fixes.skipped
+        if not fixes.changes:
+            total.converged = True
+            break
+        total.passes += 1
+        total.applied.extend(fixes.applied)
+        total.moves.extend(fixes.moves)
+        for path, (old, new) in fixes.texts.items():
+            total.texts[path] = (total.texts.get(path, (old, new))[0], new)
+        if not write:
+            return total, result
+        fixes.write()
+        result = validate_paths(paths, **options)
+    return total, result
 
 
 def _check_codes(prefixes: Sequence[str] | None, option: str) -> None:
