@@ -97,7 +97,9 @@ def to_text(evidence: dict[str, Any]) -> str:
     taken = evidence.get("reused") or 0
     taken_text = f", {taken} taken as measured in {evidence.get('resumed_from')}" if taken else ""
     lines.append(f"{measured} measurement(s) in {evidence['wall_s']:.0f} s{taken_text}")
-    if evidence["stopped"] == "budget":
+    if evidence["stopped"] == "budget" and evidence.get("confirmed") is False:
+        lines.append("the time budget was spent before the best was measured again: --write does not take it")
+    elif evidence["stopped"] == "budget":
         lines.append("the time budget was spent: the search stopped there, the winner is the best measured")
     elif evidence["stopped"] == "interrupted":
         lines.append("interrupted: the candidates above are those measured before the stop; nothing was written")

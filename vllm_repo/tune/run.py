@@ -404,6 +404,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
     project = resolve_settings(spec.repository, gpu=spec.gpu, num_gpus=spec.num_gpus)
     scratch = temporary_directory()
     server: ModelServer | None = None
+    started = 0  # Triton servers started: each ModelServer, and those it started anew
     try:
         root = work_copy(model.path, scratch)
         work_model = root / model.name
@@ -474,7 +475,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
             return verdict.dropped
 
         def measure(candidate: Candidate) -> Outcome | None:
-            nonlocal server
+            nonlocal server, started
             again = candidate.stage == "confirm"  # the search's best, measured once more
             taken = None if again else earlier.get(candidate.key())
             if taken is not None:
@@ -506,6 +507,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
             try:
                 if server is None:
                     server = ModelServer(plan, model.name, spec.log_path)
+                    started += 1
                     server.start(spec.ready_timeout)
                 failure = server.reload(spec.ready_timeout)
             except KeyboardInterrupt:
@@ -528,6 +530,7 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
             except BenchError as exc:  # the server stopped answering mid-measurement: the next one gets a new one
                 keep("failed", reason=f"{exc}", load_s=round(loaded_s, 1))
                 note(f"  failed: {exc}; starting a new server")
+                started += server.restarts
                 server.stop()
                 server = None
                 durations.append(time.monotonic() - began)
@@ -567,10 +570,22 @@ def tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, progress: 
                 server.stop()
         evidence = _evidence(spec, run_keys, records, search, stopped, notes, started_at)
         evidence["resumed_from"] = str(resume) if resume is not None else None
-        evidence["server_restarts"] = server.restarts if server is not None else 0
+        started += server.restarts if server is not None else 0
+        evidence["server_restarts"] = max(started - 1, 0)
         winner = search.best if stopped != "interrupted" else None
         if stopped == "interrupted":
             evidence["winner"] = None
+        # A best measured once, where the search meant to measure it again: --write does not take it.
+        evidence["confirmed"] = winner is not None and (
+            not search.confirmations or len(search.repeats.get(winner.key(), ())) > 1
+        )
+        if winner is not None and not evidence["confirmed"]:
+            evidence["notes"].append(
+                f"the best, {winner.name}, was measured once: the {stopped or 'search'} ended the run before it was "
+                f"measured again (--confirm {spec.confirm}); not written, model.json is kept (more --budget-minutes "
+                "confirms it; --confirm 0 takes a best measured once)"
+            )
+            winner = None
         return TuneResult(evidence, model, version, winner, original, interrupted=stopped == "interrupted")
     finally:
         if server is not None:
