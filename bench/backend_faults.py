@@ -54,12 +54,22 @@ class _Close(Exception):
     pass
 
 
-async def one_stream(host: str, port: int, tokens: int, close_after: int | None, deadline_s: float) -> dict:
-    """One generate_stream request: its outcome ("complete", "closed", "error", "hung") and tokens received."""
+async def one_stream(
+    host: str,
+    port: int,
+    tokens: int,
+    close_after: int | None,
+    deadline_s: float,
+    streaming: asyncio.Event | None = None,
+) -> dict:
+    """One generate_stream request: its outcome ("complete", "closed", "error", "hung") and tokens received;
+    ``streaming`` is set at its first response."""
     received = []
 
     def on_event(event: dict) -> None:
         received.append(event)
+        if streaming is not None:
+            streaming.set()
         if close_after is not None and len(received) >= close_after:
             raise _Close
 
@@ -153,16 +163,25 @@ async def kill_phase(server, streams: int, tokens: int, stub_pid: int | None) ->
     victim = engine_pid(server, stub_pid)
     if victim is None:
         return {"error": "no engine process found"}
+    started = [asyncio.Event() for _ in range(streams)]
     tasks = [
-        asyncio.ensure_future(one_stream(server.host, server.http_port, tokens, None, 120)) for _ in range(streams)
+        asyncio.ensure_future(one_stream(server.host, server.http_port, tokens, None, 120, started[i]))
+        for i in range(streams)
     ]
-    await asyncio.sleep(3)  # under load: every stream admitted and streaming
+    # Under load: every stream admitted and streaming (or 60 s gone by).
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
     killed_at = time.perf_counter()
     os.kill(victim, signal.SIGKILL)
     results = await asyncio.gather(*tasks)
     ended_s = time.perf_counter() - killed_at
     base = f"http://{server.host}:{server.http_port}/v2"
-    ready_after_kill = http_status(f"{base}/models/{MODEL_NAME}/ready")
+    # ENABLE_VLLM_HEALTH_CHECK unloads the model once the backend has seen the death.
+    deadline = time.monotonic() + 60
+    while (ready_after_kill := http_status(f"{base}/models/{MODEL_NAME}/ready")) == 200:
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    not_ready_after_s = time.perf_counter() - killed_at
     load_started = time.perf_counter()
     load_status = http_status(f"{base}/repository/models/{MODEL_NAME}/load", "POST")
     load_s = time.perf_counter() - load_started
@@ -177,6 +196,7 @@ async def kill_phase(server, streams: int, tokens: int, stub_pid: int | None) ->
         "errors_sample": sorted({r["detail"] for r in results if r["outcome"] == "error"})[:3],
         "all_ended_within_s": round(ended_s, 1),
         "ready_status_after_kill": ready_after_kill,
+        "not_ready_after_s": round(not_ready_after_s, 1),
         "load_status": load_status,
         "load_s": round(load_s, 1),
         "served_after_reload": again,

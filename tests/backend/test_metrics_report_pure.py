@@ -8,6 +8,7 @@ import math
 import threading
 import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -20,16 +21,16 @@ class FakeFamily:
     """The stub's pb_utils.MetricFamily: each metric call recorded, the values kept by family and labels."""
 
     COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
-    calls: list[tuple[str, str]] = []
-    series: dict[tuple[str, tuple], float] = {}
-    kinds: dict[str, str] = {}
+    calls: ClassVar[list[tuple[str, str]]] = []
+    series: ClassVar[dict[tuple[str, tuple], float]] = {}
+    kinds: ClassVar[dict[str, str]] = {}
     delay_s = 0.0
 
     def __init__(self, name: str, description: str, kind: str) -> None:
         self.name, self.kind = name, kind
         FakeFamily.kinds[name] = kind
 
-    def Metric(self, labels: dict, buckets: list | None = None) -> FakeMetric:  # noqa: N802 - the stub's name
+    def Metric(self, labels: dict, buckets: list | None = None) -> FakeMetric:  # the stub's name
         return FakeMetric(self, labels, buckets)
 
 

@@ -643,22 +643,26 @@ def test_the_engine_death_cause_is_the_last_process_death_in_the_log(line, cause
 
 # vLLM 0.26's engine core dying of torch's out-of-memory error under load (ENGINE_PROCESS, three engines on one GPU):
 # the cause is twenty lines above the end, and no process death is logged.
-_OOM_DEATH_LOG = """\
+_OOM_DEATH_LOG = (
+    """\
 I1205 10:10:58.120 312 model.py:201] [vllm] model llama_b ready (vLLM 0.26.0, process 4199)
 (EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860] EngineCore encountered a fatal error.
 (EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860] Traceback (most recent call last):
 (EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]   File "/tmp/site/vllm/v1/engine/core.py", line 851, in run
 (EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]     engine_core.run_busy_loop()
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]   File "/tmp/site/vllm/v1/worker/gpu_model_runner.py", line 2301
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]     logits = self.model.compute_logits(sample_hidden_states)
+(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]   File "/tmp/site/vllm/v1/worker/gpu_model_runner.py"
+(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]     logits = self.model.compute_logits(hidden_states)
 (EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860] torch.OutOfMemoryError: CUDA out of memory. Tried to \
 allocate 1.75 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.12 GiB is free. Process 4101 has 26.10 GiB \
 memory in use. Including non-PyTorch memory, this process has 25.80 GiB memory in use.
-""" + "".join(
-    f"ERROR 12-05 10:11:12 [async_llm.py:480] AsyncLLM output_handler failed (line {i}).\n" for i in range(18)
-) + (
-    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the "
-    "root cause.\n"
+"""
+    + "".join(
+        f"ERROR 12-05 10:11:12 [async_llm.py:480] AsyncLLM output_handler failed (line {i}).\n" for i in range(18)
+    )
+    + (
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the "
+        "root cause.\n"
+    )
 )
 
 
@@ -669,6 +673,12 @@ def test_an_engine_that_died_of_gpu_memory_is_said_to_have_run_out_of_it():
     )
     died = _OOM_DEATH_LOG + "ERROR 12-05 [core_client.py:564] Engine core proc EngineCore_DP0 died unexpectedly\n"
     assert environment.engine_death_cause(died).endswith(", and Engine core proc EngineCore_DP0 died")
+
+
+def test_an_engine_process_end_is_said_in_words():
+    assert environment.exit_description(-9) == "was killed by SIGKILL"
+    assert environment.exit_description(1) == "exited with status 1"
+    assert environment.exit_description(-99) == "exited with status -99"
 
 
 def test_launch_reads_a_death_from_the_log_as_the_backend_does():

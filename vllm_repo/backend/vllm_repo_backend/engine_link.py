@@ -368,7 +368,7 @@ class ProcessEngine:
             exited = None
         cause = environment.death_cause_in_server_log(self._log_start)
         if exited is not None:
-            cause = f"its process exited ({exited}); {cause}"
+            cause = f"its process {environment.exit_description(exited)}; {cause}"
         self.dead_reason = engine_death(self.model_name, self.health_check, cause)
         for job in list(self.live.values()):
             if gone or isinstance(job, jobs.Job):  # vLLM's app answers its own requests, as vllm serve does

@@ -258,9 +258,7 @@ def engine_death_cause(log: str) -> str | None:
 
 
 def _out_of_memory(log: str) -> str | None:
-    found = None
-    for found in _CUDA_OOM.finditer(log):
-        pass
+    found = next(reversed(list(_CUDA_OOM.finditer(log))), None)  # the last one
     if found is None:
         return None
     if not found["want"]:
@@ -269,6 +267,16 @@ def _out_of_memory(log: str) -> str | None:
     if found["total"]:
         numbers += f" on GPU {found['gpu']}, which has {found['total']} with {found['free']} free"
     return f"the GPU ran out of memory (CUDA out of memory: {numbers})"
+
+
+def exit_description(returncode: int) -> str:
+    """A child process's end in words: "was killed by SIGKILL", "exited with status 1"."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            pass
+    return f"exited with status {returncode}"
 
 
 def _process_death(log: str) -> str | None:
