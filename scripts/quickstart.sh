@@ -104,3 +104,5 @@ trap - EXIT
 echo "done: the server is stopped. Serve your own model from a new shell with:" >&2
 echo "  export PATH=\"$root/.venv/bin:\$PATH\" VLLM_REPO_SERVING_PYTHON=\"$VLLM_REPO_SERVING_PYTHON\"" >&2
 echo "  vllm-repo init model_repository --model Qwen/Qwen2.5-0.5B-Instruct && vllm-repo launch model_repository" >&2
+echo "(the model comes from the Hugging Face Hub, which launch needs to reach unless the model is in its cache;" >&2
+echo " offline, give --model a local model directory, e.g. $work/tiny-llama)" >&2

@@ -352,7 +352,7 @@ def decoupled(log: ServerLog) -> Iterator[Found]:
         line,
         "config.pbtxt does not make the model decoupled, and the vLLM backend streams its responses",
         "set `model_transaction_policy { decoupled: true }` in config.pbtxt, or drop `decoupled: false` and let "
-        "Triton's auto-complete add it; `vllm-repo validate --fix` does it (rule VR204)",
+        "Triton's auto-complete add it; `vllm-repo validate REPO --fix` does it (rule VR204)",
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -671,7 +672,8 @@ def untuned_settings(model: ModelDirectory, ctx: CheckContext) -> Iterator[Findi
             f"{key}: model.json {now}, but vllm-repo tune {chosen} ({path.name}): the tuned goodput and latency "
             "were not measured for these settings",
             doc.position_of(key) if key in data else None,
-            hint="run `vllm-repo tune --write` again for the settings you serve, or put the tuned value back "
+            hint=f"run `vllm-repo tune {shlex.quote(str(model.path.parent))} --model {shlex.quote(model.name)} "
+            f"--write` again (with the SLO you tuned for) for the settings you serve, or put the tuned value back "
             f"(delete {path.name} to drop the check)",
         )
 

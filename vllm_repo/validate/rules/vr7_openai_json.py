@@ -16,7 +16,7 @@ from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import did_you_mean, not_one_json_object, path_exists
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
-_GATEWAY_FLAGS = "give it to `vllm-repo launch --openai-port` or `vllm-repo openai` instead"
+_GATEWAY_FLAGS = "give it to `vllm-repo launch` (with --openai-port) or `vllm-repo openai` instead"
 _NO_HTTP_SERVER = "it configures vllm serve's own HTTP server, which the backend does not run"
 _TLS = "the gateway serves plain HTTP: terminate TLS in front of it (a reverse proxy, the ingress)"
 # vllm serve options for its HTTP server (vLLM's FrontendArgs beyond BaseFrontendArgs), with what to do instead.
