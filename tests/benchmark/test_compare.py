@@ -273,3 +273,10 @@ def test_the_docs_page_names_every_key_of_the_comparison():
     comparison = made_up_run({"triton native": [1.0], "vllm-serve": [1.0]}).report()["comparison"]
     keys = set(comparison) | set(comparison["points"][0]) | set(comparison["sides"][0]) | set(RATIO_FIGURES)
     assert {k for k in keys if f"`{k}`" not in text} <= {"concurrency"}
+
+
+def test_a_model_path_relative_to_here_is_given_to_vllm_serve_whole(tmp_path, monkeypatch):
+    (tmp_path / "weights" / "m").mkdir(parents=True)
+    write_model(tmp_path / "repo", "llm", {"model": "weights/m"})
+    monkeypatch.chdir(tmp_path)
+    assert serve_args_for(tmp_path / "repo", "llm", "0.32.0").args()[:2] == ["--model", str(tmp_path / "weights" / "m")]

@@ -136,7 +136,11 @@ def serve_args_for(repository: Path, model_name: str | None, vllm_version: str |
     options_doc = version.openai_options
     options = options_doc.data if options_doc is not None and isinstance(options_doc.data, dict) else {}
     options = {k: v for k, v in options.items() if k not in OPENAI_OPTIONS_SET_BY_BACKEND}
-    return ServeArgs(model.name, dict(doc.data), options, checked, left_out)
+    engine_args = dict(doc.data)
+    local = Path(str(engine_args["model"])).expanduser()
+    if not local.is_absolute() and local.exists():  # vllm serve runs in a directory of its own
+        engine_args["model"] = str(local.resolve())
+    return ServeArgs(model.name, engine_args, options, checked, left_out)
 
 
 def _check_flags(
