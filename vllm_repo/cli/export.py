@@ -139,6 +139,8 @@ def kubernetes(
     )
     for finding in result.findings:
         typer.echo(f"warning: {finding}", err=True)
+    for note in result.storage_notes:
+        typer.echo(f"note: {note}", err=True)
     if strict and result.findings:
         count = len(result.findings)
         raise ExportFindingsError(
@@ -154,7 +156,10 @@ def kubernetes(
     kind = "LeaderWorkerSet" if result.multi_node else "Deployment"
     typer.echo(f"wrote {', '.join(map(str, written))} ({kind} {result.name}, {result.image})")
     if result.build is not None:
-        typer.echo("build and push the image, then apply:", err=True)
+        hint = result.build.registry_hint
+        typer.echo(f"build{'' if hint else ' and push'} the image, then apply:", err=True)
         for command in result.build.commands(directory=str(output)):
             typer.echo(f"  {command}", err=True)
         typer.echo(f"  kubectl apply -f {written[0]}", err=True)
+        if hint:
+            typer.echo(f"note: {hint}", err=True)

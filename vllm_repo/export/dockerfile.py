@@ -48,11 +48,22 @@ class ImageBuild:
         """Shell commands that build the image from ``directory`` (the one holding the Dockerfile): the wheel of the
         vllm-repo checkout ``source`` first, then docker build."""
         d = shlex.quote(directory)
-        return [
+        commands = [
             f"pip wheel --no-deps -w {d} {shlex.quote(source)}   # writes {self.wheel}",
             f"docker build -t {shlex.quote(self.image)} {d}",
-            f"docker push {shlex.quote(self.image)}",
         ]
+        # A name without a registry would be pushed to Docker Hub's library, where the nodes will not find it.
+        return commands if self.registry_hint else [*commands, f"docker push {shlex.quote(self.image)}"]
+
+    @property
+    def registry_hint(self) -> str | None:
+        """What to do when the image names no registry (a local name: nothing to push it to); None when it does."""
+        if "/" in self.image:
+            return None
+        return (
+            f"the image {self.image} names no registry, so there is nothing to push it to: export again with "
+            f"--image REGISTRY/{self.image} to build it for your registry, or load it into the nodes yourself"
+        )
 
 
 def install_step() -> str:

@@ -136,6 +136,7 @@ class KubernetesExport:
     notes: list[str]
     findings: list[str] = dataclasses.field(default_factory=list)  # what to fix before applying: warnings
     build: ImageBuild | None = None  # the Dockerfile of ``image``; None when the pods run the base image as is
+    storage_notes: list[str] = dataclasses.field(default_factory=list)  # what the claims' storage must allow
 
     @property
     def text(self) -> str:
@@ -487,6 +488,9 @@ def export_kubernetes(
     sizes = [load.checkpoint_bytes for load in loads]
     checkpoints = None if None in sizes else sum(s or 0 for s in sizes)
     pod_share = None if checkpoints is None else math.ceil(checkpoints / layout.nodes)
+    # The cache holds what comes from the Hub; a local path's weights come from a --volume claim.
+    hub = [load.checkpoint_bytes for load, m in zip(loads, vllm_models, strict=True) if _from_hub(m)]
+    hub_checkpoints = None if None in hub else sum(s or 0 for s in hub)
 
     labels = {"app.kubernetes.io/name": "triton-vllm", "app.kubernetes.io/instance": name}
     documents: list[tuple[dict, list[str]]] = []
@@ -498,7 +502,7 @@ def export_kubernetes(
         )
     resources, resources_note = ops.resources(layout.node_gpus, len(vllm_models), shm_mib, pod_share)
     # Several pods at once mount a claim the export makes for a Deployment that autoscales: ReadWriteMany.
-    cache_volume, cache_claims, cache_note = _hf_cache(name, labels, ops, checkpoints, layout.multi_node)
+    cache_volume, cache_claims, cache_note = _hf_cache(name, labels, ops, hub_checkpoints, layout.multi_node)
     parts = _pod_parts(
         pod_image,
         _repository_volume(source, name, items),
@@ -542,7 +546,7 @@ def export_kubernetes(
             "(LeaderWorkerSet, needs the LWS controller); the leader runs the Ray head and tritonserver, the workers "
             "join Ray" + ("" if build is not None else "; the image must have Ray")
         )
-        claims = [] if cache_volume is not None else _per_pod_claims(ops, checkpoints)
+        claims = [] if cache_volume is not None else _per_pod_claims(ops, hub_checkpoints)
         workload = leader_worker_set(name, labels, parts, layout.nodes, layout.world, layout.node_gpus, claims)
         documents.append((workload, [title, spans, *details]))
         selector = {LWS_NAME_LABEL: name, "role": "leader"}
@@ -553,7 +557,14 @@ def export_kubernetes(
     hpa = ops.autoscaler(name, labels, scale_target)
     if hpa is not None:
         documents.append((hpa, _autoscaler_comments(ops, layout.multi_node)))
-    return KubernetesExport(name, layout.multi_node, pod_image, documents, notes, findings, build)
+    shared = ops.shared_storage_notes(f"{name}-hf-cache" if cache_claims else None, layout.multi_node)
+    return KubernetesExport(name, layout.multi_node, pod_image, documents, notes, findings, build, shared)
+
+
+def _from_hub(model: ModelDirectory) -> bool:
+    """Whether the model's weights come from the Hugging Face Hub (into the cache), not from a path in the pod."""
+    value = (model.engine_args_data() or {}).get("model")
+    return isinstance(value, str) and not value.startswith(("/", "./", "../", "~"))
 
 
 def _gateway(openai_port: int | None, api_key_secret: str | None) -> Gateway | None:

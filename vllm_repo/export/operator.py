@@ -286,6 +286,24 @@ class Operator:
             spec["storageClassName"] = self.storage_class
         return spec
 
+    def shared_storage_notes(self, made_claim: str | None, multi_node: bool) -> list[str]:
+        """What to know about storage when several replicas mount the same claims (--max-replicas); ``made_claim``:
+        the cache claim the export makes."""
+        if not self.max_replicas or multi_node:
+            return []
+        mounted = [f"{v.claim} (--volume)" for v in self.volumes]
+        if made_claim:
+            mounted.append(f"{made_claim} (made ReadWriteMany)")
+        elif self.hf_cache.kind == "pvc":
+            mounted.append(f"{self.hf_cache.claim} (--hf-cache)")
+        if not mounted:
+            return []
+        return [
+            f"--max-replicas: up to {self.max_replicas} pods mount {', '.join(mounted)} at once, on any node: their "
+            "storage must allow ReadWriteMany (ReadOnlyMany for a --volume claim), e.g. NFS, CephFS or a cloud file "
+            "store; name its StorageClass with --storage-class. A ReadWriteOnce volume leaves the replicas Pending"
+        ]
+
     def pod_security(self) -> dict:
         if self.run_as_user == 0:
             return {"seccompProfile": {"type": "RuntimeDefault"}}
