@@ -35,9 +35,25 @@ def members():
             except OSError:
                 continue
             fields = stat[stat.rfind(")") + 2:].split()
-            if int(fields[2]) in groups and fields[0] not in ("Z", "X"):
+            if int(fields[2]) in groups and (fields[0] not in ("Z", "X") or threads_running(entry)):
                 found.append(int(entry))
     return found
+
+def threads_running(pid):
+    # A process whose main thread ended shows as a zombie while its other threads may still run (processes.py).
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2:stat.rfind(")") + 3] not in ("Z", "X"):
+            return True
+    return False
 
 if members():
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):

@@ -26,12 +26,37 @@ def process_table() -> Iterator[tuple[int, str, list[str]]]:
 
 
 def process_group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is ``pgid``, read from /proc.
+    """Processes whose process group is ``pgid`` and that still run, read from /proc.
 
-    ``os.killpg(pgid, 0)`` is not enough: it succeeds while an unreaped zombie is left in the group.
+    ``os.killpg(pgid, 0)`` is not enough: it succeeds while an unreaped zombie is left in the group. Nor is the
+    process's own state: once its main thread has ended, /proc/PID/stat says zombie (Z) while its other threads may
+    still run, or still be tearing the process down (its memory, its GPU); it counts until the last one has ended.
     """
     # fields: state, ppid, pgrp, ...
-    return [pid for pid, _, fields in process_table() if int(fields[2]) == pgid and fields[0] not in ("Z", "X")]
+    return [
+        pid
+        for pid, _, fields in process_table()
+        if int(fields[2]) == pgid and (fields[0] not in ENDED or threads_running(pid))
+    ]
+
+
+ENDED = ("Z", "X")  # zombie, dead
+
+
+def threads_running(pid: int) -> bool:
+    """Whether a thread of ``pid`` has not ended yet (/proc/PID/task/TID/stat, a state other than zombie or dead)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False  # gone meanwhile
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        if stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] not in ENDED:
+            return True
+    return False
 
 
 def shm_segments(prefix: str) -> list[Path]:
