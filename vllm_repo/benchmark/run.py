@@ -239,7 +239,8 @@ def bench_repository(
 ) -> BenchRun:
     """Launch ``repository`` as `vllm-repo launch` does (its own ports, the OpenAI API too for an OpenAI endpoint),
     measure ``spec`` against it once it is ready, and stop it. ``spec.model`` may be empty when the repository
-    serves one model. The server is always stopped, also on Ctrl-C (the points so far are kept) and on errors."""
+    serves one model; a model named is the only one launched (Triton's explicit model control). The server is
+    always stopped, also on Ctrl-C (the points so far are kept) and on errors."""
     from vllm_repo.serve.launch import run_server
     from vllm_repo.serve.launch_plan import prepare_launch
     from vllm_repo.serve.ports import free_ports
@@ -259,6 +260,7 @@ def bench_repository(
         python=python,
         progress=(lambda message: print(message, file=out, flush=True)) if out else None,
         openai_port=openai_port if openai else None,
+        load=[spec.model] if spec.model else None,  # that model alone: the repository's others are not loaded
     )
     if on_plan:
         on_plan(plan)

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,13 +69,18 @@ class LaunchPlan:
 
 
 def validate_repository(
-    repository: Path, vllm_version: str | None = None, vllm_version_origin: str | None = None
+    repository: Path,
+    vllm_version: str | None = None,
+    vllm_version_origin: str | None = None,
+    loaded: Collection[str] | None = None,
 ) -> list[Diagnostic]:
-    """validate's findings for the whole tree; raises LaunchError when there is an error (and validate's
-    UsageError for a path that holds no models)."""
+    """validate's findings for the whole tree (``loaded``: for those models alone, the others left out); raises
+    LaunchError when there is an error (and validate's UsageError for a path that holds no models)."""
     from vllm_repo.validate import validate_paths
 
-    result = validate_paths([repository], vllm_version=vllm_version, vllm_version_origin=vllm_version_origin)
+    result = validate_paths(
+        [repository], vllm_version=vllm_version, vllm_version_origin=vllm_version_origin, loaded=loaded
+    )
     diagnostics = list(result.diagnostics)
     if result.has_errors:
         count = sum(1 for d in diagnostics if d.severity.value == "error")
@@ -161,7 +166,10 @@ def bf16_eager_models(models: Iterable[ModelDirectory]) -> list[str]:
 
 
 def cpu_settings(
-    repository: Path, environ: dict[str, str], flags: frozenset[str] | None = None
+    repository: Path,
+    environ: dict[str, str],
+    flags: frozenset[str] | None = None,
+    loaded: Collection[str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """Environment for vLLM on the CPU, each unless the user already chose it:
 
@@ -171,10 +179,11 @@ def cpu_settings(
     - OMP_NUM_THREADS=1: the engine and the server share a few cores; one OpenMP thread per process measured fastest.
 
     And a note where a model runs eager bfloat16 on a CPU with AMX (``flags``: the CPU's, from /proc/cpuinfo).
+    ``loaded``: the only models the server loads (None: every model of the repository).
     """
     env: dict[str, str] = {}
     notes: list[str] = []
-    models = open_repository(repository).models
+    models = loaded_models(repository, loaded)
     bounded = all(m.engine_settings().kv_cache_memory_bytes is not None for m in models)
     if "VLLM_CPU_KVCACHE_SPACE" not in environ and not bounded:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
@@ -212,6 +221,29 @@ def cpu_settings(
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def loaded_models(repository: Path, loaded: Collection[str] | None) -> list[ModelDirectory]:
+    """The models of ``repository`` the server loads: those named in ``loaded``, else every one."""
+    models = open_repository(repository).models
+    return models if loaded is None else [m for m in models if m.name in loaded]
+
+
+def explicit_load_args(names: Sequence[str]) -> list[str]:
+    """tritonserver's options that load these models and no other (explicit model control)."""
+    return ["--model-control-mode=explicit", *(f"--load-model={name}" for name in names)]
+
+
+def check_model_names(repository: Path, names: Sequence[str]) -> None:
+    """Raise LaunchError for a name in ``names`` that is not a model of ``repository``."""
+    present = [m.name for m in open_repository(repository).models]
+    unknown = [name for name in names if name not in present]
+    if unknown:
+        raise LaunchError(
+            f"{repository} has no model '{unknown[0]}'", hint=f"its models: {', '.join(present) or 'none'}"
+        )
+    if not names:
+        raise LaunchError("no model to load was named", hint=f"its models: {', '.join(present) or 'none'}")
+
+
 def prepare_launch(
     repository: str | os.PathLike,
     *,
@@ -227,11 +259,18 @@ def prepare_launch(
     openai_api_keys: Iterable[str] = (),
     openai_cors: CorsPolicy | None = None,
     ray_address: str | None = None,
+    load: Sequence[str] | None = None,
 ) -> LaunchPlan:
-    """Everything launch checks before it starts a process. Raises LaunchError with what to do."""
+    """Everything launch checks before it starts a process. Raises LaunchError with what to do.
+
+    ``load``: the only models to load (Triton's explicit model control, one --load-model each); the repository's
+    other models are neither checked nor loaded. None: every model of the repository."""
     repo = Path(repository)
     if not repo.is_dir():
         raise LaunchError(f"{repo}: no such directory", hint="create one with `vllm-repo init REPO --model MODEL`")
+    if load is not None:
+        load = list(dict.fromkeys(load))
+        check_model_names(repo, load)
     # The tree is checked against the vLLM that will run it: the backend Python's (probing it starts nothing).
     try:
         info: PythonInfo | None = probe_python(serving_python_path(python))
@@ -239,9 +278,10 @@ def prepare_launch(
     except TritonServerError as exc:
         info, python_error = None, exc
     if vllm_version or info is None or info.vllm_version is None:
-        diagnostics = validate_repository(repo, vllm_version)
+        diagnostics = validate_repository(repo, vllm_version, loaded=load)
     else:
-        diagnostics = validate_repository(repo, info.vllm_version, f"the backend Python's vLLM ({info.executable})")
+        origin = f"the backend Python's vLLM ({info.executable})"
+        diagnostics = validate_repository(repo, info.vllm_version, origin, loaded=load)
     missing_paths = [d for d in diagnostics if d.code == "VR310"]
     if missing_paths:
         # validate only warns (the path may exist in a container); launch runs the server here, where it does not.
@@ -253,11 +293,11 @@ def prepare_launch(
             diagnostics=missing_paths,
         )
     # A Hub model the server could not download would fail half a minute into the start: said now instead.
-    check_hub_models(open_repository(repo).models, os.environ)
+    check_hub_models(loaded_models(repo, load), os.environ)
     if info is None:
         assert python_error is not None  # the probe either answered or raised
         raise python_error
-    models = [model.name for model in open_repository(repo).models]
+    models = [model.name for model in loaded_models(repo, load)]
     ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}
     if openai_port is not None:
         from vllm_repo.extras import require_gateway
@@ -292,9 +332,9 @@ def prepare_launch(
     if host not in ("127.0.0.1", "localhost", "::1"):
         notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
     env: dict[str, str] = {}
-    server_args: list[str] = []
+    server_args: list[str] = [] if load is None else explicit_load_args(load)
     if has_nvidia_gpu():
-        profiling = sized_while_others_load(open_repository(repo).models)
+        profiling = sized_while_others_load(loaded_models(repo, load))
         if profiling:
             server_args.append("--model-load-thread-count=1")
             notes.append(
@@ -304,11 +344,11 @@ def prepare_launch(
                 "absolute budgets, which load side by side)"
             )
     else:
-        cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ))
+        cpu_env, cpu_notes = cpu_settings(repo, dict(os.environ), loaded=load)
         env.update(cpu_env)
         notes.extend(cpu_notes)
     # Ray engines wait 30 minutes for GPUs the cluster lacks: checked here, and RAY_ADDRESS passed to the server.
-    ray = ray_preflight(open_repository(repo).models, info.executable, ray_address, {**os.environ, **env})
+    ray = ray_preflight(loaded_models(repo, load), info.executable, ray_address, {**os.environ, **env})
     env.update(ray.env)
     notes.extend(ray.notes)
     if openai_port is not None:

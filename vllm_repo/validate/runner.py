@@ -5,7 +5,7 @@ the fixes the findings carry and validates again."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +54,12 @@ def validate_paths(
     select: Sequence[str] | None = None,
     ignore: Sequence[str] | None = None,
     vllm_version_origin: str | None = None,
+    loaded: Collection[str] | None = None,
 ) -> ValidationResult:
     """Check model repositories, model directories or single files.
+
+    ``loaded``: the names of the only models the server will load (Triton's explicit model control); the
+    repositories' other models are left out, as if they were not there, checks across models included.
 
     gpu and num_gpus default to the project's [tool.vllm-repo] settings (pyproject.toml or .vllm-repo.toml above the
     first path); the release is the one every command checks against (schema.loader.target_vllm_version), and
@@ -72,6 +76,8 @@ def validate_paths(
     choice = choose_schema_version(vllm_version, start=start, origin=vllm_version_origin, settings=settings)
     context = CheckContext(schema=load_schema(choice.schema_version), gpu=target_gpu, num_gpus=settings.num_gpus)
     repositories = discover([Path(p) for p in paths])
+    if loaded is not None:
+        repositories = [_only(repo, loaded) for repo in repositories]
     _check_codes(select, "--select")
     _check_codes(ignore, "--ignore")
     rules = [r for r in all_rules() if _enabled(r.code, select, ignore)]
@@ -118,6 +124,14 @@ def fix_paths(
         fixes.write()
         result = validate_paths(paths, **options)
     return total, result
+
+
+def _only(repository: ModelRepository, names: Collection[str]) -> ModelRepository:
+    return dataclasses.replace(
+        repository,
+        models=[m for m in repository.models if m.name in names],
+        selected=[m for m in repository.selected if m.name in names],
+    )
 
 
 def _check_codes(prefixes: Sequence[str] | None, option: str) -> None:
