@@ -156,10 +156,10 @@ def test_together_is_refused_where_the_engines_do_not_fit_a_gpu(tmp_path, monkey
     write_model(tmp_path, "a", {"model": "/m", "gpu_memory_utilization": 0.6})
     monkeypatch.setattr("vllm_repo.serve.launch_plan.has_nvidia_gpu", lambda: True)
     with pytest.raises(BenchError, match=r"claim 1\.20 of each GPU"):
-        compare_mod.placement(tmp_path, True, 2)
-    assert compare_mod.placement(tmp_path, False, 2)[0] is False
+        compare_mod.placement(tmp_path, "a", True, 2)
+    assert compare_mod.placement(tmp_path, "a", False, 2)[0] is False
     (tmp_path / "a" / "1" / "model.json").write_text(json.dumps({"model": "/m", "gpu_memory_utilization": 0.45}))
-    assert compare_mod.placement(tmp_path, True, 2)[0] is True
+    assert compare_mod.placement(tmp_path, "a", True, 2)[0] is True
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -280,3 +280,12 @@ def test_a_model_path_relative_to_here_is_given_to_vllm_serve_whole(tmp_path, mo
     write_model(tmp_path / "repo", "llm", {"model": "weights/m"})
     monkeypatch.chdir(tmp_path)
     assert serve_args_for(tmp_path / "repo", "llm", "0.32.0").args()[:2] == ["--model", str(tmp_path / "weights" / "m")]
+
+
+def test_a_repository_of_several_models_is_compared_on_the_model_named(tmp_path):
+    write_model(tmp_path, "a", {"model": "/models/a"})
+    write_model(tmp_path, "b", {"model": "/models/b"})
+    with pytest.raises(BenchError, match=r"holds 2 models \(a, b\)") as raised:
+        serve_args_for(tmp_path, None, "0.32.0")
+    assert "name one with --model" in str(raised.value.hint)
+    assert serve_args_for(tmp_path, "b", "0.32.0").args()[:4] == ["--model", "/models/b", "--served-model-name", "b"]

@@ -250,9 +250,9 @@ def compare_repository(
     run = CompareRun(spec, compare, servers, order=round_order([s.name for s in servers], compare.rounds))
     for side in run.sides:
         side.rounds = [[] for _ in range(compare.rounds)]
-    together, run.placement = placement(repository, compare.together, len(servers))
+    together, run.placement = placement(repository, spec.model, compare.together, len(servers))
     ctx = _Context(repository, run, progress, out, python, ready_timeout, serve_args, {}, info)
-    run.setup = describe_setup(repository, info, serve_args, servers)
+    run.setup = describe_setup(repository, spec.model, info, serve_args, servers)
     with _backend_directories(servers, info), _sigterm_as_interrupt():
         try:
             for visits in launches(run.order, together):
@@ -284,7 +284,7 @@ def _server(run: CompareRun, name: str) -> Server:
     return next(s for s in run.servers if s.name == name)
 
 
-def placement(repository: Path, together: bool, count: int) -> tuple[bool, str]:
+def placement(repository: Path, model: str, together: bool, count: int) -> tuple[bool, str]:
     """Whether the servers stay loaded together, and the sentence that says so in the report."""
     from vllm_repo.repository import open_repository
     from vllm_repo.serve.launch_plan import has_nvidia_gpu
@@ -293,7 +293,7 @@ def placement(repository: Path, together: bool, count: int) -> tuple[bool, str]:
         return False, "one at a time: each server is stopped before the next one starts"
     if not has_nvidia_gpu():
         return True, f"together: {count} servers loaded at once (no NVIDIA GPU; each engine's KV cache is bounded)"
-    settings = open_repository(repository).models[0].engine_settings()
+    settings = next(m for m in open_repository(repository).models if m.name == model).engine_settings()
     fraction = settings.gpu_memory_utilization_or(0.9)
     total = fraction * count
     if total > TOGETHER_GPU_SHARE:
@@ -338,6 +338,7 @@ def _triton_session(server: Server, ctx: _Context, work: Callable[[], None]) -> 
         python=ctx.python,
         progress=ctx.say if ctx.out is not None else None,
         openai_port=openai_port if openai else None,
+        load=[ctx.run.spec.model],  # the model compared, alone (the repository's others are not loaded)
     )
     if server.backend_dir is not None:
         plan.backend_directory = server.backend_dir

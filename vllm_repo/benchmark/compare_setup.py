@@ -19,13 +19,13 @@ REPORT_CUSTOM_METRICS = "REPORT_CUSTOM_METRICS"
 
 
 def describe_setup(
-    repository: Path, info: PythonInfo, serve_args: ServeArgs | None, servers: list[Server]
+    repository: Path, model_name: str, info: PythonInfo, serve_args: ServeArgs | None, servers: list[Server]
 ) -> dict[str, Any]:
     """Everything known before a server starts; describe_plan adds Triton's once it is planned."""
     from vllm_repo import __version__
     from vllm_repo.repository import open_repository
 
-    model = open_repository(repository).models[0]
+    model = next(m for m in open_repository(repository).models if m.name == model_name)
     engine_args = model.engine_args_data()
     setup: dict[str, Any] = {
         "vllm": info.vllm_version,

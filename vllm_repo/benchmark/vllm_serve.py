@@ -109,14 +109,14 @@ def serve_args_for(repository: Path, model_name: str | None, vllm_version: str |
         raise BenchError(f"{repository} holds no models")
     if model_name is not None and model_name not in names:
         raise BenchError(f"{repository} has no model '{model_name}'", hint=f"its models: {', '.join(names)}")
-    if len(models) > 1:
+    if model_name is None and len(models) > 1:
         raise _refuse(
             repository,
             f"it holds {len(models)} models ({', '.join(names)}), which Triton loads side by side, and vllm serve "
             "serves one",
-            hint="compare on a repository that holds the one model alone (copy its directory into a new one)",
+            hint="name one with --model: Triton then loads that model alone",
         )
-    model = models[0]
+    model = next(m for m in models if model_name in (None, m.name))
     if model.is_ensemble:
         raise _refuse(repository, f"'{model.name}' is an ensemble of other models")
     if not model.uses_vllm_backend:
