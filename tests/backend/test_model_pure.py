@@ -642,28 +642,8 @@ def test_the_engine_death_cause_is_the_last_process_death_in_the_log(line, cause
 
 
 # vLLM 0.26's engine core dying of torch's out-of-memory error under load (ENGINE_PROCESS, three engines on one GPU):
-# the cause is twenty lines above the end, and no process death is logged.
-_OOM_DEATH_LOG = (
-    """\
-I1205 10:10:58.120 312 model.py:201] [vllm] model llama_b ready (vLLM 0.26.0, process 4199)
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860] EngineCore encountered a fatal error.
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860] Traceback (most recent call last):
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]   File "/tmp/site/vllm/v1/engine/core.py", line 851, in run
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]     engine_core.run_busy_loop()
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]   File "/tmp/site/vllm/v1/worker/gpu_model_runner.py"
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860]     logits = self.model.compute_logits(hidden_states)
-(EngineCore_DP0 pid=4242) ERROR 12-05 10:11:12 [core.py:860] torch.OutOfMemoryError: CUDA out of memory. Tried to \
-allocate 1.75 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.12 GiB is free. Process 4101 has 26.10 GiB \
-memory in use. Including non-PyTorch memory, this process has 25.80 GiB memory in use.
-"""
-    + "".join(
-        f"ERROR 12-05 10:11:12 [async_llm.py:480] AsyncLLM output_handler failed (line {i}).\n" for i in range(18)
-    )
-    + (
-        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the "
-        "root cause.\n"
-    )
-)
+# the cause is twenty lines above the end, and no process death is logged (tests/doctor/written_logs/README.md).
+_OOM_DEATH_LOG = (Path(__file__).parents[1] / "doctor" / "written_logs" / "cuda-oom-serving-1.log").read_text()
 
 
 def test_an_engine_that_died_of_gpu_memory_is_said_to_have_run_out_of_it():

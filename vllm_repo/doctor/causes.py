@@ -15,6 +15,7 @@ import re
 import signal
 from collections.abc import Callable, Iterable, Iterator
 
+from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.doctor.log import LogLine, ServerLog
 from vllm_repo.validate.rules.common import inverts_switch
 
@@ -202,17 +203,14 @@ def stub_shared_memory(log: ServerLog) -> Iterator[Found]:
     )
 
 
-_OOM = re.compile(
-    r"(?:torch\.)?(?:cuda\.)?OutOfMemoryError: CUDA out of memory\. Tried to allocate (?P<want>[\d.]+ [KMG]iB)\."
-    r"(?: GPU (?P<gpu>\d+) has a total capacity of (?P<total>[\d.]+ [KMG]iB)"
-    r" of which (?P<free>[\d.]+ [KMG]iB) is free)?"
-    r"|CUDA out of memory"
-)
+_OOM = re.compile(contract.CUDA_OOM_PATTERN)
+# A model that was serving: Triton loaded it, or the bundled backend said it was ready.
+_READY = re.compile(r"successfully loaded '[^']+'|\[vllm\] model \S+ ready")
 
 
-@cause("VD106", "out-of-memory-at-load")
-def out_of_memory_at_load(log: ServerLog) -> Iterator[Found]:
-    """The GPU ran out of memory while vLLM loaded the weights or profiled a batch."""
+@cause("VD106", "out-of-memory")
+def out_of_memory(log: ServerLog) -> Iterator[Found]:
+    """The GPU ran out of memory: while vLLM loaded the weights or profiled a batch, or later, under load."""
     hit = log.first(_OOM)
     if hit is None:
         return
@@ -222,6 +220,17 @@ def out_of_memory_at_load(log: ServerLog) -> Iterator[Found]:
         numbers = f": it asked for {m['want']} more"
         if m["total"]:
             numbers += f" on GPU {m['gpu']}, which has {m['total']} with {m['free']} free"
+    ready = log.first(_READY)
+    if ready is not None and ready[0].number < line.number:
+        yield Found(
+            line,
+            f"the GPU ran out of memory while the model served requests{numbers}, and its engine died",
+            "the engine's share was taken from under it: engines (or other programs, nvidia-smi) on the same GPU whose "
+            "gpu_memory_utilization add up to more than the card, or a batch larger than its profile; "
+            "`vllm-repo plan REPO --gpu GPU --pack all --write` sizes the engines that share a GPU with a margin "
+            "(rules VR504, VR603), and a smaller max_num_seqs / max_num_batched_tokens lowers the peak",
+        )
+        return
     yield Found(
         line,
         f"the GPU ran out of memory while the model loaded{numbers}",
@@ -447,11 +456,7 @@ fixed_cause(
 
 # ---------------------------------------------------------------------------------------------- VD2xx: serving
 
-_DIED = re.compile(
-    r"(?P<who>[\w -]*?(?:proc|process) [\w-]+) died unexpectedly(?:.*?exit code:? (?P<code>-?\d+))?"
-    r"|(?P<client>engine core) exited unexpectedly"
-    r"|killed by (?P<signal>SIG[A-Z]+)"
-)
+_DIED = re.compile(contract.PROCESS_DIED_PATTERN + r"|killed by (?P<signal>SIG[A-Z]+)")
 
 
 @cause("VD201", "engine-process-died")
