@@ -1,6 +1,7 @@
 """--plot: latency against throughput, one panel per figure (TTFT, ITL, end-to-end), a marker per load point with its
-p50 and p99, the SLO as a dashed line. Written as SVG by hand (no plotting library): a .svg file, or an .html page
-that holds the SVG and the table, self-contained, for a browser."""
+p50 and p99, the SLO as a dashed line; the axes fitted to the data and the labels kept apart (plot_layout.py).
+Written as SVG by hand (no plotting library): a .svg file, or an .html page that holds the SVG and the table,
+self-contained, for a browser."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.benchmark.errors import BenchError
+from vllm_repo.benchmark.plot_layout import Box, Keyed, Layout, fit_axis, label_svg, text_width
 from vllm_repo.benchmark.report import label_of, report_text
 from vllm_repo.files import write_atomic
 
@@ -18,6 +20,8 @@ WIDTH, HEIGHT = 360, 280  # one panel
 MARGIN = {"left": 58, "right": 14, "top": 30, "bottom": 44}
 P50_COLOUR, P99_COLOUR, SLO_COLOUR = "#1f77b4", "#d62728", "#2ca02c"
 SUFFIXES = (".html", ".htm", ".svg")
+MARKER_R = 4  # a load point's marker
+KEY_ROW = 16  # a line of the key under the plot: the labels that found no room beside their points
 
 
 def nice_max(value: float) -> float:
@@ -35,45 +39,52 @@ def _number(value: float) -> str:
     return f"{value:g}" if value < 10_000 else f"{value:.0f}"
 
 
-def panel(points: list[dict[str, Any]], key: str, title: str, slo: float | None, x0: float) -> list[str]:
-    """One panel's SVG elements, its left edge at ``x0``."""
+def panel(
+    points: list[dict[str, Any]], key: str, title: str, slo: float | None, x0: float, keyed: Keyed | None = None
+) -> list[str]:
+    """One panel's SVG elements, its left edge at ``x0``: the axes fitted to its points (and the SLO), each point's
+    load beside its p99 marker, clear of the other labels, markers and lines (``keyed`` numbers those that find no
+    room, for the key under the plot)."""
+    keyed = keyed if keyed is not None else Keyed()
     plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
     plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
     left, top = x0 + MARGIN["left"], MARGIN["top"]
     measured = [p for p in points if p[key]["p50"] is not None]
-    x_max = nice_max(max((p["output_tokens_per_s"] for p in measured), default=1.0) * 1.1)
-    y_max = nice_max(max([p[key]["p99"] for p in measured] + [slo or 0.0], default=1.0) * 1.1)
-
-    def x(v: float) -> float:
-        return left + plot_w * v / x_max
-
-    def y(v: float) -> float:
-        return top + plot_h * (1 - v / y_max)
+    x_axis = fit_axis((p["output_tokens_per_s"] for p in measured), left, plot_w)
+    latencies = [p[key][stat] for p in measured for stat in ("p50", "p99")]
+    y_axis = fit_axis(latencies + ([slo] if slo is not None else []), top, plot_h, reverse=True, horizontal=False)
+    x, y = x_axis.at, y_axis.at
 
     out = [
         f'<text x="{left + plot_w / 2}" y="{top - 10}" text-anchor="middle" font-weight="bold">{title} (ms)</text>',
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
     ]
-    for i in range(6):
-        xv, yv = x_max * i / 5, y_max * i / 5
+    for yv in y_axis.ticks:
         out.append(f'<line x1="{left}" y1="{y(yv):.1f}" x2="{left + plot_w}" y2="{y(yv):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{left - 6}" y="{y(yv) + 4:.1f}" text-anchor="end" font-size="11">{_number(yv)}</text>')
         out.append(
-            f'<text x="{x(xv):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">{_number(xv)}</text>'
+            f'<text x="{left - 6}" y="{y(yv) + 4:.1f}" text-anchor="end" font-size="11">{y_axis.tick_text(yv)}</text>'
+        )
+    for xv in x_axis.ticks:
+        out.append(
+            f'<text x="{x(xv):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">'
+            f"{x_axis.tick_text(xv)}</text>"
         )
     out.append(
         f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle" font-size="12">'
         "output tokens/s</text>"
     )
+    layout = Layout(Box(left, top, left + plot_w, top + plot_h).grown(-2))
+    for stat in ("p50", "p99"):
+        line = [(x(p["output_tokens_per_s"]), y(p[key][stat])) for p in measured]
+        layout.avoid_line(line)
+        for cx, cy in line:
+            layout.avoid_point(cx, cy, MARKER_R + 1)
     if slo is not None:
         out.append(
             f'<line x1="{left}" y1="{y(slo):.1f}" x2="{left + plot_w}" y2="{y(slo):.1f}" stroke="{SLO_COLOUR}" '
             'stroke-width="2" stroke-dasharray="6,4"/>'
         )
-        out.append(
-            f'<text x="{left + plot_w - 4}" y="{y(slo) - 5:.1f}" text-anchor="end" font-size="11" '
-            f'fill="{SLO_COLOUR}">SLO {_number(slo)} ms</text>'
-        )
+        layout.avoid_line([(left, y(slo)), (left + plot_w, y(slo))])
     for stat, colour in (("p50", P50_COLOUR), ("p99", P99_COLOUR)):
         path = " ".join(f"{x(p['output_tokens_per_s']):.1f},{y(p[key][stat]):.1f}" for p in measured)
         if len(measured) > 1:
@@ -81,16 +92,25 @@ def panel(points: list[dict[str, Any]], key: str, title: str, slo: float | None,
         for p in measured:
             tip = html.escape(f"{label_of(p)}: {stat} {p[key][stat]:g} ms at {p['output_tokens_per_s']:g} tok/s")
             out.append(
-                f'<circle cx="{x(p["output_tokens_per_s"]):.1f}" cy="{y(p[key][stat]):.1f}" r="4" fill="{colour}">'
-                f"<title>{tip}</title></circle>"
+                f'<circle cx="{x(p["output_tokens_per_s"]):.1f}" cy="{y(p[key][stat]):.1f}" r="{MARKER_R}" '
+                f'fill="{colour}"><title>{tip}</title></circle>'
             )
-    for p in measured:
+    labels: list[str] = []
+    for p in measured:  # the points' loads first: they belong beside their points; the SLO's value anywhere on it
         tag = str(p.get("concurrency", f"{p.get('request_rate', 0):g}/s"))
-        out.append(
-            f'<text x="{x(p["output_tokens_per_s"]) + 6:.1f}" y="{y(p[key]["p99"]) - 6:.1f}" font-size="10" '
-            f'fill="#555">{html.escape(tag)}</text>'
-        )
-    return out
+        placed, _ = keyed.place(layout, tag, 10, (x(p["output_tokens_per_s"]), y(p[key]["p99"])), MARKER_R + 1)
+        if placed is not None:
+            labels += label_svg(placed)
+    if slo is not None:
+        text = f"SLO {_number(slo)} ms"
+        half = text_width(text, 11) / 2 + 4
+        along = [(left + half + (plot_w - 2 * half) * (8 - i) / 8, y(slo)) for i in range(9)]
+        placed = layout.place(text, 11, along, radius=1, directions=("N", "S"), distances=(2.0, 6.0))
+        if placed is not None:
+            labels += label_svg(placed, SLO_COLOUR)
+        else:
+            keyed.entries.append(f"{title}: {text}")
+    return out + labels
 
 
 def svg(report: dict[str, Any]) -> str:
@@ -100,13 +120,17 @@ def svg(report: dict[str, Any]) -> str:
         return comparison_svg(report)
     points = report["points"]
     legend_y = HEIGHT + 8
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH * 3}" height="{HEIGHT + 24}" '
-        'font-family="sans-serif" font-size="13">',
-        f'<rect width="{WIDTH * 3}" height="{HEIGHT + 24}" fill="white"/>',
-    ]
+    keyed = Keyed()
+    panels: list[str] = []
     for i, (key, title, slo_key) in enumerate(PANELS):
-        parts += panel(points, key, title, report["slo"].get(slo_key), i * WIDTH)
+        panels += panel(points, key, title, report["slo"].get(slo_key), i * WIDTH, keyed)
+    height = HEIGHT + 24 + KEY_ROW * len(keyed.entries)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH * 3}" height="{height}" '
+        'font-family="sans-serif" font-size="13">',
+        f'<rect width="{WIDTH * 3}" height="{height}" fill="white"/>',
+        *panels,
+    ]
     load = "concurrency" if points and "concurrency" in points[0] else "request rate"
     legend = [
         (P50_COLOUR, "p50", "circle"),
@@ -125,6 +149,11 @@ def svg(report: dict[str, Any]) -> str:
         parts.append(f'<text x="{x0 + 12}" y="{legend_y + 4}" font-size="12">{text}</text>')
         x0 += 40 + 8 * len(text)
     parts.append(f'<text x="{x0 + 10}" y="{legend_y + 4}" font-size="12" fill="#555">labels: {load}</text>')
+    for n, entry in enumerate(keyed.entries):
+        parts.append(
+            f'<text x="{MARGIN["left"]}" y="{legend_y + 4 + KEY_ROW * (n + 1)}" font-size="11" fill="#555">'
+            f"{n + 1}: {html.escape(entry)}</text>"
+        )
     parts.append("</svg>")
     return "\n".join(parts)
 

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vllm_repo.benchmark.plot import MARGIN, P50_COLOUR, P99_COLOUR, SLO_COLOUR, nice_max
+from vllm_repo.benchmark.plot import MARGIN, P50_COLOUR, P99_COLOUR, SLO_COLOUR
+from vllm_repo.benchmark.plot_layout import Box, Keyed, Layout, fit_axis, label_svg
 from vllm_repo.files import write_atomic
 from vllm_repo.tune.evidence import LATENCY
 
@@ -115,36 +116,38 @@ def to_json(evidence: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 WIDTH, HEIGHT = 640, 420
+MARKER_R, WINNER_R = 4, 6
+KEY_ROW = 15  # a line of the key under the plot: the names that found no room beside their points
 
 
 def svg(evidence: dict[str, Any]) -> str:
+    """Goodput against p99 end-to-end latency, a marker per measured candidate named beside it (plot_layout.py keeps
+    the names apart, and clear of the markers and lines; one that finds no room is numbered, and named in the key
+    under the plot), the axes fitted to the candidates (and the end-to-end SLO, a dashed line)."""
     measured = [c for c in evidence["candidates"] if c["status"] == "measured" and c[LATENCY] is not None]
-    plot_w = WIDTH - MARGIN["left"] - MARGIN["right"] - 150  # room on the right for the labels
+    plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
     plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"] - 20
     left, top = MARGIN["left"], MARGIN["top"]
     slo = evidence["slo"].get("e2e_p99_ms")
-    x_max = nice_max(max([c[LATENCY] for c in measured] + [slo or 0.0], default=1.0) * 1.1)
-    y_max = nice_max(max((c["goodput_rps"] for c in measured), default=1.0) * 1.1)
-
-    def x(v: float) -> float:
-        return left + plot_w * v / x_max
-
-    def y(v: float) -> float:
-        return top + plot_h * (1 - v / y_max)
+    x_axis = fit_axis([c[LATENCY] for c in measured] + ([slo] if slo is not None else []), left, plot_w)
+    y_axis = fit_axis((c["goodput_rps"] for c in measured), top, plot_h, reverse=True, horizontal=False)
+    x, y = x_axis.at, y_axis.at
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" '
-        'font-size="13">',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
         f'<text x="{left + plot_w / 2}" y="{top - 10}" text-anchor="middle" font-weight="bold">'
         f"{html.escape(evidence['model'])}: goodput against p99 end-to-end latency</text>",
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
     ]
-    for i in range(6):
-        xv, yv = x_max * i / 5, y_max * i / 5
+    for yv in y_axis.ticks:
         out.append(f'<line x1="{left}" y1="{y(yv):.1f}" x2="{left + plot_w}" y2="{y(yv):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{left - 6}" y="{y(yv) + 4:.1f}" text-anchor="end" font-size="11">{yv:g}</text>')
-        out.append(f'<text x="{x(xv):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">{xv:g}</text>')
+        out.append(
+            f'<text x="{left - 6}" y="{y(yv) + 4:.1f}" text-anchor="end" font-size="11">{y_axis.tick_text(yv)}</text>'
+        )
+    for xv in x_axis.ticks:
+        out.append(
+            f'<text x="{x(xv):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">'
+            f"{x_axis.tick_text(xv)}</text>"
+        )
     out.append(
         f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle" font-size="12">'
         "p99 end-to-end latency (ms)</text>"
@@ -153,31 +156,62 @@ def svg(evidence: dict[str, Any]) -> str:
         f'<text x="14" y="{top + plot_h / 2}" text-anchor="middle" font-size="12" '
         f'transform="rotate(-90 14 {top + plot_h / 2})">goodput (req/s)</text>'
     )
+    winner = (evidence["winner"] or {}).get("name")
+    layout = Layout(Box(left, top, left + plot_w, top + plot_h).grown(-2))
+    for c in measured:
+        layout.avoid_point(x(c[LATENCY]), y(c["goodput_rps"]), (WINNER_R if c["name"] == winner else MARKER_R) + 1)
+    labels: list[str] = []
     if slo is not None:
         out.append(
             f'<line x1="{x(slo):.1f}" y1="{top}" x2="{x(slo):.1f}" y2="{top + plot_h}" stroke="{SLO_COLOUR}" '
             'stroke-width="2" stroke-dasharray="6,4"/>'
         )
+        layout.avoid_line([(x(slo), top), (x(slo), top + plot_h)])
     front = [c for c in sorted(measured, key=lambda c: c[LATENCY]) if c.get("pareto")]
     if len(front) > 1:
-        path = " ".join(f"{x(c[LATENCY]):.1f},{y(c['goodput_rps']):.1f}" for c in front)
+        line = [(x(c[LATENCY]), y(c["goodput_rps"])) for c in front]
+        layout.avoid_line(line)
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in line)
         out.append(f'<polyline points="{path}" fill="none" stroke="{P99_COLOUR}" stroke-width="1.5"/>')
-    winner = (evidence["winner"] or {}).get("name")
     for c in measured:
         colour = P99_COLOUR if c.get("pareto") else P50_COLOUR
-        radius = 6 if c["name"] == winner else 4
+        radius = WINNER_R if c["name"] == winner else MARKER_R
         tip = html.escape(f"{c['name']}: {c['goodput_rps']:g} req/s at {c[LATENCY]:g} ms")
         cx, cy = x(c[LATENCY]), y(c["goodput_rps"])
         out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colour}"><title>{tip}</title></circle>')
+    # The winner first, then the best goodput down: where room runs out, the lesser candidates go to the key.
+    keyed = Keyed()
+    for c in sorted(measured, key=lambda c: (c["name"] != winner, -c["goodput_rps"])):
         label = c["name"] + (" (winner)" if c["name"] == winner else "")
-        out.append(f'<text x="{cx + 8:.1f}" y="{cy - 6:.1f}" font-size="10" fill="#555">{html.escape(label)}</text>')
-    legend_y = HEIGHT - 12
+        radius = (WINNER_R if c["name"] == winner else MARKER_R) + 1
+        placed, _ = keyed.place(layout, label, 10, (x(c[LATENCY]), y(c["goodput_rps"])), radius)
+        if placed is not None:
+            labels += label_svg(placed)
+    if slo is not None:  # after the candidates: the target's value may go anywhere along its line
+        along = [(x(slo), top + 8 + (plot_h - 16) * i / 8) for i in range(9)]
+        placed = layout.place(f"SLO {slo:g} ms", 11, along, radius=1, directions=("E", "W"), distances=(3.0,))
+        if placed is not None:
+            labels += label_svg(placed, SLO_COLOUR)
+        else:
+            keyed.entries.append(f"the dashed line: SLO {slo:g} ms")
+    legend_y = top + plot_h + 52
+    out += labels
     out.append(f'<circle cx="{left}" cy="{legend_y}" r="4" fill="{P99_COLOUR}"/>')
     out.append(f'<text x="{left + 10}" y="{legend_y + 4}" font-size="12">Pareto front</text>')
     out.append(f'<circle cx="{left + 120}" cy="{legend_y}" r="4" fill="{P50_COLOUR}"/>')
     out.append(f'<text x="{left + 130}" y="{legend_y + 4}" font-size="12">other candidates</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+    for n, entry in enumerate(keyed.entries):
+        out.append(
+            f'<text x="{left}" y="{legend_y + 4 + KEY_ROW * (n + 1)}" font-size="10" fill="#555">'
+            f"{n + 1}: {html.escape(entry)}</text>"
+        )
+    height = max(HEIGHT, legend_y + 12 + KEY_ROW * len(keyed.entries))
+    head = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" '
+        'font-size="13">',
+        f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
+    ]
+    return "\n".join([*head, *out, "</svg>"])
 
 
 def page(evidence: dict[str, Any]) -> str:
