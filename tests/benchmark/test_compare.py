@@ -289,3 +289,29 @@ def test_a_repository_of_several_models_is_compared_on_the_model_named(tmp_path)
         serve_args_for(tmp_path, None, "0.32.0")
     assert "name one with --model" in str(raised.value.hint)
     assert serve_args_for(tmp_path, "b", "0.32.0").args()[:4] == ["--model", "/models/b", "--served-model-name", "b"]
+
+
+def test_each_load_point_can_send_its_own_number_of_requests_and_no_prompt_twice():
+    spec = BenchSpec(model="m", concurrency=[1, 32, 128], prompts_per_point=[4, 64, 256], warmup=2)
+    prompts = [f"p{i}" for i in range(compare_mod.prompts_needed(spec, rounds=3))]
+    assert len(prompts) == 2 + 3 * (4 + 64 + 256)
+    taken = [compare_mod.prompts_of(spec, prompts, r, point) for r in range(3) for point in range(3)]
+    assert [len(chosen) for chosen in taken] == [4, 64, 256] * 3
+    flat = [p for chosen in taken for p in chosen]
+    assert len(set(flat)) == len(flat) and not set(flat) & set(prompts[:2])  # none twice, none of the warm-up's
+    with pytest.raises(BenchError, match="3 numbers for 2 load points"):
+        BenchSpec(model="m", concurrency=[1, 32], prompts_per_point=[1, 2, 3]).check()
+
+
+def test_compare_measures_each_endpoint_named_and_bench_alone_takes_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from vllm_repo.cli import build_app
+
+    spec = CompareSpec([Contender("vllm-serve")], endpoints=["native", "openai-chat"])
+    sides = [(s.name, s.endpoint) for server in plan_servers(spec) for s in server.sides]
+    assert sides == [("triton native", "native"), ("triton openai-chat", "openai-chat"), ("vllm-serve", "openai-chat")]
+    result = CliRunner().invoke(build_app(), ["bench", str(tmp_path), "--endpoint", "native", "--endpoint", "openai"])
+    assert result.exit_code == 2 and "one --endpoint at a time" in result.output
+    result = CliRunner().invoke(build_app(), ["bench", str(tmp_path), "--concurrency", "1,2", "--num-prompts", "1,2,3"])
+    assert result.exit_code != 0 and "3 numbers for 2 load points" in result.output

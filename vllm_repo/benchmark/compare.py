@@ -388,14 +388,14 @@ def _measure_visits(ctx: _Context, visits: list[tuple[int, str]]) -> None:
 
 
 def prompts_needed(spec: BenchSpec, rounds: int) -> int:
-    return spec.warmup + rounds * len(spec.loads()) * spec.num_prompts
+    return spec.warmup + rounds * spec.prompts_per_pass()
 
 
 def prompts_of(spec: BenchSpec, prompts: list[Prompt], round_index: int, point: int) -> list[Prompt]:
     """Round ``round_index``'s prompts at load point ``point``: every side gets these same ones; no prompt is sent in
     two rounds or two points (a prefix cache would answer it from memory)."""
-    start = spec.warmup + (round_index * len(spec.loads()) + point) * spec.num_prompts
-    return take(prompts, start, spec.num_prompts)
+    start = spec.warmup + round_index * spec.prompts_per_pass() + spec.point_offset(point)
+    return take(prompts, start, spec.prompts_at(point))
 
 
 async def _measure_side(ctx: _Context, side: Side, round_index: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from vllm_repo.benchmark.report import _triple, label_of
+from vllm_repo.benchmark.report import _triple, label_of, requests_words
 from vllm_repo.benchmark.stats import summarize
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def _header(report: dict[str, Any]) -> list[str]:
     else:
         source = f"prompts of {report['prompts']}"
     out_len = f"{report['output_len']} output tokens each" if report["output_len"] else "the dataset's output lengths"
-    lines.append(f"{source}, {out_len}, {report['num_prompts']} requests per load point and round")
+    lines.append(f"{source}, {out_len}, {requests_words(report['num_prompts'], 'load point and round')}")
     lines.append(f"{comparison['rounds']} round(s), {comparison['placement']}")
     if report["slo"]:
         lines.append("SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in report["slo"].items()))

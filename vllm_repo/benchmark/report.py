@@ -89,7 +89,7 @@ def to_text(report: dict[str, Any]) -> str:
     else:
         source = f"prompts of {report['prompts']}"
     out_len = f"{report['output_len']} output tokens each" if report["output_len"] else "the dataset's output lengths"
-    lines.append(f"{source}, {out_len}, {report['num_prompts']} requests per load point")
+    lines.append(f"{source}, {out_len}, {requests_words(report['num_prompts'])}")
     if report["slo"]:
         lines.append("SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in report["slo"].items()))
     lines.append("")
@@ -132,6 +132,13 @@ def to_text(report: dict[str, Any]) -> str:
 
 def label_of(point: dict[str, Any]) -> str:
     return f"concurrency {point['concurrency']}" if "concurrency" in point else f"rate {point['request_rate']:g}/s"
+
+
+def requests_words(num_prompts: int | list[int], unit: str = "load point") -> str:
+    """'100 requests per load point', or for one number per point '16, 128, 512 requests at the load points in turn'."""
+    if isinstance(num_prompts, list):
+        return f"{', '.join(map(str, num_prompts))} requests at the load points in turn"
+    return f"{num_prompts} requests per {unit}"
 
 
 def report_text(report: dict[str, Any]) -> str:

@@ -39,6 +39,9 @@ class BenchSpec:
     concurrency: list[int] | None = None
     request_rates: list[float] | None = None
     num_prompts: int = DEFAULT_NUM_PROMPTS
+    # Requests at each load point, in the order of loads(), where they differ (a long run at 1 stream costs minutes
+    # that a point of 256 streams needs to fill its batch); None: num_prompts at every point.
+    prompts_per_point: list[int] | None = None
     input_len: int = DEFAULT_INPUT_LEN
     output_len: int | None = None  # DEFAULT_OUTPUT_LEN for synthetic prompts; the dataset's own lengths otherwise
     dataset: Path | None = None
@@ -56,6 +59,18 @@ class BenchSpec:
             return [{"request_rate": r} for r in self.request_rates]
         return [{"concurrency": c} for c in self.concurrency or [1]]
 
+    def prompts_at(self, point: int) -> int:
+        """How many requests load point ``point`` sends."""
+        return self.prompts_per_point[point] if self.prompts_per_point else self.num_prompts
+
+    def point_offset(self, point: int) -> int:
+        """Where load point ``point``'s prompts begin among one pass over every point."""
+        return sum(self.prompts_at(i) for i in range(point))
+
+    def prompts_per_pass(self) -> int:
+        """The requests of one pass over every load point."""
+        return self.point_offset(len(self.loads()))
+
     def check(self) -> None:
         if self.endpoint not in ENDPOINTS:
             raise BenchError(f"--endpoint {self.endpoint} is not one of {', '.join(ENDPOINTS)}")
@@ -68,6 +83,14 @@ class BenchSpec:
         for name, value in (("--num-prompts", self.num_prompts), ("--input-len", self.input_len)):
             if value < 1:
                 raise BenchError(f"{name} must be at least 1, not {value}")
+        if self.prompts_per_point is not None:
+            if len(self.prompts_per_point) != len(self.loads()):
+                raise BenchError(
+                    f"--num-prompts gives {len(self.prompts_per_point)} numbers for {len(self.loads())} load points: "
+                    "give one number, or one per load point"
+                )
+            if min(self.prompts_per_point) < 1:
+                raise BenchError("--num-prompts values must be at least 1")
         if self.output_len is not None and self.output_len < 1:
             raise BenchError(f"--output-len must be at least 1, not {self.output_len}")
         if self.warmup < 0:
@@ -105,7 +128,7 @@ class BenchRun:
             "prompts": self.prompts,
             "input_len": None if spec.dataset else spec.input_len,
             "output_len": spec.output_len if spec.dataset else spec.output_len or DEFAULT_OUTPUT_LEN,
-            "num_prompts": spec.num_prompts,
+            "num_prompts": spec.prompts_per_point or spec.num_prompts,
             "seed": spec.seed,
             "slo": spec.slo.given(),
             "notes": self.notes,
@@ -136,7 +159,7 @@ async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) ->
     try:
         await client.wait_ready(spec.wait_s)
         loads = spec.loads()
-        prompt_set = await _prompts(spec, client, spec.warmup + spec.num_prompts * len(loads))
+        prompt_set = await _prompts(spec, client, spec.warmup + spec.prompts_per_pass())
         run.prompts = prompt_set.source
         if prompt_set.note:
             run.notes.append(prompt_set.note)
@@ -145,7 +168,7 @@ async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) ->
         prompts = prompt_set.prompts
         await guard(_warm_up(client, prompts[: spec.warmup], progress), client, spec.stall_s)
         for i, load in enumerate(loads):
-            chosen = take(prompts, spec.warmup + i * spec.num_prompts, spec.num_prompts)
+            chosen = take(prompts, spec.warmup + spec.point_offset(i), spec.prompts_at(i))
             if progress:
                 progress.start_point(label(load), len(chosen))
             on_done = progress.request_done if progress else None

@@ -95,10 +95,12 @@ ModelOption = Annotated[
     str | None, typer.Option("--model", help="The model to measure (with REPO: its only model by default).")
 ]
 EndpointOption = Annotated[
-    Endpoint,
+    list[Endpoint] | None,
     typer.Option(
         "--endpoint",
-        help="native: Triton's streaming gRPC; openai: /v1/completions; openai-chat: /v1/chat/completions.",
+        help="native: Triton's streaming gRPC (the default); openai: /v1/completions; openai-chat: "
+        "/v1/chat/completions. With --compare, once for each of Triton's endpoints to measure.",
+        show_default=False,
     ),
 ]
 InputLenOption = Annotated[
@@ -140,10 +142,15 @@ def bench(
     repo: RepoArgument = None,
     url: UrlOption = None,
     model: ModelOption = None,
-    endpoint: EndpointOption = Endpoint.native,
+    endpoint: EndpointOption = None,
     concurrency: Annotated[str | None, concurrency_option(1)] = None,
     request_rate: Annotated[str | None, request_rate_option()] = None,
-    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests per load point.")] = 100,
+    num_prompts: Annotated[
+        str,
+        typer.Option(
+            "--num-prompts", metavar="N[,N...]", help="Requests per load point, or one number for each load point."
+        ),
+    ] = "100",
     input_len: InputLenOption = 1024,
     output_len: Annotated[int | None, output_len_option()] = None,
     dataset: Annotated[Path | None, dataset_option()] = None,
@@ -176,18 +183,24 @@ def bench(
         raise UsageError("--compare launches the servers itself: give a repository (bench REPO --compare ...)")
     if not compare and (rounds != 1 or together):
         raise UsageError("--rounds and --together are for --compare")
-    load = load_fields(ctx, concurrency, request_rate, num_prompts, input_len, output_len, dataset)
+    endpoints = [e.value for e in endpoint or [Endpoint.native]]
+    if not compare and len(endpoints) > 1:
+        raise UsageError("one --endpoint at a time (several are for --compare)")
+    counts = _numbers("--num-prompts", num_prompts, int) or [100]
+    load = load_fields(ctx, concurrency, request_rate, counts[0], input_len, output_len, dataset)
+    if len(counts) > 1:
+        load["prompts_per_point"] = counts
     for path, check in ((plot, check_plot_path), (output, check_output_path)):
         if path is not None:
             check(path, force)
     spec = BenchSpec(
-        model=model or "", endpoint=endpoint.value, url=url, **load, slo=parse_slo(slo), seed=seed, warmup=warmup,
+        model=model or "", endpoint=endpoints[0], url=url, **load, slo=parse_slo(slo), seed=seed, warmup=warmup,
         api_key=api_key, wait_s=wait,
     )  # fmt: skip
     launch = {"python": python, "ready_timeout": ready_timeout}
     if compare:
-        endpoints = [endpoint.value] if _given(ctx, "endpoint") else None
-        run = _compare(repo, spec, compare, rounds, together, endpoints, launch)
+        chosen = endpoints if _given(ctx, "endpoint") else None
+        run = _compare(repo, spec, compare, rounds, together, chosen, launch)
     else:
         run = _measure(repo, spec, launch)
     _emit(run.report(), output_format, output, plot)
