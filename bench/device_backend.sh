@@ -62,7 +62,8 @@ unpack)
   for d in scipy sklearn; do [ -d "$SP/$d" ] && mv "$SP/$d" "$SP/$d.aside"; done
   # The stub ignores PYTHONPATH: vLLM's files reach it (and every Python here) through a .pth file, first on sys.path.
   echo "import sys; sys.path.insert(0, '/tmp/site')" > "$SP/zz_vllm_bundle.pth"
-  [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m llama3-8b || exit 1
+  # PRESET=qwen2.5-7b: its KV cache (57 KiB a token) lets three engines share one card at 1,024 streams
+  [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m "${PRESET:-llama3-8b}" || exit 1
   "$PY" -c "import numpy, vllm; print('numpy', numpy.__version__, 'vllm', vllm.__version__)" ;;
 run|pack|tune)
   source .gpuroute/remote/install.sh /tmp/vp /tmp/site || exit 1

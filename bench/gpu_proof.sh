@@ -18,7 +18,24 @@ faults)
   "$PY" bench/backend_faults.py --device gpu --model /tmp/m --engine-args "$engine, \"gpu_memory_utilization\": 0.5}" \
     --streams 256 --tokens 512 --parameters "${1:-"{}"}" --out "$out" ;;
 compare)
-  echo "TODO" ;;
+  # The repository as `vllm-repo init` writes it (REPORT_CUSTOM_METRICS on, "disable_log_stats": false), with the
+  # shape the run chose ("process": ENGINE_PROCESS "true"); the tokenizer gets the chat template both servers read.
+  rm -rf /tmp/repo && "$PY" -m vllm_repo init /tmp/repo --model /tmp/m --name llm --set load_format=dummy \
+    --set tokenizer=/tmp/m/tok --set max_num_seqs=1024 --set max_num_batched_tokens=8192 --set max_model_len=4096 \
+    --set gpu_memory_utilization=0.45 || exit 1
+  if [ "${1:-}" = process ]; then
+    printf 'parameters {\n  key: "ENGINE_PROCESS"\n  value: { string_value: "true" }\n}\n' >> /tmp/repo/llm/config.pbtxt
+  fi
+  "$PY" -c "import sys; sys.path[:0] = ['.', 'bench']; from pathlib import Path
+from openai_gateway_device import add_chat_template; add_chat_template(Path('/tmp/m/tok'))" || exit 1
+  cp -r /tmp/repo "$out"/repository
+  "$PY" -m vllm_repo bench /tmp/repo --model llm --compare vllm-serve --together \
+    --endpoint native --endpoint openai-chat --concurrency 1,32,128,256,512 --num-prompts 12,128,512,1024,2048 \
+    --input-len 128 --output-len 128 --rounds 2 --python "$PY" --ready-timeout 900 \
+    --format json --output "$out"/compare.json --plot "$out"/compare.html
+  "$PY" -c "import json, sys; sys.path[:0] = ['.']
+from vllm_repo.benchmark.compare_report import to_text
+print(to_text(json.load(open('$out/compare.json'))))" > "$out"/compare.txt ;;
 off)
   "$PY" bench/backend_throughput.py --device gpu --model /tmp/m --clients http --tokens 128 --metrics off \
     --engine-args "$engine, \"gpu_memory_utilization\": 0.29}" --parameters '{"ENGINE_PROCESS": "false"}' \

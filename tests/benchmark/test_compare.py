@@ -315,3 +315,19 @@ def test_compare_measures_each_endpoint_named_and_bench_alone_takes_one(tmp_path
     assert result.exit_code == 2 and "one --endpoint at a time" in result.output
     result = CliRunner().invoke(build_app(), ["bench", str(tmp_path), "--concurrency", "1,2", "--num-prompts", "1,2,3"])
     assert result.exit_code != 0 and "3 numbers for 2 load points" in result.output
+
+
+def test_a_chat_template_s_input_tokens_are_not_a_difference_in_work_but_output_tokens_are():
+    spec = BenchSpec(model="tiny", concurrency=[1], num_prompts=2, input_len=32, output_len=8)
+    compare = CompareSpec([Contender("vllm-serve")], endpoints=["native", "openai-chat"])
+    run = CompareRun(spec, compare, plan_servers(compare))
+    run.order, run.placement, run.setup = round_order(["triton", "vllm-serve"], 1), "together", {"gpu": "none"}
+    # vllm serve's chat requests count the template's tokens too; native counts the prompt alone.
+    counts = {"triton native": (32, 8), "triton openai-chat": (46, 8), "vllm-serve": (46, 8)}
+    for side in run.sides:
+        inputs, tokens = counts[side.name]
+        side.rounds = [[Measured([record(tokens, inputs), record(tokens, inputs)], 1.0)]]
+    assert run.report()["comparison"]["points"][0]["same_work"] is True
+    run.sides[0].rounds = [[Measured([record(7, 32), record(8, 32)], 1.0)]]  # one answer a token short
+    point = run.report()["comparison"]["points"][0]
+    assert point["same_work"] is False and point["mismatched"] == 1
