@@ -43,6 +43,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -390,7 +391,8 @@ def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen | None
         print("py-spy is not installed: no profile", flush=True)
         return None
     argv = [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "250"]
-    argv += ["--format", "raw", "--threads", "--idle", "--nonblocking", "--output", str(out)]
+    # --subprocesses: ENGINE_PROCESS's engine process (and vLLM's EngineCore) are the stub's children.
+    argv += ["--format", "raw", "--threads", "--idle", "--nonblocking", "--subprocesses", "--output", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(f"{out}.log", "w"))
 
 
@@ -624,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
                         threads_before, thread_cpu_seconds([stub]), result["wall_s"]
                     )
             if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits: the profile ends here
                 spy.wait(timeout=120)
             return result
 
