@@ -26,6 +26,7 @@ import os
 import queue
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,6 +98,7 @@ class ProcessEngine:
         self._admissions: queue.SimpleQueue = queue.SimpleQueue()
         self._turns: queue.SimpleQueue = queue.SimpleQueue()
         self._stop_watching = threading.Event()
+        self._death_lock = threading.Lock()
         self._log_start = environment.log_size(environment.server_log_file())
 
     # -- start and stop -------------------------------------------------------------------------------------------
@@ -190,7 +192,16 @@ class ProcessEngine:
     def _kill(self) -> None:
         self.child.kill()
         self.child.wait()
+        self._kill_group()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _kill_group(self) -> None:
+        """Kill what is left of the engine's process group: vLLM's EngineCore outlives an engine process killed
+        outright, holding the GPU's memory and (forked) the engine's end of the connection."""
+        try:
+            os.killpg(self.child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _post(self, message: tuple) -> bool:
         try:
@@ -350,6 +361,7 @@ class ProcessEngine:
         budget = max(1, int(WATCH_CHECKS_PER_S * WATCH_INTERVAL_S))
         start = 0
         while not self._stop_watching.wait(WATCH_INTERVAL_S):
+            self._check_alive()
             live, start = jobs.next_to_check(list(self.live.values()), budget, start)
             for job in live:
                 if jobs.client_cancelled(job):
@@ -358,10 +370,26 @@ class ProcessEngine:
                         log.info(f"[vllm] Cancelling the request {job.request_id}")
                     self._post(("abort", job.request_id, job.cancel_reason))
 
-    def _on_dead(self, gone: bool = False) -> None:
-        """The engine died (its process said so), or its process is ``gone`` (its connection closed)."""
-        if self.dead_reason is not None or self.closing:
+    def _check_alive(self) -> None:
+        """The engine's process can die without its connection closing: a process vLLM forked from it (EngineCore)
+        holds the connection's socket too, so the receiver would wait on it for ever. Seen on an H200, the engine's
+        process killed under load: every request hung and the model stayed ready."""
+        if self.closing or self.dead_reason is not None or self.child.poll() is None:
             return
+        self._on_dead(gone=True)
+        try:
+            self.conn.close()  # the receiver's wait ends
+        except OSError:
+            pass
+
+    def _on_dead(self, gone: bool = False) -> None:
+        """The engine died (its process said so), or its process is ``gone`` (its connection closed, or the watcher
+        saw it exit): once, whichever thread sees it first."""
+        with self._death_lock:
+            if self.dead_reason is None and not self.closing:
+                self._record_death(gone)
+
+    def _record_death(self, gone: bool) -> None:
         try:
             exited = self.child.wait(timeout=5) if gone else self.child.poll()
         except subprocess.TimeoutExpired:
@@ -369,6 +397,7 @@ class ProcessEngine:
         cause = environment.death_cause_in_server_log(self._log_start)
         if exited is not None:
             cause = f"its process {environment.exit_description(exited)}; {cause}"
+            self._kill_group()
         self.dead_reason = engine_death(self.model_name, self.health_check, cause)
         for job in list(self.live.values()):
             if gone or isinstance(job, jobs.Job):  # vLLM's app answers its own requests, as vllm serve does

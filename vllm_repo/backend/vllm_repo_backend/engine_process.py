@@ -258,6 +258,9 @@ def main(argv: list[str]) -> int:
     )
     _log_to_stderr()
     _die_with_parent()
+    # A process group of its own: what vLLM starts from here (EngineCore, its workers) is killed with it when this
+    # process dies outright, rather than left holding the GPU (engine_link.ProcessEngine._kill_group).
+    os.setpgid(0, 0)
     parent = os.getppid()
     with Listener(address, family="AF_UNIX", authkey=authkey) as listener:  # before the engine: the stub waits on it
         conn = listener.accept()
