@@ -163,37 +163,22 @@ def test_a_report_costs_a_bounded_number_of_calls_whatever_the_tokens_and_reques
     assert calls_for(200, 256, True) > 200 * 255
 
 
-def test_reports_are_spaced_to_a_share_of_the_channel(fake_stub):
-    """After a report that took t, the next starts no sooner than (1/share - 1) * t later, however many final
-    responses wait; what came meanwhile goes in the next report, and every final goes."""
-    FakeFamily.delay_s = 0.001  # each call's round trip
+def test_finals_that_come_during_a_report_go_out_together_after_the_next(fake_stub):
+    """Reports never overlap: the final responses whose stats come in while one is under way wait for the next,
+    which holds all of them, so the reports are fewer than the finals however fast they come; every final goes."""
+    FakeFamily.delay_s = 0.02  # each call's round trip: a report takes about half a second
     acc = metrics.MetricsAccumulator()
     reporter = metrics_report.TritonMetrics(LABELS, 4096, acc)
-    starts: list[float] = []
     sent = threading.Semaphore(0)
-    original = reporter.flush
-
-    def timed_flush() -> None:
-        starts.append(time.monotonic())
-        original()
-        starts.append(time.monotonic())
-
-    reporter.flush = timed_flush  # type: ignore[method-assign]
     for i in range(6):
         acc.expect(f"r{i}", 1)
         _record_requests_one(acc, f"r{i}")
         acc.send_final_after_stats(f"r{i}", sent.release)
-        time.sleep(0.005)
+        time.sleep(0.01)
     for _ in range(6):
-        assert sent.acquire(timeout=10)
-    stopping = time.monotonic()
-    reporter.stop()  # its last report comes at once: excluded below
-    reports = [(starts[i], starts[i + 1]) for i in range(0, len(starts) - 1, 2) if starts[i] < stopping]
-    assert len(reports) >= 2
-    busy = [(b - a) for a, b in reports]
-    for (_, end), (start, _), spent in zip(reports, reports[1:], busy, strict=False):
-        if spent > 0.003:  # a report that made calls
-            assert start - end >= spent * (1 / metrics_report.REPORT_CHANNEL_SHARE - 1) * 0.9
+        assert sent.acquire(timeout=30)
+    assert 1 <= reporter.reports < 6
+    reporter.stop()
 
 
 def _record_requests_one(acc: metrics.MetricsAccumulator, request_id: str) -> None:
