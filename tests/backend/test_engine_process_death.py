@@ -1,6 +1,6 @@
-"""ENGINE_PROCESS's engine process killed outright while vLLM's EngineCore, forked from it, lives on holding the
-engine's end of the connection (seen on an H200: every request hung, the model stayed ready). Without vLLM: a real
-process group stands in for the engine's process and its EngineCore."""
+"""ENGINE_PROCESS: where it is the default, and its engine process killed outright while vLLM's EngineCore, forked
+from it, lives on holding the engine's end of the connection (seen on an H200: every request hung, the model stayed
+ready). Without vLLM: a real process group stands in for the engine's process and its EngineCore."""
 
 from __future__ import annotations
 
@@ -74,3 +74,10 @@ def test_an_engine_process_that_died_is_seen_though_its_connection_stays_open_an
         except ProcessLookupError:
             pass
         child.wait(timeout=10)
+
+
+def test_a_gpu_instance_runs_vllm_in_a_process_of_its_own_unless_config_pbtxt_says_otherwise():
+    assert engine_link.wanted({}, "GPU") is True
+    assert engine_link.wanted({"ENGINE_PROCESS": "false"}, "GPU") is False
+    assert engine_link.wanted({}, "CPU") is False and engine_link.wanted({}, "MODEL") is False
+    assert engine_link.wanted({"ENGINE_PROCESS": "true"}, "CPU") is True

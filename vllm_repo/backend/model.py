@@ -55,7 +55,8 @@ config.pbtxt parameters:
   DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
                             never vLLM's silent 16)
   ENGINE_PROCESS            "true": vLLM's AsyncLLM (and its OpenAI app) in a process of its own, the stub relaying
-                            (engine_link.py): for many concurrent streams; everything else as without it
+                            (engine_link.py): for many concurrent streams; everything else as without it. Left out:
+                            on for a KIND_GPU instance, off for KIND_CPU and KIND_MODEL (engine_link.wanted)
   GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
 """
 
@@ -210,7 +211,7 @@ class TritonPythonModel:
         self._metric_labels = {"model": self.model_name, "version": str(args["model_version"])}
         self._reader = native.NativeRequestReader(self.vllm, self.lora_adapters, self.default_max_tokens)
         self._process: engine_link.ProcessEngine | None = None
-        if configuration.bool_parameter(params, engine_link.PARAMETER):  # vLLM in a process of its own
+        if engine_link.wanted(params, args.get("model_instance_kind", "")):  # vLLM in a process of its own
             self._process = engine_link.ProcessEngine(
                 self.model_name, version_dir, self._reader, self.health_check,
                 metric_labels=self._metric_labels if self.report_metrics else None,

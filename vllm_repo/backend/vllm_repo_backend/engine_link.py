@@ -37,8 +37,19 @@ from multiprocessing.connection import Client, Connection
 from typing import Any
 
 from . import environment, errors, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
+from .configuration import bool_parameter
 
 PARAMETER = "ENGINE_PROCESS"
+
+
+def wanted(params: dict[str, str], instance_kind: str) -> bool:
+    """ENGINE_PROCESS as config.pbtxt sets it; left out, on for an instance of one GPU (KIND_GPU): from 128 streams
+    on, one GIL serving both vLLM and Triton's side held the stub well behind raw AsyncLLM where vLLM's own process
+    kept close to it (bench/results/backend.md). A CPU instance keeps the stub (the engine is the limit there, and a
+    process more takes a core); KIND_MODEL (tensor parallelism, Ray) keeps it until measured."""
+    return bool_parameter(params, PARAMETER, default=instance_kind.upper() in ("GPU", "KIND_GPU"))
+
+
 # How long the engine's process may take to start vLLM (a first start compiles and captures CUDA graphs).
 READY_TIMEOUT_S = 1800.0
 WATCH_INTERVAL_S = 0.1
