@@ -331,3 +331,20 @@ def test_a_chat_template_s_input_tokens_are_not_a_difference_in_work_but_output_
     run.sides[0].rounds = [[Measured([record(7, 32), record(8, 32)], 1.0)]]  # one answer a token short
     point = run.report()["comparison"]["points"][0]
     assert point["same_work"] is False and point["mismatched"] == 1
+
+
+def test_a_client_busy_enough_to_be_the_limit_is_said_beside_its_figures():
+    run = made_up_run({"triton native": [1.0, 1.0], "vllm-serve": [1.0, 1.0]})
+    for side in run.sides:
+        for rounds in side.rounds:
+            rounds[1].client_cpu_s_per_s = 0.4
+    run.sides[-1].rounds[1][1].client_cpu_s_per_s = 0.97  # vllm serve's client, round 2, concurrency 2
+    report = run.report()
+    points = {s["name"]: s["points"] for s in report["comparison"]["sides"]}
+    assert points["vllm-serve"][1]["client_cpu_s_per_s"] == 0.97  # the busiest round
+    assert points["triton native"][1]["client_cpu_s_per_s"] == 0.4
+    notes = [line for line in to_text(report).splitlines() if line.startswith("note: at concurrency")]
+    assert notes == [
+        "note: at concurrency 2, vllm-serve's client took 0.97 CPU-seconds a second: one core of the client may be "
+        "what limits these figures, not the server (run the load from more processes or a faster machine)"
+    ]

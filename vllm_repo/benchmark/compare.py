@@ -31,9 +31,8 @@ from typing import Any, TextIO
 from vllm_repo.benchmark.clients import make_client
 from vllm_repo.benchmark.compare_setup import describe_plan, describe_setup
 from vllm_repo.benchmark.errors import BenchError
-from vllm_repo.benchmark.load import run_concurrency, run_rate
 from vllm_repo.benchmark.prompts import Prompt, PromptSet, take
-from vllm_repo.benchmark.run import BenchSpec, Progress, _prompts, _warm_up, guard, label
+from vllm_repo.benchmark.run import BenchSpec, Progress, _prompts, _warm_up, guard, label, measure_point
 from vllm_repo.benchmark.stats import RequestRecord
 from vllm_repo.benchmark.vllm_serve import ServeArgs, VllmServe, require_vllm, serve_args_for
 from vllm_repo.errors import UsageError
@@ -89,6 +88,7 @@ class Measured:
 
     records: list[RequestRecord]
     wall_s: float
+    client_cpu_s_per_s: float = 0.0  # this process's CPU seconds a second: near 1, the client is the limit
 
 
 @dataclasses.dataclass
@@ -417,12 +417,8 @@ async def _measure_side(ctx: _Context, side: Side, round_index: int) -> None:
             if progress:
                 progress.start_point(f"round {round_index + 1}, {side.name}, {label(load)}", len(chosen))
             on_done = progress.request_done if progress else None
-            if "concurrency" in load:
-                measured = run_concurrency(client, chosen, load["concurrency"], on_done)
-            else:
-                measured = run_rate(client, chosen, load["request_rate"], spec.seed + i, on_done)
-            records, wall = await guard(measured, client, spec.stall_s)
-            side.rounds[round_index].append(Measured(records, wall))
+            records, wall, client_cpu = await measure_point(client, chosen, load, spec, spec.seed + i, on_done)
+            side.rounds[round_index].append(Measured(records, wall, client_cpu))
             if progress:
                 from vllm_repo.benchmark.stats import summarize
 

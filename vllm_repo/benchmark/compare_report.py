@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from vllm_repo.benchmark.report import _triple, label_of, requests_words
+from vllm_repo.benchmark.report import _triple, client_limit_note, label_of, requests_words
 from vllm_repo.benchmark.stats import summarize
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def pooled_points(run: CompareRun, side: Side) -> list[dict[str, Any]]:
         records = [r for m in measured for r in m.records]
         point = summarize(records, sum(m.wall_s for m in measured), load, run.spec.slo)
         point["rounds"] = len(measured)
+        point["client_cpu_s_per_s"] = max(m.client_cpu_s_per_s for m in measured)
         points.append(point)
     return points
 
@@ -251,6 +252,9 @@ def to_text(report: dict[str, Any]) -> str:
                 row += [f"{p['goodput_rps']:.2f}", _ratio_text(r.get("goodput_rps")) if r else ""]
             rows.append(row)
         lines += _table(rows)
+        for side in comparison["sides"]:
+            if len(side["points"]) > i and (note := client_limit_note(side["points"][i], f"{side['name']}'s client")):
+                lines.append(note)
         for m in cpoint["mismatches"]:
             lines.append(
                 f"  round {m['round']}, request {m['request']}: {m['side']} counted {m['input_tokens'][0]} in / "

@@ -122,6 +122,7 @@ def to_text(report: dict[str, Any]) -> str:
                 c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
             ).rstrip()
         )
+    lines += [n for p in report["points"] if (n := client_limit_note(p, "the client")) is not None]
     for p in report["points"]:
         for e in p["errors"]:
             lines.append(f"{label_of(p)}: {e['count']} failed: {e['error']}")
@@ -132,6 +133,21 @@ def to_text(report: dict[str, Any]) -> str:
 
 def label_of(point: dict[str, Any]) -> str:
     return f"concurrency {point['concurrency']}" if "concurrency" in point else f"rate {point['request_rate']:g}/s"
+
+
+# The client's CPU seconds a second above which its own core, not the server, may be what limits a point's figures.
+CLIENT_BUSY = 0.9
+
+
+def client_limit_note(point: dict[str, Any], who: str) -> str | None:
+    """A line saying the load generator was busy enough to be the limit at this point, or None."""
+    busy = point.get("client_cpu_s_per_s")
+    if busy is None or busy < CLIENT_BUSY:
+        return None
+    return (
+        f"note: at {label_of(point)}, {who} took {busy:.2f} CPU-seconds a second: one core of the client may be what "
+        "limits these figures, not the server (run the load from more processes or a faster machine)"
+    )
 
 
 def requests_words(num_prompts: int | list[int], unit: str = "load point") -> str:

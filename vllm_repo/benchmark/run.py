@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
@@ -137,6 +138,25 @@ class BenchRun:
         }
 
 
+async def measure_point(
+    client: Client,
+    prompts: list[Prompt],
+    load: dict[str, Any],
+    spec: BenchSpec,
+    seed: int,
+    on_done: Callable[[RequestRecord], None] | None,
+) -> tuple[list[RequestRecord], float, float]:
+    """One load point's requests: their records, the wall time, and the CPU seconds a second this process (the
+    client) used meanwhile: near 1, one core of load generator is what limits the figures, not the server."""
+    cpu = time.process_time()
+    if "concurrency" in load:
+        measured = run_concurrency(client, prompts, load["concurrency"], on_done)
+    else:
+        measured = run_rate(client, prompts, load["request_rate"], seed, on_done)
+    records, wall = await guard(measured, client, spec.stall_s)
+    return records, wall, round((time.process_time() - cpu) / wall, 3) if wall > 0 else 0.0
+
+
 def label(load: dict[str, Any]) -> str:
     return f"concurrency {load['concurrency']}" if "concurrency" in load else f"rate {load['request_rate']:g}/s"
 
@@ -172,12 +192,9 @@ async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) ->
             if progress:
                 progress.start_point(label(load), len(chosen))
             on_done = progress.request_done if progress else None
-            if "concurrency" in load:
-                measured = run_concurrency(client, chosen, load["concurrency"], on_done)
-            else:
-                measured = run_rate(client, chosen, load["request_rate"], spec.seed + i, on_done)
-            records, wall = await guard(measured, client, spec.stall_s)
+            records, wall, client_cpu = await measure_point(client, chosen, load, spec, spec.seed + i, on_done)
             point = summarize(records, wall, load, spec.slo)
+            point["client_cpu_s_per_s"] = client_cpu
             run.points.append(point)
             if progress:
                 progress.end_point(point)
