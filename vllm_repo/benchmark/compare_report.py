@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from vllm_repo.benchmark.report import _triple, client_limit_note, label_of, requests_words
+from vllm_repo.benchmark.report import _triple, client_limit_note, label_of, workload_line
 from vllm_repo.benchmark.stats import summarize
 
 if TYPE_CHECKING:
@@ -214,13 +214,7 @@ def _header(report: dict[str, Any]) -> list[str]:
     ]
     for name, text in setup.get("metrics", {}).items():
         lines.append(f"metrics, {name}: {text}")
-    if report["input_len"] is not None:
-        length = "exactly" if report["prompts"] == "exact" else "about"
-        source = f"synthetic prompts of {length} {report['input_len']} tokens"
-    else:
-        source = f"prompts of {report['prompts']}"
-    out_len = f"{report['output_len']} output tokens each" if report["output_len"] else "the dataset's output lengths"
-    lines.append(f"{source}, {out_len}, {requests_words(report['num_prompts'], 'load point and round')}")
+    lines.append(workload_line(report, "load point and round"))
     lines.append(f"{comparison['rounds']} round(s), {comparison['placement']}")
     if report["slo"]:
         lines.append("SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in report["slo"].items()))

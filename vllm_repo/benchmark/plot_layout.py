@@ -263,6 +263,23 @@ class Layout:
         return None
 
 
+def grid_svg(x_axis: Axis, y_axis: Axis, frame: Box) -> list[str]:
+    """A plot's horizontal grid lines at the y ticks, and the tick labels of both axes, inside and beside ``frame``."""
+    out = []
+    for yv in y_axis.ticks:
+        y = y_axis.at(yv)
+        out.append(f'<line x1="{frame.x0}" y1="{y:.1f}" x2="{frame.x1}" y2="{y:.1f}" stroke="#eee"/>')
+        out.append(
+            f'<text x="{frame.x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{y_axis.tick_text(yv)}</text>'
+        )
+    for xv in x_axis.ticks:
+        out.append(
+            f'<text x="{x_axis.at(xv):.1f}" y="{frame.y1 + 16}" text-anchor="middle" font-size="11">'
+            f"{x_axis.tick_text(xv)}</text>"
+        )
+    return out
+
+
 def label_svg(placed: Placed, colour: str = "#555") -> list[str]:
     """A placed label's SVG: its text, and its leader line where it stands off its point."""
     out = []

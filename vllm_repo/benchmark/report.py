@@ -83,13 +83,7 @@ def _triple(summary: dict[str, float | None]) -> str:
 def to_text(report: dict[str, Any]) -> str:
     """The table people read: one row per load point."""
     lines = [f"{report['model']} over {ENDPOINT_WORDS.get(report['endpoint'], report['endpoint'])} at {report['url']}"]
-    if report["input_len"] is not None:
-        length = "exactly" if report["prompts"] == "exact" else "about"
-        source = f"synthetic prompts of {length} {report['input_len']} tokens"
-    else:
-        source = f"prompts of {report['prompts']}"
-    out_len = f"{report['output_len']} output tokens each" if report["output_len"] else "the dataset's output lengths"
-    lines.append(f"{source}, {out_len}, {requests_words(report['num_prompts'])}")
+    lines.append(workload_line(report))
     if report["slo"]:
         lines.append("SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in report["slo"].items()))
     lines.append("")
@@ -148,6 +142,18 @@ def client_limit_note(point: dict[str, Any], who: str) -> str | None:
         f"note: at {label_of(point)}, {who} took {busy:.2f} CPU-seconds a second: one core of the client may be what "
         "limits these figures, not the server (run the load from more processes or a faster machine)"
     )
+
+
+def workload_line(report: dict[str, Any], unit: str = "load point") -> str:
+    """What every request was: "synthetic prompts of exactly 128 tokens, 128 output tokens each, 100 requests per
+    load point"."""
+    if report["input_len"] is not None:
+        length = "exactly" if report["prompts"] == "exact" else "about"
+        source = f"synthetic prompts of {length} {report['input_len']} tokens"
+    else:
+        source = f"prompts of {report['prompts']}"
+    out_len = f"{report['output_len']} output tokens each" if report["output_len"] else "the dataset's output lengths"
+    return f"{source}, {out_len}, {requests_words(report['num_prompts'], unit)}"
 
 
 def requests_words(num_prompts: int | list[int], unit: str = "load point") -> str:

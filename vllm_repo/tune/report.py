@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.benchmark.plot import MARGIN, P50_COLOUR, P99_COLOUR, SLO_COLOUR
-from vllm_repo.benchmark.plot_layout import Box, Keyed, Layout, fit_axis, label_svg
+from vllm_repo.benchmark.plot_layout import Box, Keyed, Layout, fit_axis, grid_svg, label_svg
 from vllm_repo.files import write_atomic
 from vllm_repo.tune.evidence import LATENCY
 
@@ -138,16 +138,7 @@ def svg(evidence: dict[str, Any]) -> str:
         f"{html.escape(evidence['model'])}: goodput against p99 end-to-end latency</text>",
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
     ]
-    for yv in y_axis.ticks:
-        out.append(f'<line x1="{left}" y1="{y(yv):.1f}" x2="{left + plot_w}" y2="{y(yv):.1f}" stroke="#eee"/>')
-        out.append(
-            f'<text x="{left - 6}" y="{y(yv) + 4:.1f}" text-anchor="end" font-size="11">{y_axis.tick_text(yv)}</text>'
-        )
-    for xv in x_axis.ticks:
-        out.append(
-            f'<text x="{x(xv):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">'
-            f"{x_axis.tick_text(xv)}</text>"
-        )
+    out += grid_svg(x_axis, y_axis, Box(left, top, left + plot_w, top + plot_h))
     out.append(
         f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle" font-size="12">'
         "p99 end-to-end latency (ms)</text>"
