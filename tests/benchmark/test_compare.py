@@ -22,7 +22,7 @@ from vllm_repo.benchmark.compare import (
 )
 from vllm_repo.benchmark.compare_report import to_text
 from vllm_repo.benchmark.errors import BenchError
-from vllm_repo.benchmark.plot import svg
+from vllm_repo.benchmark.output import svg
 from vllm_repo.benchmark.run import BenchSpec
 from vllm_repo.benchmark.stats import RequestRecord
 from vllm_repo.benchmark.vllm_serve import engine_cli_args, require_vllm, serve_args_for

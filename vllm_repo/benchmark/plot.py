@@ -12,8 +12,7 @@ from typing import Any
 
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.plot_layout import Box, Keyed, Layout, fit_axis, grid_svg, label_svg, text_width
-from vllm_repo.benchmark.report import label_of, report_text
-from vllm_repo.files import write_atomic
+from vllm_repo.benchmark.report import label_of
 
 PANELS = (("ttft_ms", "TTFT", "ttft_p99_ms"), ("itl_ms", "ITL", "itl_p99_ms"), ("e2e_ms", "end-to-end", "e2e_p99_ms"))
 WIDTH, HEIGHT = 360, 280  # one panel
@@ -105,10 +104,7 @@ def panel(
 
 
 def svg(report: dict[str, Any]) -> str:
-    if "comparison" in report:
-        from vllm_repo.benchmark.compare_plot import comparison_svg
-
-        return comparison_svg(report)
+    """bench's plot of one report (a comparison's is compare_plot.comparison_svg; output.svg picks)."""
     points = report["points"]
     legend_y = HEIGHT + 8
     keyed = Keyed()
@@ -149,21 +145,6 @@ def svg(report: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def page(report: dict[str, Any]) -> str:
-    title = html.escape(f"vllm-repo bench: {report['model']}")
-    return (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>'
-        + title
-        + '</title></head>\n<body style="font-family: sans-serif">\n<h2>'
-        + title
-        + "</h2>\n"
-        + svg(report)
-        + "\n<pre>"
-        + html.escape(report_text(report))
-        + "</pre>\n</body></html>\n"
-    )
-
-
 def check_plot_path(path: Path, force: bool) -> None:
     """Refuse a plot file before measuring anything, not after: a suffix bench cannot write, or a file that is
     there already without --force."""
@@ -184,7 +165,3 @@ def check_output_path(path: Path, force: bool) -> None:
         raise BenchError(f"--output {path} exists", hint="pass --force to replace it, or choose another file")
     if not path.parent.is_dir():
         raise BenchError(f"--output {path}: no directory {path.parent}")
-
-
-def write_plot(path: Path, report: dict[str, Any]) -> None:
-    write_atomic(path, svg(report) + "\n" if path.suffix.lower() == ".svg" else page(report))

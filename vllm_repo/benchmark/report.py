@@ -161,12 +161,3 @@ def requests_words(num_prompts: int | list[int], unit: str = "load point") -> st
     if isinstance(num_prompts, list):
         return f"{', '.join(map(str, num_prompts))} requests at the load points in turn"
     return f"{num_prompts} requests per {unit}"
-
-
-def report_text(report: dict[str, Any]) -> str:
-    """The text of a report: bench's table, or a comparison's tables (compare_report.py)."""
-    if "comparison" in report:
-        from vllm_repo.benchmark.compare_report import to_text as comparison_text
-
-        return comparison_text(report)
-    return to_text(report)

@@ -238,8 +238,8 @@ def _compare(
 
 def _emit(report: dict[str, Any], output_format: BenchFormat, output: Path | None, plot: Path | None) -> None:
     """The report on stdout or in --output's file, and the plot in --plot's."""
-    from vllm_repo.benchmark.plot import write_plot
-    from vllm_repo.benchmark.report import report_text, to_json
+    from vllm_repo.benchmark.output import report_text, write_plot
+    from vllm_repo.benchmark.report import to_json
     from vllm_repo.files import write_atomic
 
     text = to_json(report) if output_format is BenchFormat.json else report_text(report)
