@@ -122,7 +122,8 @@ next)
     echo /tmp/vrdeps > "$SP/zzz_vrdeps.pth" && touch /tmp/vrdeps/.ok
   fi
   mkdir -p "$RUN"/out && rm -rf "$RUN"/tree && cp -r . "$RUN"/tree && cd "$RUN"/tree || exit 1
-  ln -sfn ../schemas vllm_repo/_schemas
+  # the data an install maps in as vllm_repo._schemas and vllm_repo._templates (init reads the templates)
+  ln -sfn ../schemas vllm_repo/_schemas && ln -sfn ../templates vllm_repo/_templates
   export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH" RUN
   setsid nohup bash bench/gpu_proof.sh "$@" > "$RUN"/run.log 2>&1 &
   echo $! > "$RUN"/pid
