@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.openai.reference import build_tiny_model, reference_engine_args
+from tests.support.reference_server import build_tiny_model, reference_engine_args
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.ports import free_ports
 

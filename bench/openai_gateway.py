@@ -7,7 +7,7 @@ Run by hand from the repository root with the dev Python (it drives the serving 
     export VLLM_REPO_SERVING_PYTHON=...            # from .ci/setup-serving.sh
     python bench/openai_gateway.py --gateway-url http://127.0.0.1:9000/v1 --model-dir DIR [--model tiny]
 
-Without --reference-url the script starts the reference itself (tests/openai/reference.py: `python -m
+Without --reference-url the script starts the reference itself (tests/support/reference_server.py: `python -m
 vllm.entrypoints.openai.api_server` on --model-dir with the engine arguments it prints, which the gateway's model.json
 must match); without --model-dir it builds the tiny model (scripts/make_tiny_model.py) and serves that.
 `--gateway-url reference` measures the reference against itself, to check the script (ratios near 1).
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from backend_throughput import OFFLINE_ENV, cpu_seconds_by_process, cpu_used
 
-from tests.openai.reference import TOOL_ARGS, ReferenceServer, build_tiny_model, reference_engine_args
+from tests.support.reference_server import TOOL_ARGS, ReferenceServer, build_tiny_model, reference_engine_args
 
 # `vllm bench serve` without the `vllm` console script: the same parser and entry point.
 BENCH_SERVE = """\

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.server import TritonServer
 

@@ -19,8 +19,9 @@ import urllib.request
 
 import pytest
 
-from tests.backend.conftest import MODEL_NAME, SERVER_ENV, engine_args
-from tests.backend.test_backend_e2e import (
+from tests.support.backend_server import MODEL_NAME, SERVER_ENV, engine_args
+from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.triton_clients import (
     cancel_mid_stream,
     generate,
     generate_stream,
@@ -33,7 +34,6 @@ from tests.backend.test_backend_e2e import (
     scrape_metrics,
     wait_metrics_flushed,
 )
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import TritonServer

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.backend.conftest import CONFIG_PBTXT, SERVER_ENV, engine_args
-from tests.serve.test_serve_e2e import ipc_sockets, orphaned_ipc_sockets
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.backend_server import CONFIG_PBTXT, SERVER_ENV, engine_args
+from tests.support.launch import ipc_sockets, orphaned_ipc_sockets
+from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import RPC_PATH_ENV, TritonServer

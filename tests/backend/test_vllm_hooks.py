@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving_env import SERVING_PYTHON, needs_serving
+from tests.support.serving import SERVING_PYTHON, needs_serving
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 

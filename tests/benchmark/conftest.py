@@ -1,4 +1,2 @@
 """bench's tests: the statistics as pure logic (test_stats), and bench against a real server (test_bench_e2e), on the
 serving tests' repository of the tiny model."""
-
-from tests.serve.conftest import tiny_repository  # noqa: F401  (the fixture, for this folder too)

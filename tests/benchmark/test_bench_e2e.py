@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
-from tests.serve.test_serve_e2e import _children, free_port, start_launch, stop_and_check
+from tests.support.launch import _children, start_launch, stop_and_check
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON
+from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.processes import process_group_members
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]

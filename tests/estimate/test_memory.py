@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.estimate.helpers import REPO, config
+from tests.support.estimate_models import REPO, config
 from vllm_repo.errors import UsageError
 from vllm_repo.estimate import EstimateError, estimate_model
 from vllm_repo.estimate.architecture import from_config

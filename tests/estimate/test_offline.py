@@ -10,7 +10,7 @@ import huggingface_hub
 import huggingface_hub.constants
 import pytest
 
-from tests.estimate.helpers import config, llama_tensors, model_dir, write_safetensors
+from tests.support.estimate_models import config, llama_tensors, model_dir, write_safetensors
 from vllm_repo.estimate import EstimateError, estimate_for_engine_args
 from vllm_repo.estimate.model_facts import ModelNotAvailableOffline, load_model_facts
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.estimate.helpers import config
+from tests.support.estimate_models import config
 from vllm_repo.estimate import estimate_model
 from vllm_repo.estimate.architecture import from_config
 from vllm_repo.estimate.model_facts import ModelFacts

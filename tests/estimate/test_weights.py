@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from tests.estimate.helpers import config, llama_tensors, model_dir, write_safetensors
+from tests.support.estimate_models import config, llama_tensors, model_dir, write_safetensors
 from vllm_repo.estimate.architecture import from_config, parameter_counts
 from vllm_repo.estimate.model_facts import ModelFactsError, load_model_facts, read_safetensors_header
 from vllm_repo.estimate.weights import rotary_cache_bytes, weights_per_rank

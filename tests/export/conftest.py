@@ -7,7 +7,7 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
-from tests.export.helpers import (
+from tests.support.export_repos import (
     BIG_CONFIG,
     BIG_MODEL,
     SMALL_CONFIG,

@@ -15,7 +15,7 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
-from tests.export.helpers import OLD_VLLM, VLLM, by_kind, server
+from tests.support.export_repos import OLD_VLLM, VLLM, by_kind, server
 from vllm_repo.backend import bundled_backend_files
 from vllm_repo.export import export_kubernetes
 from vllm_repo.serve.container import BACKENDS_DIR, choose_container

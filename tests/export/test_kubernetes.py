@@ -1,6 +1,6 @@
 """export kubernetes: the manifests for one node (Deployment + Service) and across nodes (LeaderWorkerSet + Service),
 validated offline against Kubernetes' own JSON schemas and the LWS CRD's schema, and compared with golden files
-(tests/export/helpers.py says how to regenerate them)."""
+(tests/support/export_repos.py says how to regenerate them)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.export.helpers import (
+from tests.support.export_repos import (
     BIG_MODEL,
     OLD_VLLM,
     SMALL_CONFIG,

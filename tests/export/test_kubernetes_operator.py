@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.export.helpers import (
+from tests.support.export_repos import (
     SMALL_CONFIG,
     SMALL_MODEL,
     VLLM,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tests.export.helpers import CONFIGS, SMALL_CONFIG, VLLM, by_kind, cache_model, make_repository
+from tests.support.export_repos import CONFIGS, SMALL_CONFIG, VLLM, by_kind, cache_model, make_repository
 from vllm_repo.export import export_kubernetes
 from vllm_repo.export.dockerfile import dockerfile
 from vllm_repo.export.operator import OperatorOptions

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from typer.testing import CliRunner
 
 import vllm_repo.serve.openai as openai_package
-from tests.openai.test_gateway import StandInTriton
+from tests.support.standin_triton import StandInTriton
 from vllm_repo.cli import build_app
 from vllm_repo.errors import UsageError
 from vllm_repo.serve import launch as launch_module

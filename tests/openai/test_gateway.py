@@ -11,13 +11,13 @@ import json
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 from tritonclient.grpc import service_pb2
 
+from tests.support.standin_triton import StandInTriton, _client, run
 from vllm_repo.errors import UsageError
 from vllm_repo.serve.openai import app as gateway_app
 from vllm_repo.serve.openai import grpc_address, metrics_url
-from vllm_repo.serve.openai.app import OpenAIGateway
 from vllm_repo.serve.openai.triton import (
     OPENAI_REQUEST_INPUT,
     OPENAI_RESPONSE_OUTPUT,
@@ -119,64 +119,6 @@ def test_an_unusable_triton_url_is_a_usage_error_naming_it(url):
 
 
 # --- the routes, against a stand-in for Triton ------------------------------------------------------------------------
-
-
-class StandInTriton:
-    """Answers like Triton with the bundled backend: each model lists one card, generation replays ``script``."""
-
-    def __init__(self, models=("tiny",), cards=None, script=None, ready=True):
-        self.models = list(models)
-        self.cards = cards or {m: [{"id": m, "object": "model"}] for m in self.models}
-        self.script = script or {}
-        self.ready = ready
-        self.health: dict[str, int] = {}  # a model's backend's answer to /health (200 when not given)
-        self.calls: list[tuple[str, str, object]] = []
-        self.headers: list[list[list[str]] | None] = []  # the client headers each call passed on
-        self.closed_early = asyncio.Event()
-
-    async def server_ready(self):
-        return self.ready
-
-    async def openai_models(self):
-        return list(self.models)
-
-    async def close(self):
-        pass
-
-    async def call(self, model, endpoint, body=None, headers=None):
-        self.calls.append((model, endpoint, body))
-        self.headers.append(headers)
-        if model not in self.models:
-            raise TritonUnavailable(f"Request for unknown model: '{model}' is not found")
-        if endpoint == "/v1/models":
-            yield Chunk(200, json.dumps({"object": "list", "data": self.cards[model]}).encode(), True)
-            return
-        if endpoint == "/health":
-            yield Chunk(self.health.get(model, 200), b"", True)
-            return
-        finished = False
-        try:
-            for item in self.script.get(model, [Chunk(200, b"{}", True)]):
-                if isinstance(item, Exception):
-                    raise item
-                if item == "wait":
-                    await asyncio.sleep(30)
-                    continue
-                yield item
-            finished = True
-        finally:
-            if not finished:
-                self.closed_early.set()
-
-
-async def _client(triton, keys=None, metrics=None) -> TestClient:
-    client = TestClient(TestServer(OpenAIGateway(triton, keys, metrics_url=metrics).application()))
-    await client.start_server()
-    return client
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def test_a_streamed_answer_is_written_chunk_by_chunk_with_the_event_stream_type():

@@ -23,11 +23,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING
-from tests.serve.test_serve_e2e import engine_core_pid, free_port, start_launch, stop_and_check
+from tests.support.launch import engine_core_pid, start_launch, stop_and_check
+from tests.support.serving import NEEDS_SERVING
 from vllm_repo.backend import model as backend
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.guardian import Guardian
+from vllm_repo.serve.ports import free_port
 
 openai = pytest.importorskip("openai")
 

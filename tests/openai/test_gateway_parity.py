@@ -1,7 +1,7 @@
 """The OpenAI API through `vllm-repo launch --openai-port` (Triton, the bundled backend, vLLM on the CPU) answers
 the parity request list exactly as vLLM's own OpenAI server does on the same model directory and engine arguments:
 texts, token ids and logprobs, token counts, finish reasons, tool calls, the fields present, error statuses and
-bodies. Only ids, timestamps and system_fingerprint may differ (tests/openai/parity.py)."""
+bodies. Only ids, timestamps and system_fingerprint may differ (tests/support/openai_parity.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.openai.conftest import ADAPTER
-from tests.openai.parity import REQUESTS, compare, run_all
-from tests.openai.reference import TOOL_ARGS, reference_engine_args
-from tests.serve.test_serve_e2e import free_port, start_launch, stop_and_check
-from tests.serving_env import needs_serving
+from tests.support.launch import start_launch, stop_and_check
+from tests.support.openai_parity import REQUESTS, compare, run_all
+from tests.support.reference_server import ADAPTER, TOOL_ARGS, reference_engine_args
+from tests.support.serving import needs_serving
 from vllm_repo.scaffold import init_model
+from vllm_repo.serve.ports import free_port
 
 pytestmark = [needs_serving, pytest.mark.e2e]
 

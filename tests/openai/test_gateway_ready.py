@@ -14,9 +14,10 @@ import urllib.request
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING
-from tests.serve.test_serve_e2e import READY_TIMEOUT, free_port, start_launch, stop_and_check
+from tests.support.launch import READY_TIMEOUT, start_launch, stop_and_check
+from tests.support.serving import NEEDS_SERVING
 from vllm_repo.scaffold import init_model
+from vllm_repo.serve.ports import free_port
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
 

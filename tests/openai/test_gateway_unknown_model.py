@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.openai.test_gateway import StandInTriton, _client, run
+from tests.support.standin_triton import StandInTriton, _client, run
 
 CARDS = {
     "tiny": [{"id": "tiny", "object": "model"}, {"id": "sql-lora", "object": "model", "parent": "tiny"}],

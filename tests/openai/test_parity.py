@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.openai.parity import REQUESTS, Observation, _strip, compare
+from tests.support.openai_parity import REQUESTS, Observation, _strip, compare
 
 
 def observation(**changes) -> Observation:

@@ -11,10 +11,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.openai.parity import CITY_SCHEMA, REQUESTS, TIME_TOOL, WEATHER_TOOL, compare, run_all
-from tests.openai.reference import ReferenceServer
-from tests.serve.test_serve_e2e import ipc_sockets, orphaned_ipc_sockets
-from tests.serving_env import SERVING_PYTHON
+from tests.support.launch import ipc_sockets, orphaned_ipc_sockets
+from tests.support.openai_parity import CITY_SCHEMA, REQUESTS, TIME_TOOL, WEATHER_TOOL, compare, run_all
+from tests.support.reference_server import ReferenceServer
+from tests.support.serving import SERVING_PYTHON
 from vllm_repo.serve.processes import process_group_members
 
 pytestmark = pytest.mark.e2e

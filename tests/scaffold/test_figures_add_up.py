@@ -10,9 +10,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import write_hf_config
-from tests.figures import parts_larger_than_wholes
-from tests.model_configs import CONFIGS
+from tests.support.figures import parts_larger_than_wholes
+from tests.support.model_configs import CONFIGS, write_hf_config
 from vllm_repo.errors import VllmRepoError
 from vllm_repo.estimate import CATALOG, estimate_model
 from vllm_repo.estimate.packing import DEFAULT_MARGIN_FRACTION

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.model_configs import published_config
+from tests.support.model_configs import published_config
 from vllm_repo.errors import UsageError
 from vllm_repo.estimate.fit import parse_gpu
 from vllm_repo.estimate.packing import DEFAULT_MARGIN_FRACTION

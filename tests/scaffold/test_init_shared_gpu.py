@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.figures import commands_in, run_as_printed
-from tests.model_configs import published_config
+from tests.support.figures import commands_in, run_as_printed
+from tests.support.model_configs import published_config
 from vllm_repo.estimate import estimate_for_engine_args
 from vllm_repo.estimate.packing import DEFAULT_MARGIN_FRACTION
 from vllm_repo.scaffold import init_model

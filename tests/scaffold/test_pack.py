@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tests.model_configs import published_config
-from tests.validate.helpers import RepoBuilder, codes, only, run
+from tests.support.model_configs import published_config
+from tests.support.repo_builder import RepoBuilder, codes, only, run
 from vllm_repo.estimate import resolve_gpu
 from vllm_repo.estimate.model_facts import load_model_facts
 from vllm_repo.estimate.packing import GiB, PackError, engine_cost, pack
@@ -137,7 +137,7 @@ def test_cli_pack_option_and_project_setting(repo, weights, tmp_path):
 
 
 def test_a_repository_packed_for_another_gpu_is_replanned_for_the_gpu_given(repo, weights):
-    from tests.figures import parts_larger_than_wholes
+    from tests.support.figures import parts_larger_than_wholes
 
     for name, path in (("chat", weights["llama-3.1-8b"]), ("small", weights["qwen2.5-1.5b"])):
         repo.model(name, engine_args={"model": path, "max_model_len": 8192})
@@ -158,7 +158,7 @@ def test_a_repository_packed_for_another_gpu_is_replanned_for_the_gpu_given(repo
 
 
 def test_vr603_and_plan_hints_print_pack_commands_that_run(repo, weights, tmp_path):
-    from tests.figures import commands_in, run_as_printed
+    from tests.support.figures import commands_in, run_as_printed
 
     for name, path in (("chat", weights["llama-3.1-8b"]), ("small", weights["qwen2.5-1.5b"])):
         repo.model(name, engine_args={"model": path, "max_model_len": 8192})
@@ -179,7 +179,7 @@ def test_vr603_and_plan_hints_print_pack_commands_that_run(repo, weights, tmp_pa
 
 
 def test_pack_followed_by_an_option_is_a_usage_error_naming_pack_all(repo, weights, tmp_path):
-    from tests.figures import run_as_printed
+    from tests.support.figures import run_as_printed
 
     repo.model("chat", engine_args={"model": weights["qwen2.5-1.5b"], "max_model_len": 8192})
     result = run_as_printed(f"vllm-repo plan {repo.root} --gpu H100 --num-gpus 1 --pack --write", tmp_path)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tests.model_configs import published_config
-from tests.validate.helpers import RepoBuilder, codes, run
+from tests.support.model_configs import published_config
+from tests.support.repo_builder import RepoBuilder, codes, run
 from vllm_repo.scaffold.plan import PlanError, candidate_sizes, placement_config, plan_repository
 
 

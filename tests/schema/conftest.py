@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-SERVING_PYTHON = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-NEEDS_VLLM = pytest.mark.skipif(
-    not SERVING_PYTHON,
-    reason="needs an interpreter with vLLM installed: set VLLM_REPO_SERVING_PYTHON "
-    "(`eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\"`, which scripts/test.sh does)",
-)
+from tests.support.serving import SERVING_PYTHON
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from tests.schema.conftest import NEEDS_VLLM
+from tests.support.serving import NEEDS_VLLM
 from vllm_repo.schema import wheel as schema_wheel
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "engine_args"

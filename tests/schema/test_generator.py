@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional, TypedDict, Union
 import pytest
 from pydantic import BaseModel
 
-from tests.schema.conftest import NEEDS_VLLM
+from tests.support.serving import NEEDS_VLLM
 from vllm_repo.schema import generate as schema_gen
 from vllm_repo.schema.generate import clean_help, is_deprecated_text, to_json_value, type_info, type_info_from_source
 from vllm_repo.schema.loader import JSON_TYPES, bundled_versions

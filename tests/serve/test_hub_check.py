@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON
 from vllm_repo.repository import open_repository
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.errors import LaunchError

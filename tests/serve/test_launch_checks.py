@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vllm_repo_cli
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME, vllm_repo_cli
 from vllm_repo.doctor import root_error
 from vllm_repo.errors import UsageError
 from vllm_repo.scaffold import init_model
@@ -614,7 +614,7 @@ def test_a_start_that_fails_before_the_server_runs_leaves_no_work_directory(tmp_
 
 
 def test_engines_sizing_their_kv_cache_from_a_fraction_on_a_shared_gpu_load_one_at_a_time(tmp_path):
-    from tests.validate.helpers import RepoBuilder
+    from tests.support.repo_builder import RepoBuilder
     from vllm_repo.repository import open_repository
     from vllm_repo.serve.launch_plan import sized_while_others_load
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME
 from vllm_repo.scaffold import init_model
 from vllm_repo.scaffold.plan import plan_repository
 from vllm_repo.schema.loader import serving_python_vllm_version

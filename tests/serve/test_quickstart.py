@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, ROOT
+from tests.support.serving import NEEDS_SERVING, ROOT
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e, pytest.mark.slow]
 

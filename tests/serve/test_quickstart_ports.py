@@ -8,7 +8,7 @@ import shutil
 import socket
 import subprocess
 
-from tests.serve.conftest import ROOT
+from tests.support.serving import ROOT
 
 
 def test_a_held_http_port_stops_the_quickstart_before_the_install(tmp_path):

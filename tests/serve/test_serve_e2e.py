@@ -7,256 +7,30 @@ start/stop cycles reuse few starts.
 
 from __future__ import annotations
 
-import dataclasses
-import glob
-import itertools
 import json
 import os
-import re
 import signal
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
+from tests.support.launch import (
+    READY_TIMEOUT,
+    assert_nothing_left,
+    engine_core_pid,
+    start_launch,
+)
+from tests.support.serving import NEEDS_SERVING, vllm_repo_cli
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.errors import InferError
-from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.infer import infer
-from vllm_repo.serve.ports import free_port, free_ports
+from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.processes import process_group_members
-from vllm_repo.serve.server import PYTHON_ENV_DIRS
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
-
-READY_TIMEOUT = 300
-DEV_SHM = Path("/dev/shm")
-UUID_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def shm_names() -> set[str]:
-    return {p.name for p in DEV_SHM.iterdir()} if DEV_SHM.is_dir() else set()
-
-
-def ipc_sockets() -> set[str]:
-    """vLLM's ZMQ IPC sockets (files named by a UUID) directly in the temporary directory."""
-    tmp = Path(tempfile.gettempdir())
-    return {p.name for p in tmp.iterdir() if UUID_NAME.fullmatch(p.name) and p.is_socket()}
-
-
-def bound_socket_paths() -> set[str]:
-    """Paths of the Unix sockets some live process has bound (/proc/net/unix): another vLLM serving on this machine
-    keeps its IPC sockets there, a socket a dead server left behind is bound by nobody."""
-    paths = set()
-    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
-        fields = line.split()
-        if len(fields) >= 8:
-            paths.add(fields[7])
-    return paths
-
-
-def orphaned_ipc_sockets(before: set[str]) -> set[str]:
-    """IPC sockets created since ``before`` that no live process has bound: what a stopped server left."""
-    tmp = Path(tempfile.gettempdir())
-    deadline = time.monotonic() + 10
-    while True:  # another server shutting down removes its own in a moment
-        bound = bound_socket_paths()
-        left = {name for name in ipc_sockets() - before if str(tmp / name) not in bound}
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.5)
-
-
-def shm_in_use() -> set[str]:
-    """/dev/shm entries some live process has mapped (POSIX shared memory, semaphores) or open. Matched by inode:
-    a semaphore is mapped under the temporary name it was created with, then linked to its real name."""
-    inodes: set[int] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for line in (proc / "maps").read_text().splitlines():
-                fields = line.split()
-                if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
-                    inodes.add(int(fields[4]))
-            for fd in (proc / "fd").iterdir():
-                if os.readlink(fd).startswith("/dev/shm/"):
-                    inodes.add(os.stat(fd).st_ino)
-        except OSError:
-            continue
-    used = set()
-    for entry in DEV_SHM.iterdir():
-        try:
-            if entry.stat().st_ino in inodes:
-                used.add(entry.name)
-        except OSError:
-            continue
-    return used
-
-
-@dataclasses.dataclass
-class Launched:
-    """A `vllm-repo launch` process (its own session) and what it printed."""
-
-    proc: subprocess.Popen
-    url: str
-    ports: tuple[int, int, int]
-    lines: list[str]
-    shm_before: set[str]
-    ipc_before: set[str] = dataclasses.field(default_factory=ipc_sockets)
-    python_envs_before: set[str] = dataclasses.field(default_factory=lambda: set(glob.glob(PYTHON_ENV_DIRS)))
-    server_pid: int | None = None
-    # Stops launch's group (launch then stops its server) should this test process die first.
-    guardian: Guardian | None = None
-
-    def release_guardian(self) -> None:
-        if self.guardian is not None and self.proc.poll() is not None:
-            self.guardian.release()
-            self.guardian = None
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    @property
-    def shm_prefix(self) -> str:
-        # processes.unique_shm_prefix(): one per server, starting with the launching process's pid.
-        return f"vllm_repo_{self.proc.pid}_"
-
-    def send(self, sig: int) -> None:
-        # Ctrl-C in a terminal signals the foreground process group: launch's own group here.
-        os.killpg(self.proc.pid, sig)
-
-    def wait_exit(self, timeout: float) -> tuple[int, float]:
-        began = time.monotonic()
-        code = self.proc.wait(timeout=timeout)
-        self.release_guardian()
-        return code, time.monotonic() - began
-
-    def kill_everything(self) -> None:
-        """Safety net only: the tests assert that nothing is left; this makes sure of it whatever happened."""
-        for pgid in (self.proc.pid, self.server_pid):
-            if pgid:
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        self.release_guardian()
-
-
-def _children(pid: int) -> list[tuple[int, str]]:
-    from vllm_repo.serve.processes import process_table
-
-    return [(child, comm) for child, comm, fields in process_table() if int(fields[1]) == pid]
-
-
-def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | None = None) -> Launched:
-    # Distinct, and none a port the caller picked for the command (--openai-port).
-    given = [int(value) for flag, value in itertools.pairwise(extra) if flag.endswith("-port")]
-    ports = tuple(free_ports(3, avoid=given))
-    cmd = vllm_repo_cli(
-        "launch",
-        str(repo),
-        "--http-port",
-        str(ports[0]),
-        "--grpc-port",
-        str(ports[1]),
-        "--metrics-port",
-        str(ports[2]),
-        "--python",
-        SERVING_PYTHON,
-        *extra,
-    )
-    launched = Launched(
-        proc=subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        ),
-        url=f"http://127.0.0.1:{ports[0]}",
-        ports=ports,
-        lines=[],
-        shm_before=shm_names(),
-    )
-    launched.guardian = Guardian(launched.proc.pid, None, grace_s=30)  # launch removes its server's regions
-    reader = threading.Thread(
-        target=lambda: launched.lines.extend(iter(launched.proc.stdout.readline, "")), daemon=True
-    )
-    reader.start()
-    if not wait_ready:
-        # Note the server's pid while it lives, to check its process group once it is gone.
-        def watch():
-            while launched.proc.poll() is None and launched.server_pid is None:
-                servers = [pid for pid, comm in _children(launched.proc.pid) if comm == "tritonserver"]
-                launched.server_pid = servers[0] if servers else None
-                time.sleep(0.1)
-
-        threading.Thread(target=watch, daemon=True).start()
-        return launched
-    deadline = time.monotonic() + READY_TIMEOUT
-    while "Triton is ready" not in launched.output:
-        if launched.proc.poll() is not None:
-            reader.join(5)
-            pytest.fail(f"launch exited with {launched.proc.returncode}:\n{launched.output}")
-        if time.monotonic() > deadline:
-            launched.kill_everything()
-            pytest.fail(f"not ready after {READY_TIMEOUT} s:\n{launched.output}")
-        time.sleep(0.25)
-    servers = [pid for pid, comm in _children(launched.proc.pid) if comm == "tritonserver"]
-    assert len(servers) == 1, _children(launched.proc.pid)
-    launched.server_pid = servers[0]
-    return launched
-
-
-def assert_nothing_left(launched: Launched) -> None:
-    assert launched.server_pid is not None
-    # The server was its own process group's leader: the stub, vLLM's EngineCore and everything else they started
-    # belonged to that group.
-    assert process_group_members(launched.server_pid) == []
-    # Ours by name (Triton's regions), or by being orphaned: a segment created meanwhile that no live process has
-    # mapped or open (other servers may run on this machine; their segments are in use).
-    # Another server on the machine that is shutting down has unmapped segments its resource tracker is about to
-    # remove: only what stays orphaned counts.
-    deadline = time.monotonic() + 10
-    while True:
-        new = shm_names() - launched.shm_before
-        left = {name for name in new if name.startswith(launched.shm_prefix)} | (new - shm_in_use())
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert left == set(), f"/dev/shm segments left behind: {sorted(left)}"
-    # vLLM's sockets go in the server's work directory, not the temporary directory, where a killed engine left them.
-    # Only the orphaned ones count: other vLLMs on this machine (a CI runner's, the tests' reference) keep theirs.
-    assert orphaned_ipc_sockets(launched.ipc_before) == set()
-    # Triton's Python backend makes a /tmp/python_env_* directory per server and leaves it: the server's own go.
-    assert set(glob.glob(PYTHON_ENV_DIRS)) - launched.python_envs_before == set()
-    for port in launched.ports:  # nothing listens there any more
-        with socket.socket() as s, pytest.raises(ConnectionRefusedError):
-            s.connect(("127.0.0.1", port))
-
-
-def stop_and_check(launched: Launched, *more_ports: int) -> None:
-    """SIGTERM, as a service manager stops launch: it exits 0 and leaves nothing, ``more_ports`` closed too."""
-    launched.send(signal.SIGTERM)
-    try:
-        code, _ = launched.wait_exit(60)
-        assert code == 0, launched.output
-        launched.ports = (*launched.ports, *more_ports)
-        assert_nothing_left(launched)
-    finally:
-        launched.kill_everything()
 
 
 @pytest.fixture(scope="module")
@@ -465,15 +239,6 @@ def test_sigterm_while_the_model_is_still_loading_stops_everything(tiny_reposito
         assert_nothing_left(launched)
     finally:
         launched.kill_everything()
-
-
-def engine_core_pid(server_pgid: int) -> int:
-    """vLLM's EngineCore process in the Triton server's process group (found by its process title, in that group)."""
-    return next(
-        pid
-        for pid in process_group_members(server_pgid)
-        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore")
-    )
 
 
 def test_launch_says_on_its_console_when_a_model_stops_serving(tiny_repository):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.echo_backend import ECHO_BACKEND, make_repo
+from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.processes import process_group_members, shm_segments
 from vllm_repo.serve.python_env import probe_python
@@ -23,48 +24,12 @@ from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
-ECHO_BACKEND = """
-import os
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(cfg):
-        cfg.add_input({"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]})
-        cfg.add_output({"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]})
-        cfg.set_max_batch_size(0)
-        return cfg
-
-    def initialize(self, args):
-        if "FAIL" in args["model_name"]:
-            raise RuntimeError("this model refuses to load")
-
-    def execute(self, requests):
-        # "$NAME" answers the environment variable NAME as the server's processes have it.
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("text_output", self._answer(r))]) for r in requests]
-
-    @staticmethod
-    def _answer(request):
-        text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
-        if text[0].startswith(b"$"):
-            return np.array([os.environ.get(text[0][1:].decode(), "").encode()], dtype=np.object_)
-        return text[::-1].copy()
-"""
-
 
 @pytest.fixture
 def echo_backend(tmp_path) -> Path:
     path = tmp_path / "echo_model.py"
     path.write_text(ECHO_BACKEND)
     return path
-
-
-def make_repo(root: Path, *names: str) -> Path:
-    for name in names:
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text('backend: "vllm"\n')
-    return root
 
 
 def generate(server: TritonServer, model: str, text: str) -> dict:

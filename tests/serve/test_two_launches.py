@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
-from tests.serve.test_serve_e2e import READY_TIMEOUT, Launched, _children, assert_nothing_left, shm_names
+from tests.support.launch import READY_TIMEOUT, Launched, _children, assert_nothing_left, shm_names
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON, vllm_repo_cli
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.infer import infer
 from vllm_repo.serve.processes import process_group_members, shm_segments

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.test_server import ECHO_BACKEND, make_repo
-from tests.serving_env import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.echo_backend import ECHO_BACKEND, make_repo
+from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.serve.claims import python_env_dirs
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.processes import process_group_members

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME
 from vllm_repo.doctor import diagnose_file
 from vllm_repo.schema.loader import serving_python_vllm_version
 from vllm_repo.serve.server import TritonServer

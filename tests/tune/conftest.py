@@ -1,4 +1,2 @@
 """tune's tests: the search as pure logic (test_search), and tune against a real server (test_tune_e2e), on the
 serving tests' repository of the tiny model."""
-
-from tests.serve.conftest import tiny_repository  # noqa: F401  (the fixture, for this folder too)

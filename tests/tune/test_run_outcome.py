@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import write_hf_config
+from tests.support.model_configs import write_hf_config
 from vllm_repo.benchmark import BenchError, Slo
 from vllm_repo.scaffold import init_model
 from vllm_repo.tune import run as tune_run

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import NEEDS_SERVING, SERVING_PYTHON
-from tests.serve.test_serve_e2e import _children
+from tests.support.launch import _children
+from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON
 from vllm_repo.serve.processes import process_group_members
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.validate.helpers import OFFICIAL_CONFIG
+from tests.support.repo_builder import OFFICIAL_CONFIG
 from vllm_repo.cli import build_app
 from vllm_repo.errors import UsageError
 from vllm_repo.releases.ngc import RELEASES

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.validate.helpers import RepoBuilder
+from tests.support.repo_builder import RepoBuilder
 
 
 @pytest.fixture

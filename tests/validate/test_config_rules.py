@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.validate.helpers import codes, only, run
+from tests.support.repo_builder import codes, only, run
 
 FULL = """name: "llm"
 backend: "vllm"

@@ -2,7 +2,7 @@
 
 import json
 
-from tests.validate.helpers import codes, only, run
+from tests.support.repo_builder import codes, only, run
 
 KIND_GPU = 'backend: "vllm"\ninstance_group [ { kind: KIND_GPU count: 1 } ]\n'
 KIND_GPU_1 = 'backend: "vllm"\ninstance_group [ { kind: KIND_GPU count: 1 gpus: [ 1 ] } ]\n'

@@ -1,6 +1,6 @@
 """VR3xx model.json rules, against the bundled EngineArgs schema of vLLM 0.32.0."""
 
-from tests.validate.helpers import VERSION, codes, only, run
+from tests.support.repo_builder import VERSION, codes, only, run
 from vllm_repo.schema.loader import load_schema
 
 

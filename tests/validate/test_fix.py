@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.validate.helpers import VERSION
+from tests.support.repo_builder import VERSION
 from vllm_repo.schema.loader import load_schema
 from vllm_repo.validate import fix_paths
 

@@ -1,6 +1,6 @@
 """VR1xx layout rules: each with a case that triggers it and one that must not."""
 
-from tests.validate.helpers import OFFICIAL_CONFIG, codes, only, run
+from tests.support.repo_builder import OFFICIAL_CONFIG, codes, only, run
 
 
 def test_official_layout_is_clean(repo):

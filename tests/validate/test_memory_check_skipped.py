@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tests.validate.helpers import only, run
+from tests.support.repo_builder import only, run
 
 
 def test_the_note_says_validate_reads_no_network_and_names_no_setting_that_was_not_set(repo, tmp_path, monkeypatch):

@@ -3,8 +3,8 @@
 import json
 import re
 
-from tests.model_configs import published_config
-from tests.validate.helpers import codes, only, run
+from tests.support.model_configs import published_config
+from tests.support.repo_builder import codes, only, run
 
 # Llama-3.1-8B's real architecture (config.json as published), without weights: the estimator derives the
 # parameter count from it.
@@ -95,7 +95,7 @@ def test_vr601_hint_offers_no_more_gpus_than_the_host_has(repo, tmp_path):
 
 
 def test_vr601_hint_offers_only_a_share_the_other_models_leave(repo, tmp_path):
-    from tests.figures import commands_in, run_as_printed
+    from tests.support.figures import commands_in, run_as_printed
     from vllm_repo.estimate.packing import DEFAULT_MARGIN_FRACTION
 
     small = tmp_path / "weights" / "qwen-1.5b"
@@ -122,7 +122,7 @@ def test_vr601_hint_offers_only_a_share_the_other_models_leave(repo, tmp_path):
 
 
 def test_vr601_figures_say_what_is_short_even_when_it_rounds_to_nothing(repo, hf_model):
-    from tests.figures import parts_larger_than_wholes
+    from tests.support.figures import parts_larger_than_wholes
 
     # A tiny model whose KV cache is set a little short of one sequence of max_model_len: MiB, not "0.00 GiB".
     repo.model("llm", engine_args={"model": str(hf_model), "max_model_len": 512, "kv_cache_memory_bytes": 100_000})
@@ -133,7 +133,7 @@ def test_vr601_figures_say_what_is_short_even_when_it_rounds_to_nothing(repo, hf
 
 
 def test_vr601_says_the_terms_exceed_the_budget_instead_of_a_part_larger_than_it(repo, tmp_path):
-    from tests.figures import parts_larger_than_wholes
+    from tests.support.figures import parts_larger_than_wholes
 
     args = {"model": str(_model(tmp_path)), "max_model_len": 8192, "gpu_memory_utilization": 0.3}
     repo.model("llm", engine_args=args)

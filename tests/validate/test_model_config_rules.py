@@ -2,7 +2,7 @@
 
 import json
 
-from tests.validate.helpers import codes, only, run
+from tests.support.repo_builder import codes, only, run
 
 
 def _local_model(tmp_path, **config):

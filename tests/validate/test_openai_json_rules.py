@@ -2,7 +2,7 @@
 
 import json
 
-from tests.validate.helpers import codes, only, run
+from tests.support.repo_builder import codes, only, run
 
 
 def with_openai(repo, options, **files):

@@ -10,20 +10,14 @@ Only the rule under test is selected, so other rules the example happens to trip
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
-
 import pytest
 
+from tests.support.rule_examples import OPTIONS, VERSION, write_example
 from vllm_repo.errors import UsageError
 from vllm_repo.validate import validate_paths
 from vllm_repo.validate.rules import Rule, all_rules
 from vllm_repo.validate.rules.docs import explain, find_rule, rule_doc
 
-VERSION = "0.32.0"
-REPOSITORY_DIR = "model_repository"
-# What an example needs beyond its files, by code family: the memory-fit rules run only when a GPU is known. The
-# rule's docs must tell the reader the same ("Run ... with --gpu L4").
-OPTIONS: dict[str, dict[str, str]] = {"VR6": {"gpu": "L4"}}
 # Rules whose example cannot make them report from files alone: code -> why. Empty: every example is proven.
 EXCEPTIONS: dict[str, str] = {}
 
@@ -32,21 +26,6 @@ RULES = all_rules()
 
 def _code(rule: Rule) -> str:
     return rule.code
-
-
-def write_example(root: Path, example: dict[str, str]) -> Path:
-    """Write the example's files under ``root``; return the directory to validate."""
-    for name, text in example.items():
-        rel = PurePosixPath(name)
-        assert not rel.is_absolute() and ".." not in rel.parts, f"example path {name!r} leaves the example root"
-        path = root.joinpath(*rel.parts)
-        if name.endswith("/"):
-            path.mkdir(parents=True, exist_ok=True)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    repository = root / REPOSITORY_DIR
-    return repository if repository.is_dir() else root
 
 
 @pytest.mark.parametrize("rule", RULES, ids=_code)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tests.model_configs import published_config
-from tests.validate.helpers import RepoBuilder, codes, only, run
+from tests.support.model_configs import published_config
+from tests.support.repo_builder import RepoBuilder, codes, only, run
 from vllm_repo.estimate import resolve_gpu
 from vllm_repo.estimate.model_facts import load_model_facts
 from vllm_repo.estimate.packing import GiB, footprint

@@ -2,7 +2,7 @@
 
 import json
 
-from tests.validate.helpers import GOOD_ENGINE_ARGS, codes, only, run
+from tests.support.repo_builder import GOOD_ENGINE_ARGS, codes, only, run
 
 
 def tune_json(settings: dict, version: str = "1") -> dict[str, str]:

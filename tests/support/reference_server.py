@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.backend.conftest import SERVER_ENV, engine_args
+from tests.support.backend_server import SERVER_ENV, engine_args
 from vllm_repo.benchmark.vllm_serve import engine_cli_args
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port, port_is_free
@@ -40,6 +40,10 @@ TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 
 class ReferenceServerError(RuntimeError):
     pass
+
+
+# The name the tiny model's LoRA adapter (tiny_lora) is served by, on both sides of the parity test.
+ADAPTER = "tiny-adapter"
 
 
 def build_tiny_model(

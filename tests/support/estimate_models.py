@@ -6,7 +6,7 @@ import json
 import struct
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "estimate" / "data"
 REPO = Path(__file__).resolve().parents[2]
 DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1, "F8_E4M3": 1, "I8": 1}
 

@@ -14,7 +14,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1] / "export"
 GOLDEN = HERE / "golden"
 CONFIGS = HERE.parent / "estimate" / "data" / "configs"
 LWS_CRD = HERE / "data" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
