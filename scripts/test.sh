@@ -36,4 +36,6 @@ export PATH="$dev/bin:$PATH"
 "$dev/bin/ruff" format --no-cache --check .
 "$dev/bin/mypy"
 
-exec "$dev/bin/python" -m pytest "$@"
+# Two workers (VLLM_REPO_TEST_WORKERS; 0 runs in this process): the end-to-end tests on one of them, in file order,
+# the rest spread over both (tests/conftest.py puts them in xdist groups). Arguments given after these win.
+exec "$dev/bin/python" -m pytest -n "${VLLM_REPO_TEST_WORKERS:-2}" --dist loadgroup "$@"
