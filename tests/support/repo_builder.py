@@ -1,3 +1,6 @@
+"""A model repository written file by file (RepoBuilder) for validate and the commands that read one, and helpers
+that run validate on it and pick out the codes it reports."""
+
 from __future__ import annotations
 
 import json
