@@ -10,8 +10,8 @@
 
 Run by hand with the serving Python, from the repository root (bench/results/backend.md has the runs):
 
-    $VLLM_REPO_SERVING_PYTHON bench/backend_faults.py [--streams 32] [--parameters '{"ENGINE_PROCESS": "true"}']
-    python bench/backend_faults.py --device gpu --model M --engine-args '{"load_format": "dummy", ...}' --streams 256
+    $VLLM_REPO_SERVING_PYTHON -m bench.backend_faults [--streams 32] [--parameters '{"ENGINE_PROCESS": "true"}']
+    python -m bench.backend_faults --device gpu --model M --engine-args '{"load_format": "dummy", ...}' --streams 256
 """
 
 from __future__ import annotations
@@ -23,28 +23,15 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from backend_throughput import (
-    CPU_ENV,
-    MODEL_NAME,
-    OFFLINE_ENV,
-    PROMPT,
-    build_tiny_model,
-    children_of,
-    default_engine_args,
-    sampling_json,
-    write_model,
-)
-from http_stream import GenerateStreamConnection, GenerateStreamError
+from .http_stream import GenerateStreamConnection, GenerateStreamError
+from .lib.processes import children_of, process_group, stub_pids
+from .lib.results import RESULTS, ResultFile
+from .lib.triton_bench import MODEL_NAME, PROMPT, add_server_options, prepare, sampling_json, write_model
 
 ABORTED = "cancelled by the client: aborted in the engine"
 ENGINE_PROCESS_READY = re.compile(rf"model {MODEL_NAME} ready \(vLLM [^,]+, process (\d+)\)")
@@ -205,45 +192,24 @@ async def kill_phase(server, streams: int, tokens: int, stub_pid: int | None) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--model", help="model directory (default on the CPU: a tiny model built here)")
-    parser.add_argument("--engine-args", default="{}", help="model.json settings over the defaults, as JSON")
+    add_server_options(parser, "model directory (default on the CPU: a tiny model built here)")
     parser.add_argument("--parameters", default="{}", help="more config.pbtxt parameters, e.g. ENGINE_PROCESS")
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
-    env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
-    os.environ.update(env)
-
-    from vllm_repo.serve.server import TritonServer
-
-    work = Path(tempfile.mkdtemp(prefix="backend-faults-"))
-    if args.model is None and args.device == "gpu":
-        parser.error("--model is required with --device gpu")
-    model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
-    settings = dict(
-        default_engine_args(model_dir, args.device), disable_log_stats=False, **json.loads(args.engine_args)
-    )
+    bench = prepare(parser, args, "backend-faults-", stats=True)
+    settings = bench.settings
     # As init writes it (metrics on), and the health check that unloads a model whose engine died.
     parameters = {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true", **json.loads(args.parameters)}
     kind = "KIND_CPU" if args.device == "cpu" else "KIND_GPU"
-    write_model(work / "repo", settings, kind, parameters=parameters)
-    server = TritonServer(
-        work / "repo",
-        serving_python=sys.executable,
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=env,
-        log_path=work / "tritonserver.log",
-        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
-    )
+    write_model(bench.repo, settings, kind, parameters=parameters)
+    server = bench.server(["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"])
     results: dict = {"device": args.device, "engine_args": settings, "parameters": parameters, "tokens": args.tokens}
     server.start()
     try:
         server.wait_ready(timeout=900)
-        from backend_throughput import _process_group, stub_pids
-
-        stub = stub_pids(_process_group(server.pgid)).get(MODEL_NAME)
+        stub = stub_pids(process_group(server.pgid)).get(MODEL_NAME)
         loop = asyncio.new_event_loop()
         results["cancel"] = loop.run_until_complete(cancel_phase(server, args.streams, args.tokens))
         print("cancel:", json.dumps(results["cancel"]), flush=True)
@@ -252,11 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         results["log_tail"] = server.log_text().splitlines()[-40:]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"backend_faults_{args.device}_{time.strftime('%Y%m%dT%H%M%S')}.json"
-    (out / name).write_text(json.dumps(results, indent=1))
-    print(f"wrote {out / name}")
+    print(f"wrote {ResultFile(args.out, f'backend_faults_{args.device}').write(results)}")
     return 0
 
 

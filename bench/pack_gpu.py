@@ -2,7 +2,7 @@
 models started the ways people start them by hand (bench/results/pack.md). Run by hand on a GPU machine, with the
 serving Python (vLLM, numpy<2) as the interpreter and VLLM_REPO_TRITON_HOME pointing at Triton's files:
 
-    python bench/pack_gpu.py --models /tmp/m --kit .gpuroute/remote --out OUT [--starts 3] [--load-seconds 120]
+    python -m bench.pack_gpu --models /tmp/m --kit .gpuroute/remote --out OUT [--starts 3] [--load-seconds 120]
 
 --kit is the directory of the GPU bundle's make_model.py: it writes each model's config.json and tokenizer (no
 weights: load_format "dummy"). What it does, each step's figures going into OUT/pack_gpu.json:
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -33,11 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from http_stream import GenerateStreamConnection, GenerateStreamError
+from .http_stream import GenerateStreamConnection, GenerateStreamError
 
 # Triton model name -> the bundle's preset (make_model.py) whose shape it has.
 MODELS = {"llama8b": "llama3-8b", "qwen7b": "qwen2.5-7b", "qwen1_5b": "qwen2.5-1.5b"}
@@ -76,8 +73,11 @@ FAILURES = re.compile(
 
 def make_models(base: Path, kit: Path) -> dict[str, Path]:
     """The models' directories (config.json and tok/), written with the bundle's make_model.py where missing."""
-    sys.path.insert(0, str(kit))
-    import make_model
+    # The bundle's script, loaded from its file (it is no module of this tree).
+    spec = importlib.util.spec_from_file_location("make_model", kit / "make_model.py")
+    assert spec is not None and spec.loader is not None
+    make_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_model)
 
     make_model.PRESETS.setdefault("qwen2.5-1.5b", QWEN_1_5B)
     dirs = {}

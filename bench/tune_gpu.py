@@ -2,7 +2,7 @@
 and load, the winner measured again in a fresh server, and the search against the full grid of the same space.
 Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpreter and VLLM_REPO_TRITON_HOME set:
 
-    python bench/tune_gpu.py --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
+    python -m bench.tune_gpu --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
         [--output-len 128] [--concurrency 16,32] [--num-prompts 320] [--max-num-seqs 16,32]
         [--max-num-batched-tokens 512,1024] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
 
@@ -31,9 +31,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from vllm_repo.benchmark import BenchSpec, bench_repository, parse_slo
 from vllm_repo.tune import TuneSpec, tune

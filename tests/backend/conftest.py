@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.tiny import SERVER_ENV, tiny_engine_args
 from tests.serving_env import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
 from vllm_repo.serve.server import TritonServer
 
@@ -19,32 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny"
 DEFAULT_MAX_TOKENS = 24
 
-# vLLM on a 2-core CPU: a bounded KV cache (else it takes a share of all RAM), no thread pinning (the default pins to
-# core 0 and runs ~20x slower), no extra worker process.
-SERVER_ENV = {
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
-
-
-def engine_args(model_dir: Path) -> dict:
-    return {
-        "model": str(model_dir),
-        "dtype": "float32",
-        "max_model_len": 512,
-        "kv_cache_memory_bytes": 64 * 2**20,
-        "max_num_seqs": 64,
-        # Skips torch.compile at start: the tests measure behaviour, not speed.
-        "enforce_eager": True,
-        "enable_lora": True,
-        "max_lora_rank": 8,
-        "max_loras": 1,
-    }
+# The tiny model's engine arguments and the CPU server's environment: the benchmarks serve it the same way.
+engine_args = tiny_engine_args
 
 
 CONFIG_PBTXT = f"""\

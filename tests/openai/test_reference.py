@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from bench.lib.reference_server import ReferenceServer
 from tests.openai.parity import CITY_SCHEMA, REQUESTS, TIME_TOOL, WEATHER_TOOL, compare, run_all
-from tests.openai.reference import ReferenceServer
 from tests.serve.test_serve_e2e import ipc_sockets, orphaned_ipc_sockets
 from tests.serving_env import SERVING_PYTHON
 from vllm_repo.serve.processes import process_group_members

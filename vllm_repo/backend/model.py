@@ -84,6 +84,7 @@ if TYPE_CHECKING or __package__:
         engine_stop,
         environment,
         errors,
+        hops,
         jobs,
         log,
         metrics,
@@ -104,6 +105,7 @@ else:
         engine_stop,
         environment,
         errors,
+        hops,
         jobs,
         log,
         metrics,
@@ -114,6 +116,9 @@ else:
         sends,
         stub,
     )
+
+# The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
+_hop, _no_hop = hops.hop, hops.off
 
 # The stub's GIL switch interval. Triton hands a model its requests one execute() at a time, and waits for each to
 # return before the next; execute() runs on the stub's main thread, which must first take the GIL from the busy
@@ -350,6 +355,8 @@ class TritonPythonModel:
         # moment here delays every request behind it. So the requests go to the engine loop as they are, to be read
         # there (_admit). Parsed here, at 512 streams on the H200 requests waited 0.9 ms each to get in, 450 ms in all
         # for a burst, and each stream's next request waited as long: 0.87x raw's throughput.
+        if _hop is not _no_hop:
+            hops.executed(requests)
         self._loop.call_soon_threadsafe(self._admit, requests)
         return None
 
@@ -373,6 +380,8 @@ class TritonPythonModel:
 
     def _spawn(self, job: jobs.Job) -> None:
         self._live[job.request_id] = job
+        if _hop is not _no_hop:
+            hops.admitted(job.request_id, job.request)
         job.stream_sends = self._stream_sends[self._spawned % len(self._stream_sends)]
         job.edge_sends = self._edge_sends[self._spawned % len(self._edge_sends)]
         self._spawned += 1
@@ -384,9 +393,13 @@ class TritonPythonModel:
     async def _generate(self, job: jobs.Job) -> None:
         try:
             prompt = job.prompt if self._render is None else await self._render(job.prompt)
+            if _hop is not _no_hop:
+                _hop("E", job.request_id)
             stream = self.engine.generate(prompt, job.sampling_params, job.request_id, lora_request=job.lora_request)
             try:
                 async for merged in stream:
+                    if _hop is not _no_hop:
+                        _hop("O", job.request_id)
                     for output in self._per_token(job, merged) if job.token_history is not None else (merged,):
                         if output.finished:
                             self._finish(job)
@@ -465,12 +478,16 @@ class TritonPythonModel:
 
     def _send_response(self, job: jobs.Job, output: Any, first: bool) -> None:
         job.sender.send(self._response(job, output, first), flags=0)
+        if _hop is not _no_hop:
+            _hop("S", job.request_id)
 
     def _send_final(self, job: jobs.Job, output: Any, first: bool) -> None:
         try:
             job.sender.send(
                 self._response(job, output, first), flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
             )
+            if _hop is not _no_hop:
+                _hop("F", job.request_id)
         except Exception as exc:  # the client may be gone already
             log.warn(f"[vllm] could not send a final response: {exc}")
 
@@ -504,6 +521,8 @@ class TritonPythonModel:
         if isinstance(admitted, openai_serving.OpenAIOutput):
             self._answer_openai_now(sender, admitted.status, admitted.data)
             return
+        if _hop is not _no_hop:
+            hops.openai_admitted(admitted.stream_to.id if admitted.stream_to is not None else -1)
         self._spawn_openai(openai_serving.new_job(sender, jobs.new_request_id(), admitted))
 
     def _answer_openai_now(self, sender: Any, status: int, data: bytes) -> None:
@@ -557,6 +576,7 @@ class TritonPythonModel:
     # -- finalize -------------------------------------------------------------------------------------------------
     def finalize(self) -> None:
         log.info(f"[vllm] finalizing model {self.model_name}")
+        hops.flush()
         process = getattr(self, "_process", None)
         if process is not None:
             process.finalize()

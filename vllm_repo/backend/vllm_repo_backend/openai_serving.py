@@ -17,7 +17,10 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from . import contract, environment, jobs, log, openai_app, openai_wire
+from . import contract, environment, hops, jobs, log, openai_app, openai_wire
+
+# The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
+_hop, _no_hop = hops.hop, hops.off
 
 # How long vLLM's app has to end an OpenAI request after it was told the client went away, before its task is
 # cancelled.
@@ -132,6 +135,8 @@ class OpenAIServing:
     async def serve(self, job: jobs.OpenAIJob) -> None:
         """Answer ``job`` with vLLM's app; its bytes go out through ``pump(job)``, or to its gateway's stream socket."""
         sent_body = False
+        if _hop is not _no_hop:
+            _hop("B2", job.stream_to.id if job.stream_to is not None else -1)
 
         async def receive() -> dict[str, Any]:
             nonlocal sent_body
@@ -145,6 +150,8 @@ class OpenAIServing:
             if job.cancel_reason is not None:
                 return  # what the app answers once the client went away goes nowhere
             if message["type"] == "http.response.start":
+                if _hop is not _no_hop:
+                    _hop("B3", job.stream_to.id if job.stream_to is not None else -1)
                 job.status = int(message["status"])
                 headers = dict(message.get("headers") or ())
                 job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
@@ -233,6 +240,8 @@ class OpenAIServing:
     ) -> None:
         """A streamed response's bytes to the gateway's socket (``job.stream_link``, ``job.stream_to.id``): a frame,
         no round trip. The Triton final response (the status, no bytes) follows the END frame once the app returns."""
+        if _hop is not _no_hop:
+            _hop("B4", stream_id)
         if link.closed:  # the gateway went away: nobody reads this stream any more
             self.cancel(job, "the OpenAI gateway's stream socket closed")
             return
