@@ -36,7 +36,7 @@ from vllm_repo.scaffold import init_model
 from vllm_repo.serve.ports import free_ports
 
 from .lib.results import RESULTS, ResultFile
-from .lib.tiny import ROOT, build_tiny_model, tiny_engine_args
+from .lib.tiny import ROOT, build_tiny_model, serving_python, tiny_engine_args
 
 MESSAGES = [{"role": "user", "content": "Write about the sea."}]
 PROMPT = "The sea is"
@@ -171,9 +171,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60, help="seconds an answer may take before it counts as hung")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    serving = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-    if not serving:
-        raise SystemExit("set VLLM_REPO_SERVING_PYTHON (eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\")")
+    serving = serving_python()
 
     work = Path(tempfile.mkdtemp(prefix="gateway-soak-"))
     model = build_tiny_model(work / "tiny", serving, lora=work / "tiny-lora")

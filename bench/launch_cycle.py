@@ -30,7 +30,7 @@ from vllm_repo.serve.ports import free_ports
 from vllm_repo.serve.processes import process_group_members, process_table
 
 from .lib.results import RESULTS, ResultFile
-from .lib.tiny import ROOT, build_tiny_model
+from .lib.tiny import ROOT, build_tiny_model, serving_python
 
 
 def tree_rss_mib(pgid: int) -> float:
@@ -122,9 +122,7 @@ def main() -> None:
     parser.add_argument("--openai", action="store_true", help="launch with --openai-port (the OpenAI gateway too)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    python = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-    if not python:
-        raise SystemExit("set VLLM_REPO_SERVING_PYTHON (eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\")")
+    python = serving_python()
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "tiny-llama"
         build_tiny_model(model, python)

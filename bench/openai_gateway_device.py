@@ -40,7 +40,7 @@ from vllm_repo.serve.server import TritonServer
 from . import openai_gateway
 from .lib.results import ResultFile
 from .lib.tiny import OFFLINE_ENV, ROOT
-from .lib.triton_bench import gpu_memory_used, write_model
+from .lib.triton_bench import gpu_memory_used, triton_server, write_model
 from .openai_hops import triton_trace_args
 
 # The tokenizer make_model.py writes has no chat template; both servers read this one from tokenizer_config.json.
@@ -305,14 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         "host": platform.node(),
         "cpus": os.cpu_count(),
     }
-    server = TritonServer(
-        repo,
-        serving_python=sys.executable,
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=env,
-        log_path=args.out / "tritonserver.log",
-        extra_args=triton_trace_args(args.triton_trace) if args.triton_trace else (),
-    )
+    trace = triton_trace_args(args.triton_trace) if args.triton_trace else []
+    server = triton_server(repo, env, args.out / "tritonserver.log", trace)
     gateway = None
     started = time.monotonic()
     server.start()

@@ -28,13 +28,13 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from .http_stream import GenerateStreamConnection, GenerateStreamError
+from .lib.triton_bench import triton_server
 
 # Triton model name -> the bundle's preset (make_model.py) whose shape it has.
 MODELS = {"llama8b": "llama3-8b", "qwen7b": "qwen2.5-7b", "qwen1_5b": "qwen2.5-1.5b"}
@@ -229,18 +229,9 @@ async def load(host: str, port: int, models: list[str], streams: int, seconds: f
 
 def start(repo: Path, label: str, work: Path, args: argparse.Namespace, load_seconds: float = 0) -> dict:
     """One server start on ``repo``: what loaded, the KV caches, the memory peak, and the load when asked."""
-    from vllm_repo.serve.server import TritonServer
-
     log_path = work / f"{label}.log"
     extra = ["--model-load-thread-count=1"] if args.sequential else []
-    server = TritonServer(
-        repo,
-        serving_python=sys.executable,
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=ENV,
-        log_path=log_path,
-        extra_args=extra,
-    )
+    server = triton_server(repo, ENV, log_path, extra)
     result: dict = {"label": label}
     with MemorySampler() as memory:
         began = time.monotonic()

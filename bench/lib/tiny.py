@@ -34,6 +34,15 @@ def build_tiny_model(
     return out
 
 
+def serving_python() -> str:
+    """The Python with vLLM the CPU benchmarks serve with (VLLM_REPO_SERVING_PYTHON), or a stop that says how to get
+    it."""
+    python = os.environ.get("VLLM_REPO_SERVING_PYTHON")
+    if not python:
+        raise SystemExit("set VLLM_REPO_SERVING_PYTHON (eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\")")
+    return python
+
+
 def tiny_engine_args(model_dir: Path | str) -> dict[str, object]:
     """The engine arguments the end-to-end tests serve the tiny model with: a bounded KV cache (else it takes a share
     of all RAM), LoRA on."""

@@ -93,17 +93,29 @@ class BenchWork:
 
     def server(self, extra_args: list[str], backend_directory: Path | None = None) -> TritonServer:
         """A Triton server (not started) on the repository, with the bundled backend or ``backend_directory``."""
-        from vllm_repo.serve.server import TritonServer
+        return triton_server(self.repo, self.env, self.work / "tritonserver.log", extra_args, backend_directory)
 
-        return TritonServer(
-            self.repo,
-            serving_python=sys.executable,
-            triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-            env=self.env,
-            log_path=self.work / "tritonserver.log",
-            backend_directory=backend_directory,
-            extra_args=extra_args,
-        )
+
+def triton_server(
+    repo: Path,
+    env: dict[str, str],
+    log_path: Path,
+    extra_args: list[str] | tuple[str, ...] = (),
+    backend_directory: Path | None = None,
+) -> TritonServer:
+    """A Triton server (not started) on ``repo``, its backend run by this Python, the server's files from
+    VLLM_REPO_TRITON_HOME."""
+    from vllm_repo.serve.server import TritonServer
+
+    return TritonServer(
+        repo,
+        serving_python=sys.executable,
+        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
+        env=env,
+        log_path=log_path,
+        backend_directory=backend_directory,
+        extra_args=list(extra_args),
+    )
 
 
 def prepare(parser: argparse.ArgumentParser, args: argparse.Namespace, prefix: str, stats: bool) -> BenchWork:
