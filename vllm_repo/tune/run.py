@@ -223,7 +223,7 @@ class TuneRun:
         failure = self._load()
         loaded_s = time.monotonic() - began
         if failure:
-            self._keep(candidate, again, "failed", None, f"did not load: {failure[:2000]}", round(loaded_s, 1))
+            self._keep(candidate, again, "failed", reason=f"did not load: {failure[:2000]}", load_s=round(loaded_s, 1))
             self.note(f"  failed to load: {failure.splitlines()[0][:300]}")
             self.durations.append(time.monotonic() - began)
             return None
@@ -231,7 +231,7 @@ class TuneRun:
         try:
             run = bench(self._bench_spec(self.server.grpc_url), self.progress)
         except BenchError as exc:  # the server stopped answering mid-measurement: the next one gets a new one
-            self._keep(candidate, again, "failed", None, f"{exc}", round(loaded_s, 1))
+            self._keep(candidate, again, "failed", reason=f"{exc}", load_s=round(loaded_s, 1))
             self.note(f"  failed: {exc}; starting a new server")
             self.servers_started += self.server.restarts
             self.server.stop()
@@ -250,9 +250,10 @@ class TuneRun:
             raise SearchStopped("interrupted")
         self.durations.append(time.monotonic() - began)
         if not figures.points or all(p["completed"] == 0 for p in figures.points):
-            self._keep(candidate, again, "failed", figures, "every request failed", load_s, measure_s)
+            failed = "every request failed"
+            self._keep(candidate, again, "failed", figures, reason=failed, load_s=load_s, measure_s=measure_s)
             return None
-        self._keep(candidate, again, "measured", figures, None, load_s, measure_s)
+        self._keep(candidate, again, "measured", figures, load_s=load_s, measure_s=measure_s)
         self.note(
             f"  goodput {figures.goodput_rps:g} req/s, p99 end-to-end {figures.e2e_p99_ms:g} ms, "
             f"SLO {'met' if figures.slo_met else 'missed'}"
@@ -275,8 +276,9 @@ class TuneRun:
         candidate: Candidate,
         again: bool,
         status: str,
-        figures: Measurement | None,
-        reason: str | None,
+        figures: Measurement | None = None,
+        *,
+        reason: str | None = None,
         load_s: float,
         measure_s: float | None = None,
     ) -> None:
