@@ -107,3 +107,11 @@ def test_a_probe_that_hangs_is_cut_off_with_what_it_started(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("the probe's child outlived the timeout")
+
+
+def test_importing_a_probe_runs_nothing(capsys):
+    # Tools that import every module of the package (docs, coverage) must not start a Ray driver.
+    import vllm_repo.serve.probes.python_probe
+    import vllm_repo.serve.probes.ray_probe  # noqa: F401
+
+    assert capsys.readouterr().out == ""

