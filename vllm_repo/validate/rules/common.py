@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.repository import ModelDirectory, VersionDirectory
-from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.repository.documents import JsonDocument, PbtxtDocument
 from vllm_repo.schema.loader import json_type
 from vllm_repo.validate.rules.registry import Finding
 
@@ -24,6 +24,15 @@ def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
     for _, doc in vllm_engine_args(model):
         if doc.ok and isinstance(doc.data, dict):
             yield doc
+
+
+def engine_args_and_config(model: ModelDirectory) -> tuple[JsonDocument, dict[str, Any], PbtxtDocument] | None:
+    """(model.json document, its data, the parsed config.pbtxt document), or None when either is unusable."""
+    doc = model.checked_engine_args()
+    cfg = model.config
+    if doc is None or cfg is None or cfg.config is None:
+        return None
+    return doc, doc.data, cfg
 
 
 def not_one_json_object(doc: JsonDocument, hint: str, example: str) -> Iterator[Finding]:
