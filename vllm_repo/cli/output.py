@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import typer
 
-from vllm_repo.validate.diagnostics import Diagnostic
+from vllm_repo.diagnostics.diagnostic import Diagnostic
 
 
 def print_diagnostics(diagnostics: Iterable[Diagnostic]) -> None:

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from vllm_repo.backend.vllm_repo_backend import contract
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository import LORA_FILE, ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.documents import JsonDocument, PbtxtDocument, Position
 from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
 from vllm_repo.repository.tune_record import TUNE_FILE, tuned_settings
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, path_exists, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
