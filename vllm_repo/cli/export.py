@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from vllm_repo.cli.options import force_option, vllm_version_option
+from vllm_repo.cli.output import print_diagnostics
 
 # The defaults are the library's (the command module is imported only when the command runs).
 from vllm_repo.export.operator import OperatorOptions
@@ -147,8 +148,7 @@ def kubernetes(
         api_key_secret=api_key_secret,
         operator=options,
     )
-    for finding in result.findings:
-        typer.echo(f"warning: {finding}", err=True)
+    print_diagnostics(result.findings)
     for note in result.storage_notes:
         typer.echo(f"note: {note}", err=True)
     if strict and result.findings:

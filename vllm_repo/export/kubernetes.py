@@ -39,6 +39,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic
 from vllm_repo.errors import UsageError
 from vllm_repo.export.dockerfile import DOCKERFILE, ImageBuild
 from vllm_repo.export.operator import Operator, OperatorOptions, quantity
@@ -73,7 +74,7 @@ class KubernetesExport:
     image: str  # the image the pods run
     documents: list[tuple[dict[str, Any], list[str]]]  # (object, the comments above it)
     notes: list[str]
-    findings: list[str] = dataclasses.field(default_factory=list)  # what to fix before applying: warnings
+    findings: list[Diagnostic] = dataclasses.field(default_factory=list)  # what to fix before applying: warnings
     build: ImageBuild | None = None  # the Dockerfile of ``image``; None when the pods run the base image as is
     storage_notes: list[str] = dataclasses.field(default_factory=list)  # what the claims' storage must allow
 
@@ -164,7 +165,7 @@ def render(plan: KubernetesPlan) -> KubernetesExport:
     )
     title = f"Triton Inference Server with the vLLM backend for the model repository {root.name}."
     details = [
-        *(f"warning: {f}" for f in findings),
+        *(f"warning: {f.location()}: [{f.code}] {f.message}" for f in findings),
         *notes,
         *budget_notes,
         resources_note,

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic, Severity, display_path
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.export.dockerfile import DOCKERFILE, ImageBuild
 from vllm_repo.export.operator import Operator, OperatorOptions
@@ -26,6 +27,7 @@ from vllm_repo.export.pods import PROBE_PERIOD_S, RAY_OBJECT_STORE_MIB, REPOSITO
 
 if TYPE_CHECKING:
     from vllm_repo.repository import ModelDirectory
+    from vllm_repo.serve.container import ContainerChoice
 
 # ------------------------------------------------------------------------------------------------ settings --
 DEFAULT_GPUS_PER_NODE = 8
@@ -110,7 +112,7 @@ class KubernetesPlan:
     hf_token_secret: str
     image: str  # the image the pods run
     build: ImageBuild | None  # the Dockerfile of ``image``; None when the pods run the base image as is
-    findings: list[str]  # what to fix before applying: warnings
+    findings: list[Diagnostic]  # what to fix before applying: warnings
     notes: list[str]
     loads: list[ModelLoad]
     budget_s: int  # the startupProbe's budget
@@ -274,13 +276,28 @@ def _shm_mib(engines_count: int, multi_node: bool) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- findings --
-def _validate(root: Path, vllm: str) -> list[str]:
+# The export's own findings, each a warning (an error with --strict); validate's keep their VR codes.
+OTHER_RELEASE = "VE101"  # the container carries another vLLM than the repository's release
+CONTAINER_BACKEND = "VE102"  # the bundled backend cannot drive the container's vLLM: its own backend serves
+LOCAL_PATH = "VE103"  # model.json names a local path the pods do not have
+
+
+def _container_findings(choice: ContainerChoice, root: Path) -> list[Diagnostic]:
+    found = [(OTHER_RELEASE, choice.other_release()), (CONTAINER_BACKEND, choice.own_backend())]
+    return [
+        Diagnostic(code=code, severity=Severity.WARNING, file=display_path(root), message=message)
+        for code, message in found
+        if message is not None
+    ]
+
+
+def _validate(root: Path, vllm: str) -> list[Diagnostic]:
     """validate's warnings against the container's vLLM; its errors stop the export."""
     from vllm_repo.validate import validate_paths
 
     result = validate_paths([root], vllm_version=vllm, vllm_version_origin="the container's vLLM")
     if result.has_errors:
-        errors = [d for d in result.diagnostics if d.severity.value == "error"]
+        errors = [d for d in result.diagnostics if d.severity is Severity.ERROR]
         raise ExportFindingsError(
             f"{root} does not pass validate against vLLM {vllm}, the container's release "
             f"({len(errors)} error{'s' * (len(errors) != 1)}); nothing exported",
@@ -289,23 +306,32 @@ def _validate(root: Path, vllm: str) -> list[str]:
         )
     # VR310 (a local path missing here) is about this machine; what counts is whether the pods have the path, which
     # _local_path_findings says.
-    return [d.text() for d in result.diagnostics if d.severity.value == "warning" and d.code != "VR310"]
+    return [d for d in result.diagnostics if d.severity is Severity.WARNING and d.code != "VR310"]
 
 
-def _local_path_findings(vllm_models: list, mounts: list[str]) -> list[str]:
+def _local_path_findings(vllm_models: list[ModelDirectory], mounts: list[str]) -> list[Diagnostic]:
     """Local paths model.json names that no --volume (or the repository) puts in the pods."""
     out = []
     for model in vllm_models:
         data = model.engine_args_data() or {}
+        doc = model.served_engine_args()
         for key in ("model", "tokenizer"):
             value = data.get(key)
             if not isinstance(value, str) or not value.startswith("/"):
                 continue
             if any(value == m or value.startswith(m.rstrip("/") + "/") for m in [*mounts, REPOSITORY_MOUNT]):
                 continue
+            position = doc.position_of(key) if doc is not None else None
             out.append(
-                f'{model.name}: model.json "{key}" is the local path {value}, which the pods do not have; mount a '
-                f"claim that holds it with --volume CLAIM[/PATH]:{value}"
+                Diagnostic(
+                    code=LOCAL_PATH,
+                    severity=Severity.WARNING,
+                    file=display_path(doc.path) if doc is not None else model.name,
+                    line=position.line if position else None,
+                    column=position.column if position else None,
+                    message=f'{model.name}: model.json "{key}" is the local path {value}, which the pods do not have',
+                    hint=f"mount a claim that holds it with --volume CLAIM[/PATH]:{value}",
+                )
             )
     return out
 
@@ -350,7 +376,7 @@ def plan_kubernetes(
 
     # The container, and the release the repository is checked against: the one in it (as launch --docker).
     choice = choose_container(vllm_version, root)
-    findings = choice.findings()
+    findings = _container_findings(choice, root)
     findings += _validate(root.absolute(), choice.vllm)
     findings += _local_path_findings(vllm_models, [v.mount for v in ops.volumes])
     build = None
