@@ -3,7 +3,8 @@
 Every known cause (vllm_repo.doctor.causes) reads the log; what they find becomes Diagnostics (code VDnnn, the log
 file and line, the cause in the user's terms, the fix), ordered by where they are in the log: the first is the root
 cause, the rest usually its consequences. A log no cause explains is said to be not understood, with its first error
-lines. ``launch`` uses the same diagnosis when a server fails to start.
+lines. ``launch`` uses the same diagnosis when a server fails to start; ``run`` is the whole of `vllm-repo doctor`
+(a log or a URL, the repository and GPU for estimate's advice) as one call that returns a Diagnosis.
 """
 
 from __future__ import annotations
