@@ -130,54 +130,44 @@ def export_kubernetes(
 def render(plan: KubernetesPlan) -> KubernetesExport:
     """The plan's objects, each with the comment lines above it: the ConfigMap of the repository's files where it
     comes from one, the Hugging Face cache's claim, the Deployment or LeaderWorkerSet, its Service, the autoscaler."""
-    root, name, source, ops, gateway, layout = (
-        plan.root,
-        plan.name,
-        plan.source,
-        plan.operator,
-        plan.gateway,
-        plan.layout,
-    )
-    vllm_models, build, notes, findings = plan.models, plan.build, plan.notes, plan.findings
-    pod_image, hf_token_secret, shm_mib, budget_s = plan.image, plan.hf_token_secret, plan.shm_mib, plan.budget_s
-    budget_notes, pod_share, hub_checkpoints = plan.budget_notes, plan.pod_share, plan.hub_checkpoints
+    root, name, ops, layout = plan.root, plan.name, plan.operator, plan.layout
     labels = {"app.kubernetes.io/name": "triton-vllm", "app.kubernetes.io/instance": name}
     documents: list[tuple[dict, list[str]]] = []
     items: list[dict] = []
-    if source.kind == "configmap":
+    if plan.source.kind == "configmap":
         configmap, items = _configmap(name, root, labels)
         documents.append(
             (configmap, [f"The files of the model repository {root.name}, mounted at {REPOSITORY_MOUNT}."])
         )
-    resources, resources_note = ops.resources(layout.node_gpus, len(vllm_models), shm_mib, pod_share)
+    resources, resources_note = ops.resources(layout.node_gpus, len(plan.models), plan.shm_mib, plan.pod_share)
     # Several pods at once mount a claim the export makes for a Deployment that autoscales: ReadWriteMany.
-    cache_volume, cache_claims, cache_note = _hf_cache(name, labels, ops, hub_checkpoints, layout.multi_node)
+    cache_volume, cache_claims, cache_note = _hf_cache(name, labels, ops, plan.hub_checkpoints, layout.multi_node)
     parts = _pod_parts(
-        pod_image,
-        _repository_volume(source, name, items),
+        plan.image,
+        _repository_volume(plan.source, name, items),
         cache_volume,
-        hf_token_secret,
-        shm_mib,
+        plan.hf_token_secret,
+        plan.shm_mib,
         resources,
-        budget_s,
+        plan.budget_s,
         ops,
-        gateway,
+        plan.gateway,
     )
     title = f"Triton Inference Server with the vLLM backend for the model repository {root.name}."
     details = [
-        *(f"warning: {f.location()}: [{f.code}] {f.message}" for f in findings),
-        *notes,
-        *budget_notes,
+        *(f"warning: {f.location()}: [{f.code}] {f.message}" for f in plan.findings),
+        *plan.notes,
+        *plan.budget_notes,
         resources_note,
         cache_note,
-        f"/dev/shm: {quantity(shm_mib)} memory emptyDir; HF_TOKEN from the Secret {hf_token_secret} "
-        f"(key {HF_TOKEN_KEY}, optional): kubectl create secret generic {hf_token_secret} "
+        f"/dev/shm: {quantity(plan.shm_mib)} memory emptyDir; HF_TOKEN from the Secret {plan.hf_token_secret} "
+        f"(key {HF_TOKEN_KEY}, optional): kubectl create secret generic {plan.hf_token_secret} "
         f"--from-literal={HF_TOKEN_KEY}=...",
         f"terminationGracePeriodSeconds {ops.grace_period_s}: preStop sleeps while the endpoints drop the pod, then "
         f"Triton refuses new requests and waits {ops.exit_timeout_s} s for those in flight",
     ]
-    if build is not None:
-        details.append("build the image: " + " && ".join(c.split("   #")[0] for c in build.commands()))
+    if plan.build is not None:
+        details.append("build the image: " + " && ".join(c.split("   #")[0] for c in plan.build.commands()))
     for claim_doc in cache_claims:
         documents.append((claim_doc, [f"The Hugging Face cache of {name} at {HF_HOME}: {cache_note}."]))
     if not layout.multi_node:
@@ -193,21 +183,23 @@ def render(plan: KubernetesPlan) -> KubernetesExport:
         spans = (
             f"{layout.largest}: TP x PP = {layout.world} GPUs on {layout.nodes} nodes of {layout.node_gpus} "
             "(LeaderWorkerSet, needs the LWS controller); the leader runs the Ray head and tritonserver, the workers "
-            "join Ray" + ("" if build is not None else "; the image must have Ray")
+            "join Ray" + ("" if plan.build is not None else "; the image must have Ray")
         )
-        claims = [] if cache_volume is not None else _per_pod_claims(ops, hub_checkpoints)
+        claims = [] if cache_volume is not None else _per_pod_claims(ops, plan.hub_checkpoints)
         workload = leader_worker_set(name, labels, parts, layout.nodes, layout.world, layout.node_gpus, claims)
         documents.append((workload, [title, spans, *details]))
         selector = {LWS_NAME_LABEL: name, "role": "leader"}
         scale_target = {"apiVersion": workload["apiVersion"], "kind": "LeaderWorkerSet", "name": name}
     where = "ports" if not layout.multi_node else "ports on the leader pod"
-    gateway_note = " and the OpenAI API" if gateway is not None else ""
-    documents.append((service(name, labels, selector, gateway), [f"Triton's {where}{gateway_note} of {name}."]))
+    gateway_note = " and the OpenAI API" if plan.gateway is not None else ""
+    documents.append((service(name, labels, selector, plan.gateway), [f"Triton's {where}{gateway_note} of {name}."]))
     hpa = ops.autoscaler(name, labels, scale_target)
     if hpa is not None:
         documents.append((hpa, _autoscaler_comments(ops, layout.multi_node)))
     shared = ops.shared_storage_notes(f"{name}-hf-cache" if cache_claims else None, layout.multi_node)
-    return KubernetesExport(name, layout.multi_node, pod_image, documents, notes, findings, build, shared)
+    return KubernetesExport(
+        name, layout.multi_node, plan.image, documents, plan.notes, plan.findings, plan.build, shared
+    )
 
 
 # -------------------------------------------------------------------------------------------------- objects --
