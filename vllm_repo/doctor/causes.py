@@ -1,7 +1,9 @@
-"""The causes doctor knows: each a small function registered here with a stable code (VD1xx: a model that does not
-load, VD2xx: an engine that dies while serving, VD3xx: the server and its environment). A cause reads the log and
-yields where it saw itself, what happened in the user's terms and the fix; the validate rule that would have caught it
-beforehand is named where there is one.
+"""The causes doctor knows, each registered here with a stable code (VD1xx: a model that does not load, VD2xx: an
+engine that dies while serving, VD3xx: the server and its environment). A cause reads the log and yields where it saw
+itself, what happened in the user's terms and the fix; the validate rule that would have caught it beforehand is named
+where there is one. Those whose first matching line says all there is are rows of data (MATCH_CAUSES, at the end);
+those that compute something from the log (numbers, which of several lines, a hint that depends on it) are small
+functions.
 
 The patterns are the texts Triton, its Python backend, vLLM, Hugging Face Hub and the bundled backend really write
 (tests/doctor holds real logs of each); a log none of them matches is reported as not understood, never guessed at.
