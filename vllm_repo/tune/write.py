@@ -52,8 +52,8 @@ def file_changes(result: TuneResult) -> dict[Path, tuple[str, str]]:
 
 def write(result: TuneResult) -> Written:
     """Write the winner (when there is one) and tune.json; returns the diff and the files written."""
-    from vllm_repo.validate.diagnostics import display_path
-    from vllm_repo.validate.fixes import FixPlan
+    from vllm_repo.diagnostics.diagnostic import display_path
+    from vllm_repo.diagnostics.fixes import FixPlan
 
     changes = file_changes(result)
     plan: FixPlan[None] = FixPlan(texts=changes)

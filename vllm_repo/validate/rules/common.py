@@ -45,8 +45,8 @@ def not_one_json_object(doc: JsonDocument, hint: str, example: str) -> Iterator[
 
 
 def fixes() -> Any:
-    """vllm_repo.validate.fixes, imported when a finding has a fix to offer: a clean run never pays for it."""
-    from vllm_repo.validate import fixes as module
+    """vllm_repo.diagnostics.fixes, imported when a finding has a fix to offer: a clean run never pays for it."""
+    from vllm_repo.diagnostics import fixes as module
 
     return module
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository import LORA_FILE, ModelDirectory
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import path_exists, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 

@@ -9,10 +9,10 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository import ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.documents import PbtxtDocument, Position
 from vllm_repo.repository.engine_settings import EngineSettings, read_engine_settings
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, engine_args_and_config
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from vllm_repo.backend.vllm_repo_backend import contract
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.repository.tune_record import TUNE_FILE, tuned_settings
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, engine_args_and_config
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
