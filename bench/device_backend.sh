@@ -9,6 +9,10 @@
 #      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs | xz -6) > .gpuroute/triton/triton.tar.xz
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #      --platform manylinux1_x86_64 -d .gpuroute/whl numpy==1.26.4 py-spy
+#   for `tune` and `next` (P: the same --only-binary --python-version 3.12 --platform manylinux... options):
+#   pip download $P -d .gpuroute/tc "tritonclient[grpc,http]==2.73.0"   (then remove numpy and what the device has:
+#      aiohttp and its kin, attrs, packaging, typing_extensions, idna, certifi, urllib3)
+#   pip download $P -d .gpuroute/vrdeps typer jsonschema aiohttp "protobuf>=6.33.5,<7"   (vllm-repo's own needs)
 #   backend directories to compare with, in .gpuroute/variants/NAME/ (e.g. git archive REV vllm_repo/backend | tar -x)
 # Then, on the device:
 #   1. carry [.gpuroute/chunks/00, .gpuroute/remote]:                  bash bench/device_backend.sh part 00

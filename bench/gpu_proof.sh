@@ -5,7 +5,8 @@
 #   faults [PARAMETERS]  python -m bench.backend_faults: 256 streams, a quarter closed mid-stream; the engine killed under load
 #   compare [SHAPE]      vllm-repo bench REPO --compare vllm-serve at 1,32,128,256 streams, 3 rounds, on a repository
 #                        that `vllm-repo init` writes (metrics on), native and OpenAI endpoints
-#   off                  python -m bench.backend_throughput with --metrics off at 256 and 1,024 streams: the labelled variant
+#   off                  python -m bench.backend_throughput with --metrics off at 1, 128, 256 and 1,024 streams: the
+#                        labelled variant (UTIL=0.27 on an 80 GB card: three engines share it)
 set -uo pipefail
 step=${1:?faults | compare | off}; shift
 out="$RUN/out/$step" && mkdir -p "$out"
@@ -38,8 +39,9 @@ from vllm_repo.benchmark.compare_report import to_text
 print(to_text(json.load(open('$out/compare.json'))))" > "$out"/compare.txt ;;
 off)
   "$PY" -m bench.backend_throughput --device gpu --model /tmp/m --clients http --tokens 128 --metrics off \
-    --engine-args "$engine, \"gpu_memory_utilization\": 0.29}" --parameters '{"ENGINE_PROCESS": "false"}' \
-    --variants '{"process": {"ENGINE_PROCESS": "true"}}' --concurrency 256,1024 --requests 2,2 --prompt-words 128 \
+    --engine-args "$engine, \"gpu_memory_utilization\": ${UTIL:-0.29}}" --parameters '{"ENGINE_PROCESS": "false"}' \
+    --variants '{"process": {"ENGINE_PROCESS": "true"}}' --concurrency 1,128,256,1024 --requests 12,2,2,2 \
+    --prompt-words 128 \
     --rounds 2 --out "$out" ;;
 esac
 echo "== $step done rc=$? $(date +%T)"

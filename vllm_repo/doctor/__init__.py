@@ -3,7 +3,8 @@
 Every known cause (vllm_repo.doctor.causes) reads the log; what they find becomes Diagnostics (code VDnnn, the log
 file and line, the cause in the user's terms, the fix), ordered by where they are in the log: the first is the root
 cause, the rest usually its consequences. A log no cause explains is said to be not understood, with its first error
-lines. ``launch`` uses the same diagnosis when a server fails to start.
+lines. ``launch`` uses the same diagnosis when a server fails to start; ``run`` is the whole of `vllm-repo doctor`
+(a log or a URL, the repository and GPU for estimate's advice) as one call that returns a Diagnosis.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic, Severity, display_path
 from vllm_repo.doctor.causes import CAUSES, all_causes
 from vllm_repo.doctor.log import LogLine, ServerLog, root_error
-from vllm_repo.validate.diagnostics import Diagnostic, Severity, display_path
 
 __all__ = [
     "CAUSES",
@@ -27,6 +28,7 @@ __all__ = [
     "diagnose_server",
     "recommend",
     "root_error",
+    "run",
 ]
 
 # A model in these states (Triton's repository index) is served or on its way; any other is not.
@@ -89,6 +91,34 @@ class Diagnosis:
         if client_errors:
             data["client_errors"] = [{"line": e.number, "text": e.text} for e in self.client_errors]
         return data
+
+
+def run(
+    log: str | Path | None = None,
+    *,
+    url: str | None = None,
+    repository: str | Path | None = None,
+    gpu: str | None = None,
+) -> Diagnosis:
+    """`vllm-repo doctor` as a library call: the diagnosis of a server's log, or of the running server at ``url``
+    (with its log when ``log`` names one, or the one it writes on this machine); for a memory cause, what estimate
+    recommends for the model in ``repository`` on ``gpu`` (or the GPU the log reports); the hints' placeholders
+    filled in with what is known."""
+    from vllm_repo.errors import UsageError
+
+    if log is None and url is None:
+        raise UsageError("give the server's log or its address", hint="vllm-repo doctor LOG, or --url http://HOST:8000")
+    if url and log is not None and Path(log).is_dir() and repository is None:
+        log, repository = None, log  # doctor --url URL REPO: the one path given is the repository
+    if url:
+        diagnosis = diagnose_server(url, log)
+    else:
+        assert log is not None  # a log or a URL, checked above
+        diagnosis = diagnose_file(log)
+    if repository is not None:
+        diagnosis.recommendations = recommend(diagnosis, repository, gpu)
+    name_placeholders(diagnosis, repository, gpu)
+    return diagnosis
 
 
 def diagnose(log: ServerLog, source: str | None = None) -> Diagnosis:

@@ -3,15 +3,13 @@ the root cause, with its fix. A client's errors only when asked."""
 
 from __future__ import annotations
 
+from vllm_repo.diagnostics.reporters import github_annotation
 from vllm_repo.doctor import Diagnosis
 
 
 def report(diagnosis: Diagnosis, github: bool = False, client_errors: bool = False) -> str:
     if github:
-        return "".join(
-            f"::error file={d.file},line={d.line},title=vllm-repo {d.code}::{d.message} (fix: {d.hint})\n"
-            for d in diagnosis.findings
-        )
+        return "".join(github_annotation(d, hint_label="fix") + "\n" for d in diagnosis.findings)
     out = _models(diagnosis)
     for model, reason in diagnosis.failed_models[:1]:
         out.append(f"model '{model}' failed to load: {reason}")

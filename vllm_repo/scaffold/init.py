@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.backend.vllm_repo_backend import contract
+from vllm_repo.diagnostics.diagnostic import Diagnostic
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.scaffold import sharing
 from vllm_repo.schema.loader import accepts
-from vllm_repo.validate.diagnostics import Diagnostic
 
 VERSION = "1"
 BACKEND = "vllm"

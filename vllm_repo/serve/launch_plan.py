@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic
 from vllm_repo.releases.backend_support import older_than_supported
 from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.claims import release_ports
@@ -31,7 +32,6 @@ from vllm_repo.serve.ports import (
 from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
 from vllm_repo.serve.ray_cluster import ray_preflight
 from vllm_repo.serve.server_files import ServerChoice, find_server
-from vllm_repo.validate.diagnostics import Diagnostic
 
 if TYPE_CHECKING:
     from vllm_repo.serve.openai.cors import CorsPolicy

@@ -12,10 +12,10 @@ import dataclasses
 import json
 from typing import Any
 
+from vllm_repo.diagnostics.fixes import Fix, TextEdit, remove_json_keys
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.history import Replacement, explain_deprecated_key, releases_with, replacement_for
 from vllm_repo.schema.loader import EngineArgsSchema, bundled_release_key, bundled_versions
-from vllm_repo.validate.fixes import Fix, TextEdit, remove_json_keys
 
 
 @dataclasses.dataclass(frozen=True)

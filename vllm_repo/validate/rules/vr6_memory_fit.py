@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from vllm_repo import hf
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.engine_settings import read_engine_settings
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, engine_args_objects, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
