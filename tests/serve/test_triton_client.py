@@ -198,7 +198,8 @@ def test_an_openai_api_is_told_apart(triton):
 def test_the_request_body_carries_the_backends_inputs():
     request = GenerateRequest("Hi", {"max_tokens": 4, "temperature": 0.5})
     body = request.http_body()
-    assert body["text_input"] == "Hi" and json.loads(body["sampling_parameters"]) == {"max_tokens": 4, "temperature": 0.5}
+    assert body["text_input"] == "Hi"
+    assert json.loads(body["sampling_parameters"]) == {"max_tokens": 4, "temperature": 0.5}
     assert body["stream"] is True and body["exclude_input_in_output"] is True
     assert {k for k in body if k.startswith("return_")} == {
         "return_finish_reason",
@@ -274,7 +275,10 @@ def test_the_asyncio_connection_streams_and_keeps_its_connection_alive(triton):
     async def twice() -> list[list[GenerateResponse]]:
         conn = GenerateStreamConnection(triton.url)
         try:
-            return [[r async for r in conn.generate_stream("tiny", {"text_input": "Hi"})] for _ in range(2)]
+            streams = []
+            for _ in range(2):
+                streams.append([r async for r in conn.generate_stream("tiny", {"text_input": "Hi"})])
+            return streams
         finally:
             await conn.close()
 
@@ -342,7 +346,8 @@ class FakeResult:
             bool_param = self.final
 
         class Response:
-            parameters = {"triton_final_response": Flag()}
+            def __init__(self) -> None:
+                self.parameters = {"triton_final_response": Flag()}
 
         return Response()
 
@@ -401,7 +406,9 @@ def test_the_grpc_stream_sends_the_backends_tensors_and_reads_on_after_the_final
     sent = fake.sent[0]
     assert sent["model_name"] == "tiny" and [o.name() for o in sent["outputs"]] == ["num_output_tokens"]
     names = [t.name() for t in sent["inputs"]]
-    assert names == ["text_input", "sampling_parameters", "stream", "exclude_input_in_output", "return_num_output_tokens"]
+    assert names == ["text_input", "sampling_parameters", "stream", "exclude_input_in_output"] + [
+        "return_num_output_tokens"
+    ]
 
 
 def test_the_grpc_stream_reads_text_and_raises_an_error_response_then_cancels():
