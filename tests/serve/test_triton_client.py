@@ -405,10 +405,8 @@ def test_the_grpc_stream_sends_the_backends_tensors_and_reads_on_after_the_final
     assert fake.stream.read == 3 and not fake.stream.cancelled  # read to its end, not cancelled
     sent = fake.sent[0]
     assert sent["model_name"] == "tiny" and [o.name() for o in sent["outputs"]] == ["num_output_tokens"]
-    names = [t.name() for t in sent["inputs"]]
-    assert names == ["text_input", "sampling_parameters", "stream", "exclude_input_in_output"] + [
-        "return_num_output_tokens"
-    ]
+    flags = ["stream", "exclude_input_in_output", "return_num_output_tokens"]
+    assert [t.name() for t in sent["inputs"]] == ["text_input", "sampling_parameters", *flags]
 
 
 def test_the_grpc_stream_reads_text_and_raises_an_error_response_then_cancels():
