@@ -1,22 +1,20 @@
-"""A client of Triton Inference Server as vllm-repo's commands speak to it, with the vLLM backend's inputs and outputs.
+"""The client of Triton Inference Server that vllm-repo's commands share, with the vLLM backend's inputs and outputs.
 
-- ``TritonHttp``: Triton's HTTP/REST API (KServe v2 and Triton's extensions) on the standard library alone: the
-  server's health (live, ready), a model's readiness, the repository index, model control (load and unload, for a
-  server in ``--model-control-mode=explicit``), and the generate extension (``generate``, and ``generate_stream``'s
-  server-sent events, one response each);
-- ``GenerateStreamConnection``: ``generate_stream`` on asyncio streams, one keep-alive connection, for a load
-  generator whose own cost per response counts (it shares the machine's cores with the server);
-- ``TritonGrpc``: the gRPC streaming contract (tritonclient.grpc.aio's ``stream_infer``, one bidirectional stream per
-  request), as Triton's own clients drive a decoupled model.
+- ``TritonHttp``: the HTTP API (KServe v2 and Triton's extensions) on the standard library: health, a model's
+  readiness, the repository index, model control (load, unload), generate and generate_stream's server-sent events;
+- ``GenerateStreamConnection``: generate_stream on asyncio streams, one keep-alive connection, for a load generator
+  whose own cost per response counts (it shares the machine's cores with the server);
+- ``TritonGrpc``: the gRPC streaming contract (tritonclient.grpc.aio's stream_infer, a stream per request).
 
-Every answer comes back typed (``ModelEntry``, ``GenerateResponse``), every failure as serve/errors.py's
-``TritonUnreachable`` (nothing answers) or ``TritonAnswerError`` (an error answer, in the server's own words), both
-naming the URL. tritonclient and numpy are imported only by the gRPC side, when it is used: validate goes without them.
+Answers come back typed (``ModelEntry``, ``GenerateResponse``), failures as serve/errors.py's ``TritonUnreachable``
+(nothing answers) or ``TritonAnswerError`` (the server's own words), naming the URL. tritonclient and numpy are
+imported by the gRPC side alone, when it is used: validate goes without them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -34,13 +32,12 @@ DEFAULT_TIMEOUT_S = 5.0
 GENERATE_TIMEOUT_S = 600.0
 # The vLLM backend's optional outputs, each sent only when the request sets ``return_<name>``.
 RETURNED_OUTPUTS = ("finish_reason", "num_input_tokens", "num_output_tokens")
-# The response parameter Triton sets on a decoupled model's last response.
-_FINAL_FLAG = "triton_final_response"
+_INDEX_FIELDS = ("version", "state", "reason")
+_NOT_TRITON = "is it a Triton server's HTTP port?"
+_MODEL_CONTROL_HINT = "Triton loads and unloads models on request in --model-control-mode=explicit only"
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# What goes in and what comes back
-# ---------------------------------------------------------------------------------------------------------------------
+# -- What goes in and what comes back ----------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +49,10 @@ class ModelEntry:
     version: str | None = None
     state: str | None = None  # READY, LOADING, UNLOADING, UNAVAILABLE
     reason: str | None = None
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> ModelEntry:
+        return cls(str(entry["name"]), *(None if entry.get(k) is None else str(entry[k]) for k in _INDEX_FIELDS))
 
     @property
     def ready(self) -> bool:
@@ -137,17 +138,15 @@ class GenerateResponse:
 
         def text(name: str) -> str | None:
             array = result.as_numpy(name)
-            if array is None or not array.size:
-                return None
-            value = array.flat[0]
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            value = array.flat[0] if array is not None and array.size else None
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
         def count(name: str) -> int | None:
             array = result.as_numpy(name) if name in request.returned else None
             return None if array is None else int(array.sum())
 
         reason = text("finish_reason") if "finish_reason" in request.returned else None
-        final = result.get_response().parameters.get(_FINAL_FLAG)
+        final = result.get_response().parameters.get("triton_final_response")  # a decoupled model's last response
         return cls(
             text=(text("text_output") or "") if request.text_output else "",
             finish_reason=None if reason in (None, "None", "") else reason,
@@ -175,8 +174,7 @@ def _count(value: Any) -> int | None:
 
 
 def server_words(raw: bytes) -> str:
-    """The server's own words from an error answer, without their framing: Triton writes ``{"error": "..."}``, and
-    generate_stream frames even that as a server-sent event."""
+    """The server's words in an error answer: Triton's ``{"error": ...}``, which generate_stream frames as an event."""
     text = raw.decode("utf-8", "replace").strip()
     if text.startswith("data:"):
         text = text[5:].strip()
@@ -187,26 +185,25 @@ def server_words(raw: bytes) -> str:
     return str(data.get("error", data)) if isinstance(data, dict) else text
 
 
+def _http_failed(url: str, what: str, status: int, body: bytes, hint: str | None = None) -> TritonAnswerError:
+    words = server_words(body)
+    message = f"{what} at {url} failed with HTTP {status}: {words}"
+    return TritonAnswerError(message, hint, url=url, status=status, server_message=words)
+
+
 def _stream_event(data: bytes, received: float, url: str) -> GenerateResponse:
+    """One response's JSON (an event of generate_stream, or generate's answer); an error in it is raised."""
     try:
         event = json.loads(data)
     except ValueError:
         event = None
-    if not isinstance(event, dict):
-        words = data[:200].decode("utf-8", "replace")
-        raise TritonAnswerError(
-            f"the server at {url} sent an event that is not a JSON object: {words}",
-            "is it Triton's HTTP port?",
-            url=url,
-            status=None,
-            server_message=words,
-        )
-    if "error" in event:
-        words = str(event["error"])
-        raise TritonAnswerError(
-            f"the server at {url} reported an error mid-stream: {words}", url=url, status=None, server_message=words
-        )
-    return GenerateResponse.from_json(event, received)
+    if isinstance(event, dict) and "error" not in event:
+        return GenerateResponse.from_json(event, received)
+    if isinstance(event, dict):
+        words, message, hint = str(event["error"]), "reported an error mid-stream", None
+    else:
+        words, message, hint = data[:200].decode("utf-8", "replace"), "sent a response that is not JSON", _NOT_TRITON
+    raise TritonAnswerError(f"the server at {url} {message}: {words}", hint, url=url, status=None, server_message=words)
 
 
 class ServerSentEvents:
@@ -236,15 +233,12 @@ class ServerSentEvents:
         return self.feed(b"\n\n") if self._pending or self._data else []
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# HTTP
-# ---------------------------------------------------------------------------------------------------------------------
+# -- HTTP --------------------------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class HttpAddress:
-    """Where a server's HTTP endpoint is: ``url`` as given (errors name it), and its parts. A URL without a scheme is
-    taken as http://."""
+    """Where a server's HTTP endpoint is: ``url`` as given (errors name it; http:// when it has no scheme), parsed."""
 
     url: str
     https: bool
@@ -310,10 +304,9 @@ class TritonHttp:
         conn = self._connection(timeout)
         try:
             response = self._send(conn, method, path, body)
-            try:
-                return HttpReply(response.status, response.read())
-            except (OSError, http.client.HTTPException) as exc:
-                raise TritonUnreachable(self.url, _reason(exc)) from None
+            return HttpReply(response.status, response.read())
+        except (OSError, http.client.HTTPException) as exc:
+            raise TritonUnreachable(self.url, _reason(exc)) from None
         finally:
             conn.close()
 
@@ -331,20 +324,13 @@ class TritonHttp:
         return self._ok(f"/v2/models/{_quoted(model)}/ready")
 
     def _failed(self, what: str, reply: HttpReply, hint: str | None = None) -> TritonAnswerError:
-        words = server_words(reply.body)
-        return TritonAnswerError(
-            f"{what} at {self.url} failed with HTTP {reply.status}: {words}",
-            hint,
-            url=self.url,
-            status=reply.status,
-            server_message=words,
-        )
+        return _http_failed(self.url, what, reply.status, reply.body, hint)
 
     def repository_index(self, timeout: float | None = None) -> list[ModelEntry]:
         """Every model of the server's repository with its state and Triton's reason for it."""
         reply = self.request("POST", "/v2/repository/index", {}, timeout)
         if reply.status != 200:
-            raise self._failed("the repository index", reply, "is it a Triton server's HTTP port?")
+            raise self._failed("the repository index", reply, _NOT_TRITON)
         try:
             index = json.loads(reply.body or b"[]")
         except ValueError:
@@ -352,33 +338,25 @@ class TritonHttp:
         if not isinstance(index, list):
             raise TritonAnswerError(
                 f"the repository index at {self.url} is not Triton's (a JSON list)",
-                "is it a Triton server's HTTP port?",
+                _NOT_TRITON,
                 url=self.url,
                 status=reply.status,
                 server_message=reply.body[:200].decode("utf-8", "replace"),
             )
-        return [
-            ModelEntry(
-                str(m["name"]), *(None if m.get(k) is None else str(m[k]) for k in ("version", "state", "reason"))
-            )
-            for m in index
-            if isinstance(m, dict) and "name" in m
-        ]
+        return [ModelEntry.from_json(m) for m in index if isinstance(m, dict) and "name" in m]
 
     def model_state(self, model: str, timeout: float | None = None) -> str | None:
         """The model's state in the repository index (READY, UNLOADING, UNAVAILABLE...), None when it is not there."""
         return next((m.state for m in self.repository_index(timeout) if m.name == model), None)
 
     def load_model(self, model: str, timeout: float | None = None) -> None:
-        """Load (or reload) ``model`` from its files as they are now; returns once it is ready. Raises
-        TritonAnswerError with Triton's reason (``server_message``) when it cannot be loaded."""
+        """(Re)load ``model`` from its files as they are now, returning once it is ready; else Triton's reason."""
         reply = self.request("POST", f"/v2/repository/models/{_quoted(model)}/load", {}, timeout)
         if reply.status != 200:
             raise self._failed(f"loading model '{model}'", reply, _MODEL_CONTROL_HINT)
 
     def unload_model(self, model: str, timeout: float | None = None) -> None:
-        """Ask Triton to unload ``model``: it answers once the unload has begun; the repository index says UNLOADING
-        until it is done."""
+        """Unload ``model``: Triton answers once it began; the index says UNLOADING until it is done."""
         reply = self.request("POST", f"/v2/repository/models/{_quoted(model)}/unload", {}, timeout)
         if reply.status != 200:
             raise self._failed(f"unloading model '{model}'", reply, _MODEL_CONTROL_HINT)
@@ -401,12 +379,11 @@ class TritonHttp:
         """Triton's generate: the whole completion in one response (``body``: GenerateRequest.http_body())."""
         conn, response = self._generate(model, body, "generate", timeout)
         try:
-            raw = response.read()
+            return _stream_event(response.read(), time.perf_counter(), self.url)
         except (OSError, http.client.HTTPException) as exc:
             raise TritonUnreachable(self.url, _reason(exc)) from None
         finally:
             conn.close()
-        return GenerateResponse.from_json(json.loads(raw), time.perf_counter())
 
     def generate_stream(
         self, model: str, body: dict[str, Any], timeout: float = GENERATE_TIMEOUT_S
@@ -416,23 +393,16 @@ class TritonHttp:
         conn, response = self._generate(model, body, "generate_stream", timeout)
         events = ServerSentEvents()
         try:
-            try:
-                for line in response:
-                    received = time.perf_counter()
-                    for data in events.feed(line):
-                        yield _stream_event(data, received, self.url)
-            except (OSError, http.client.HTTPException) as exc:
-                raise TritonUnreachable(self.url, f"the stream broke: {_reason(exc)}") from None
+            for line in response:
+                received = time.perf_counter()
+                for data in events.feed(line):
+                    yield _stream_event(data, received, self.url)
             for data in events.end():
                 yield _stream_event(data, time.perf_counter(), self.url)
+        except (OSError, http.client.HTTPException) as exc:
+            raise TritonUnreachable(self.url, f"the stream broke: {_reason(exc)}") from None
         finally:
             conn.close()
-
-
-_MODEL_CONTROL_HINT = (
-    "Triton loads and unloads models on request only in explicit model-control mode (--model-control-mode=explicit); "
-    "the reason above is Triton's"
-)
 
 
 def answers_openai_api(url: str) -> bool:
@@ -445,9 +415,7 @@ def answers_openai_api(url: str) -> bool:
         return False
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# HTTP on asyncio: one keep-alive connection
-# ---------------------------------------------------------------------------------------------------------------------
+# -- HTTP on asyncio: one keep-alive connection ------------------------------------------------------------------------
 
 
 class GenerateStreamConnection:
@@ -467,10 +435,8 @@ class GenerateStreamConnection:
         writer, self._writer, self._reader, self._reusable = self._writer, None, None, False
         if writer is not None:
             writer.close()
-            try:
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()
-            except OSError:
-                pass
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if not self._reusable or self._writer is None or self._writer.is_closing():
@@ -487,9 +453,8 @@ class GenerateStreamConnection:
         return self._reader, self._writer
 
     async def generate_stream(self, model: str, body: dict[str, Any]) -> AsyncGenerator[GenerateResponse, None]:
-        """POST ``body`` to /v2/models/MODEL/generate_stream; yields each response as its event arrives (its
-        ``received`` time taken when its bytes were read). An HTTP error or an error event raises TritonAnswerError;
-        a connection that breaks, TritonUnreachable."""
+        """POST ``body`` to /v2/models/MODEL/generate_stream; yields each response as its bytes are read. An HTTP error
+        or an error event raises TritonAnswerError; a connection that breaks, TritonUnreachable."""
         reader, writer = await self._connect()
         payload = json.dumps(body).encode()
         head = (
@@ -500,24 +465,19 @@ class GenerateStreamConnection:
         try:
             writer.write(head + payload)
             status, headers = await self._head(reader)
-            keep_alive = headers.get("connection", "").lower() != "close"
+            ends = "content-length" in headers or "chunked" in headers.get("transfer-encoding", "")
+            keep_alive = ends and headers.get("connection", "").lower() != "close"  # the next request may use it
             if status != 200:
                 raw = b"".join([chunk async for chunk, _ in _body(reader, headers)])
                 self._reusable = keep_alive
-                words = server_words(raw)
-                raise TritonAnswerError(
-                    f"generate_stream of model '{model}' at {self.url} failed with HTTP {status}: {words}",
-                    url=self.url,
-                    status=status,
-                    server_message=words,
-                )
+                raise _http_failed(self.url, f"generate_stream of model '{model}'", status, raw)
             events = ServerSentEvents()
             async for chunk, received in _body(reader, headers):
                 for data in events.feed(chunk):
                     yield _stream_event(data, received, self.url)
             for data in events.end():
                 yield _stream_event(data, time.perf_counter(), self.url)
-            self._reusable = keep_alive and ("content-length" in headers or _chunked(headers))
+            self._reusable = keep_alive
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             await self.close()
             raise TritonUnreachable(self.url, f"the connection broke: {_reason(exc)}") from None
@@ -536,14 +496,9 @@ class GenerateStreamConnection:
             headers[name.strip().lower()] = value.strip()
 
 
-def _chunked(headers: dict[str, str]) -> bool:
-    return headers.get("transfer-encoding", "").lower() == "chunked"
-
-
 async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[tuple[bytes, float]]:
-    """An answer's body as it comes, each piece with time.perf_counter() when it was read: chunked, of a stated
-    length, or to the connection's end."""
-    if _chunked(headers):
+    """An answer's body (chunked, of a stated length, or to the end) as it comes, with perf_counter() at each piece."""
+    if headers.get("transfer-encoding", "").lower() == "chunked":
         while True:
             size = int((await reader.readline()).split(b";")[0], 16)
             if size == 0:
@@ -561,14 +516,11 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncI
             yield chunk, time.perf_counter()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# gRPC: tritonclient.grpc.aio's streaming
-# ---------------------------------------------------------------------------------------------------------------------
+# -- gRPC: tritonclient.grpc.aio's streaming ---------------------------------------------------------------------------
 
 
 class TritonGrpc:
-    """Triton's gRPC endpoint at ``address`` (HOST:PORT) through tritonclient.grpc.aio, opened at the first call
-    (inside the event loop that uses it)."""
+    """Triton's gRPC endpoint at ``address`` (HOST:PORT), opened at the first call (in the event loop that uses it)."""
 
     def __init__(self, address: str) -> None:
         self.address = address
@@ -588,27 +540,20 @@ class TritonGrpc:
             await self._client.close()
             self._client = None
 
-    async def model_ready(self, model: str) -> bool:
+    async def _ask(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         from tritonclient.utils import InferenceServerException
 
         try:
-            return bool(await self.client.is_model_ready(model))
-        except InferenceServerException as exc:
+            return await call(*args, **kwargs)
+        except InferenceServerException as exc:  # what tritonclient raises when nothing answers
             raise TritonUnreachable(self.address, _grpc_words(exc)) from None
+
+    async def model_ready(self, model: str) -> bool:
+        return bool(await self._ask(self.client.is_model_ready, model))
 
     async def repository_index(self) -> list[ModelEntry]:
-        from tritonclient.utils import InferenceServerException
-
-        try:
-            index = await self.client.get_model_repository_index(as_json=True)
-        except InferenceServerException as exc:
-            raise TritonUnreachable(self.address, _grpc_words(exc)) from None
-        fields = ("version", "state", "reason")
-        return [
-            ModelEntry(str(m["name"]), *(None if m.get(k) is None else str(m[k]) for k in fields))
-            for m in index.get("models", [])
-            if "name" in m
-        ]
+        index = await self._ask(self.client.get_model_repository_index, as_json=True)
+        return [ModelEntry.from_json(m) for m in index.get("models", []) if "name" in m]
 
     async def generate_stream(
         self, model: str, request: GenerateRequest, timeout: float = GENERATE_TIMEOUT_S
@@ -630,12 +575,8 @@ class TritonGrpc:
                 received = time.perf_counter()
                 if error is not None:
                     words = _grpc_words(error)
-                    raise TritonAnswerError(
-                        f"model '{model}' at {self.address} answered an error: {words}",
-                        url=self.address,
-                        status=None,
-                        server_message=words,
-                    )
+                    message = f"model '{model}' at {self.address} answered an error: {words}"
+                    raise TritonAnswerError(message, url=self.address, status=None, server_message=words)
                 response = GenerateResponse.from_infer_result(result, request, received)
                 yield response
                 if response.final:
