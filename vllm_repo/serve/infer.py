@@ -71,16 +71,12 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 
 def generate_request(
-    prompt: str, *, stream: bool, max_tokens: int, params: dict[str, Any] | None = None, outputs: bool = True
+    prompt: str, *, stream: bool, max_tokens: int, params: dict[str, Any] | None = None
 ) -> GenerateRequest:
-    # The prompt is the caller's own text; only the completion comes back.
-    return GenerateRequest(
-        prompt,
-        {"max_tokens": max_tokens, **(params or {})},
-        stream=stream,
-        exclude_input_in_output=True,
-        returned=RETURNED_OUTPUTS if outputs else (),
-    )
+    """The request infer sends: the completion alone (the prompt is the caller's own text), with its finish reason and
+    token counts."""
+    sampling = {"max_tokens": max_tokens, **(params or {})}
+    return GenerateRequest(prompt, sampling, stream=stream, exclude_input_in_output=True, returned=RETURNED_OUTPUTS)
 
 
 def _merge(completion: Completion, response: GenerateResponse) -> str:
