@@ -1,6 +1,6 @@
 """`export kubernetes`'s options default to what the library does when they are left out: each CLI default is the
-default of export_kubernetes's parameter or OperatorOptions's field it is passed to, so the command and a Python
-caller export the same manifests."""
+default of plan_kubernetes's parameter (export_kubernetes takes the same) or OperatorOptions's field it is passed to,
+so the command and a Python caller export the same manifests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 
 from vllm_repo.cli.export import kubernetes
-from vllm_repo.export import export_kubernetes
+from vllm_repo.export import plan_kubernetes
 from vllm_repo.export.operator import OperatorOptions
 
 # The CLI's name -> the library's, where they differ.
@@ -27,7 +27,7 @@ REPEATABLE = {"volumes", "node_selector", "tolerations"}
 def library_defaults() -> dict[str, object]:
     exported = {
         name: p.default
-        for name, p in inspect.signature(export_kubernetes).parameters.items()
+        for name, p in inspect.signature(plan_kubernetes).parameters.items()
         if p.default is not inspect.Parameter.empty and name != "operator"
     }
     operator = {f.name: getattr(OperatorOptions(), f.name) for f in dataclasses.fields(OperatorOptions)}

@@ -13,11 +13,14 @@ import dataclasses
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_repo.diagnostics.diagnostic import Diagnostic, Severity, display_path
 from vllm_repo.doctor.causes import CAUSES, all_causes
 from vllm_repo.doctor.log import LogLine, ServerLog, root_error
+
+if TYPE_CHECKING:
+    from vllm_repo.serve.triton_client import ModelEntry
 
 __all__ = [
     "CAUSES",
@@ -45,7 +48,7 @@ class Diagnosis:
     source_log: ServerLog | None = None
     client_errors: list[LogLine] = dataclasses.field(default_factory=list)  # the 4xx answers vLLM logged at ERROR
     server: str | None = None  # the URL of the running server asked (doctor --url)
-    models: list[dict[str, Any]] | None = None  # its repository index: each model's name, version, state, reason
+    models: list[ModelEntry] | None = None  # its repository index: each model's name, version, state, reason
 
     @property
     def understood(self) -> bool:
@@ -63,7 +66,7 @@ class Diagnosis:
         if self.findings or self.failed_models:
             return True
         if self.models is not None:
-            return any(m.get("state") not in MODEL_STATES_OK for m in self.models)
+            return any(m.state not in MODEL_STATES_OK for m in self.models)
         return bool(self.first_errors)
 
     def summary(self) -> str | None:
@@ -85,9 +88,7 @@ class Diagnosis:
         }
         if self.models is not None:
             data["server"] = self.server
-            data["models"] = [
-                {k: m.get(k) for k in ("name", "version", "state", "reason") if k in m} for m in self.models
-            ]
+            data["models"] = [m.as_json() for m in self.models]
         if client_errors:
             data["client_errors"] = [{"line": e.number, "text": e.text} for e in self.client_errors]
         return data

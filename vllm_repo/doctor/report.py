@@ -41,8 +41,8 @@ def _models(diagnosis: Diagnosis) -> list[str]:
         return [f"{diagnosis.server}: no model in its repository index"]
     out = [f"{diagnosis.server}: {'its models' if diagnosis.failed else 'healthy'}:"]
     for m in diagnosis.models:
-        reason = f": {m['reason']}" if m.get("reason") else ""
-        out.append(f"  {m.get('name')} (version {m.get('version') or 1}): {m.get('state') or 'no state'}{reason}")
+        reason = f": {m.reason}" if m.reason else ""
+        out.append(f"  {m.name} (version {m.version or 1}): {m.state or 'no state'}{reason}")
     return out
 
 

@@ -36,18 +36,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 from vllm_repo.diagnostics.diagnostic import Diagnostic
 from vllm_repo.errors import UsageError
 from vllm_repo.export.dockerfile import DOCKERFILE, ImageBuild
-from vllm_repo.export.operator import Operator, OperatorOptions, quantity
+from vllm_repo.export.operator import Operator, quantity
 from vllm_repo.export.plan import (
-    DEFAULT_GPUS_PER_NODE,
-    DEFAULT_HF_TOKEN_SECRET,
-    DEFAULT_READ_MB_S,
-    DEFAULT_REPOSITORY_FROM,
     KubernetesPlan,
     Source,
     plan_kubernetes,
@@ -90,41 +87,23 @@ class KubernetesExport:
 
 
 # ------------------------------------------------------------------------------------------------- export --
-def export_kubernetes(
-    repository: str | Path,
-    *,
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-    image: str | None = None,
-    base_image: str | None = None,
-    vllm_version: str | None = None,
-    repository_from: str = DEFAULT_REPOSITORY_FROM,
-    name: str | None = None,
-    hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET,
-    read_mb_s: float = DEFAULT_READ_MB_S,
-    openai_port: int | None = None,
-    api_key_secret: str | None = None,
-    operator: OperatorOptions | None = None,
-) -> KubernetesExport:
-    """The manifests that serve ``repository``: a Deployment + Service, or a LeaderWorkerSet + Service when an
-    engine needs more GPUs than ``gpus_per_node``; with a ConfigMap first when the repository comes from one, a
-    PersistentVolumeClaim for the Hugging Face cache, and an autoscaler when asked. ``image`` is the image the pods
-    run, built from ``base_image`` (default: the NGC container of the repository's vLLM) by the Dockerfile of the
-    result's ``build``."""
-    plan = plan_kubernetes(
-        repository,
-        gpus_per_node=gpus_per_node,
-        image=image,
-        base_image=base_image,
-        vllm_version=vllm_version,
-        repository_from=repository_from,
-        name=name,
-        hf_token_secret=hf_token_secret,
-        read_mb_s=read_mb_s,
-        openai_port=openai_port,
-        api_key_secret=api_key_secret,
-        operator=operator,
-    )
-    return render(plan)
+P = ParamSpec("P")
+
+
+def _rendered(plan: Callable[P, KubernetesPlan]) -> Callable[P, KubernetesExport]:
+    def export(*args: P.args, **kwargs: P.kwargs) -> KubernetesExport:
+        return render(plan(*args, **kwargs))
+
+    return export
+
+
+# Typed with plan_kubernetes's own parameters, which it takes as they are.
+export_kubernetes = _rendered(plan_kubernetes)
+export_kubernetes.__doc__ = """The manifests that serve ``repository``: a Deployment + Service, or a LeaderWorkerSet +
+Service when an engine needs more GPUs than ``gpus_per_node``; with a ConfigMap first when the repository comes from
+one, a PersistentVolumeClaim for the Hugging Face cache, and an autoscaler when asked. ``image`` is the image the pods
+run, built from ``base_image`` (default: the NGC container of the repository's vLLM) by the Dockerfile of the result's
+``build``. ``render(plan_kubernetes(...))``, with plan_kubernetes's parameters."""
 
 
 def render(plan: KubernetesPlan) -> KubernetesExport:
