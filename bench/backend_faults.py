@@ -28,17 +28,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .http_stream import GenerateStreamConnection, GenerateStreamError
+from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.triton_client import GenerateResponse, GenerateStreamConnection
+
 from .lib.processes import children_of, process_group, stub_pids
 from .lib.results import RESULTS, ResultFile
-from .lib.triton_bench import MODEL_NAME, PROMPT, add_server_options, prepare, sampling_json, write_model
+from .lib.triton_bench import MODEL_NAME, PROMPT, add_server_options, prepare, read_stream, sampling_json, write_model
 
 ABORTED = "cancelled by the client: aborted in the engine"
 ENGINE_PROCESS_READY = re.compile(rf"model {MODEL_NAME} ready \(vLLM [^,]+, process (\d+)\)")
-
-
-class _Close(Exception):
-    pass
 
 
 async def one_stream(
@@ -51,31 +49,26 @@ async def one_stream(
 ) -> dict:
     """One generate_stream request: its outcome ("complete", "closed", "error", "hung") and tokens received;
     ``streaming`` is set at its first response."""
-    received = []
+    received: list[int] = []  # each response's tokens, counted as they come (a hung stream keeps its count)
 
-    def on_event(event: dict) -> None:
-        received.append(event)
+    def on_response(response: GenerateResponse) -> None:
+        received.append(response.num_output_tokens or 0)
         if streaming is not None:
             streaming.set()
-        if close_after is not None and len(received) >= close_after:
-            raise _Close
 
-    conn = GenerateStreamConnection(host, port)
+    conn = GenerateStreamConnection(f"http://{host}:{port}")
     body = {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling_json(tokens)}
     body["return_num_output_tokens"] = True
     try:
-        await asyncio.wait_for(conn.generate(MODEL_NAME, body, on_event=on_event), deadline_s)
-        outcome, detail = "complete", ""
-    except _Close:
-        outcome, detail = "closed", ""
+        read = await asyncio.wait_for(read_stream(conn, MODEL_NAME, body, close_after, on_response), deadline_s)
+        outcome, detail = ("closed" if read.closed else "complete"), ""
     except asyncio.TimeoutError:
         outcome, detail = "hung", f"no end within {deadline_s} s"
-    except (GenerateStreamError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+    except (InferError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
         outcome, detail = "error", str(exc)[:300]
     finally:
         await conn.close()
-    count = sum(int(e.get("num_output_tokens", 0) or 0) for e in received)
-    return {"outcome": outcome, "tokens": count, "detail": detail}
+    return {"outcome": outcome, "tokens": sum(received), "detail": detail}
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -12,7 +12,7 @@ On a GPU host (VLLM_REPO_TRITON_HOME pointing at the unpacked nvidia-pytriton wh
     python -m bench.backend_throughput --device gpu --model M --engine-args '{"load_format": "dummy", ...}'
 
 Triton side: a real Triton server (vllm_repo.serve.server) with the backend, one model instance. Clients:
-- http: Triton's generate_stream endpoint through bench/http_stream.py, a lean asyncio client (one keep-alive
+- http: Triton's generate_stream endpoint through vllm_repo.serve.triton_client's lean asyncio client (one keep-alive
   connection per worker);
 - grpc: tritonclient's gRPC aio streaming client, one stream per request.
 Raw side: AsyncLLM in this process with the same engine arguments, consumed with DELTA outputs. Both engines stay
@@ -52,8 +52,8 @@ import uuid
 from pathlib import Path
 
 from vllm_repo.backend.vllm_repo_backend import hops
+from vllm_repo.serve.triton_client import GenerateRequest, GenerateStreamConnection, TritonGrpc
 
-from .http_stream import GenerateStreamConnection
 from .lib.processes import (
     busiest_threads,
     children_of,
@@ -72,6 +72,7 @@ from .lib.triton_bench import (
     add_server_options,
     gpu_memory_used,
     prepare,
+    read_stream,
     sampling_json,
     write_model,
 )
@@ -97,14 +98,14 @@ class HttpPath:
         }
 
     async def __call__(self) -> tuple[float, int, int]:
-        conn = self._idle.popleft() if self._idle else GenerateStreamConnection(self.host, self.port)
+        conn = self._idle.popleft() if self._idle else GenerateStreamConnection(f"http://{self.host}:{self.port}")
         try:
-            first, events = await conn.generate(self.model, self.body)
+            read = await read_stream(conn, self.model, self.body)
         except BaseException:
             await conn.close()
             raise
         self._idle.append(conn)
-        return first, sum(int(e["num_output_tokens"]) for e in events), len(events)
+        return read.first_s, read.tokens, read.responses
 
     async def close(self) -> None:
         while self._idle:
@@ -112,48 +113,25 @@ class HttpPath:
 
 
 class GrpcPath:
+    """tritonclient's gRPC streaming, a stream per request, through vllm_repo.serve.triton_client."""
+
     def __init__(self, url: str, tokens: int) -> None:
-        import tritonclient.grpc.aio as grpcaio
-
-        self.client = grpcaio.InferenceServerClient(url)
-        self.tokens = tokens
-
-    def _inputs(self):
-        import numpy as np
-        import tritonclient.grpc as grpcclient
-
-        def tensor(name, array, datatype):
-            t = grpcclient.InferInput(name, list(array.shape), datatype)
-            t.set_data_from_numpy(array)
-            return t
-
-        return [
-            tensor("text_input", np.array([PROMPT.encode()], dtype=np.object_), "BYTES"),
-            tensor("stream", np.array([True]), "BOOL"),
-            tensor("return_num_output_tokens", np.array([True]), "BOOL"),
-            tensor("sampling_parameters", np.array([sampling_json(self.tokens).encode()], dtype=np.object_), "BYTES"),
-        ]
+        self.client = TritonGrpc(url)
+        self.request = GenerateRequest(
+            PROMPT,
+            {"max_tokens": tokens, "ignore_eos": True},
+            exclude_input_in_output=None,
+            returned=("num_output_tokens",),
+        )
 
     async def __call__(self) -> tuple[float, int, int]:
-        async def requests():
-            yield {"model_name": MODEL_NAME, "inputs": self._inputs()}
-
         start = time.perf_counter()
         first, count, responses = None, 0, 0
-        stream = self.client.stream_infer(requests())
-        try:
-            async for result, error in stream:
-                if error is not None:
-                    raise RuntimeError(str(error))
-                if first is None:
-                    first = time.perf_counter() - start
-                responses += 1
-                count += int(result.as_numpy("num_output_tokens")[0])
-                final = result.get_response().parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
-                    break
-        finally:
-            stream.cancel()
+        async for response in self.client.generate_stream(MODEL_NAME, self.request):
+            if first is None:
+                first = response.received - start
+            responses += 1
+            count += response.num_output_tokens or 0
         return first, count, responses
 
     async def close(self) -> None:
@@ -181,37 +159,23 @@ class RawPath:
         pass
 
 
-class _StopReading(Exception):
-    pass
-
-
 async def check_cancellation(server, max_tokens: int) -> dict:
     """Close an HTTP generate_stream connection after three responses; the backend must abort the request in the
     engine (it logs that when it sees Triton's cancellation)."""
     marker = "cancelled by the client: aborted in the engine"
     already = server.log_text().count(marker)
-    seen = []
-
-    def on_event(event):
-        seen.append(event)
-        if len(seen) == 3:
-            raise _StopReading
-
-    conn = GenerateStreamConnection(server.host, server.http_port)
+    conn = GenerateStreamConnection(f"http://{server.host}:{server.http_port}")
     body = {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling_json(max_tokens)}
-    try:
-        await conn.generate(MODEL_NAME, body, on_event=on_event)
-    except _StopReading:
-        pass
+    read = await read_stream(conn, MODEL_NAME, body, close_after=3)
     closed = time.perf_counter()
     await conn.close()
     while server.log_text().count(marker) == already:
         if time.perf_counter() - closed > 10:
-            return {"aborted": False, "responses_before_close": len(seen)}
+            return {"aborted": False, "responses_before_close": read.responses}
         await asyncio.sleep(0.01)
     return {
         "aborted": True,
-        "responses_before_close": len(seen),
+        "responses_before_close": read.responses,
         "abort_logged_after_ms": round((time.perf_counter() - closed) * 1000, 1),
     }
 

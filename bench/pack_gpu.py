@@ -33,8 +33,10 @@ import threading
 import time
 from pathlib import Path
 
-from .http_stream import GenerateStreamConnection, GenerateStreamError
-from .lib.triton_bench import triton_server
+from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.triton_client import GenerateStreamConnection
+
+from .lib.triton_bench import read_stream, triton_server
 
 # Triton model name -> the bundle's preset (make_model.py) whose shape it has.
 MODELS = {"llama8b": "llama3-8b", "qwen7b": "qwen2.5-7b", "qwen1_5b": "qwen2.5-1.5b"}
@@ -192,8 +194,7 @@ async def _stream(conn: GenerateStreamConnection, model: str, tokens: int) -> in
         "return_num_output_tokens": True,
         "sampling_parameters": json.dumps({"max_tokens": tokens, "ignore_eos": True}),
     }
-    _, events = await conn.generate(model, body)
-    return sum(int(e.get("num_output_tokens", 0) or 0) for e in events)
+    return (await read_stream(conn, model, body)).tokens
 
 
 async def load(host: str, port: int, models: list[str], streams: int, seconds: float, tokens: int) -> dict:
@@ -202,12 +203,12 @@ async def load(host: str, port: int, models: list[str], streams: int, seconds: f
     stats = {m: {"requests": 0, "failed": 0, "short": 0, "tokens": 0, "errors": []} for m in models}
 
     async def worker(model: str) -> None:
-        conn = GenerateStreamConnection(host, port)
+        conn = GenerateStreamConnection(f"http://{host}:{port}")
         try:
             while time.monotonic() < deadline:
                 try:
                     got = await _stream(conn, model, tokens)
-                except (GenerateStreamError, OSError, asyncio.IncompleteReadError) as exc:
+                except (InferError, OSError, asyncio.IncompleteReadError) as exc:
                     stats[model]["failed"] += 1
                     if len(stats[model]["errors"]) < 5:
                         stats[model]["errors"].append(str(exc)[:300])

@@ -4,11 +4,14 @@ options, the engine arguments per device, the model repository they write and th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +20,7 @@ from .tiny import CPU_ENV, OFFLINE_ENV, build_tiny_model
 
 if TYPE_CHECKING:
     from vllm_repo.serve.server import TritonServer
+    from vllm_repo.serve.triton_client import GenerateResponse, GenerateStreamConnection
 
 PROMPT = "The history of the printing press begins with"
 MODEL_NAME = "bench"
@@ -131,3 +135,41 @@ def prepare(parser: argparse.ArgumentParser, args: argparse.Namespace, prefix: s
         default_engine_args(model_dir, args.device), disable_log_stats=not stats, **json.loads(args.engine_args)
     )
     return BenchWork(work, env, settings)
+
+
+@dataclass(frozen=True)
+class StreamRead:
+    """One generate_stream request as a load generator sees it: seconds to its first response, the output tokens
+    and responses it got, and whether the client closed it before its end."""
+
+    first_s: float
+    tokens: int
+    responses: int
+    closed: bool = False
+
+
+async def read_stream(
+    conn: GenerateStreamConnection,
+    model: str,
+    body: dict[str, Any],
+    close_after: int | None = None,
+    on_response: Callable[[GenerateResponse], None] | None = None,
+) -> StreamRead:
+    """``body`` streamed on ``conn`` (vllm_repo.serve.triton_client's lean generate_stream connection), read to its
+    end, or closed by the client after ``close_after`` responses; ``on_response`` is called at each. Failures raise
+    what the client raises (TritonAnswerError, TritonUnreachable)."""
+    start = time.perf_counter()
+    first: float | None = None
+    tokens = responses = 0
+    async with contextlib.aclosing(conn.generate_stream(model, body)) as stream:
+        async for response in stream:
+            if first is None:
+                first = response.received - start
+            responses += 1
+            tokens += response.num_output_tokens or 0
+            if on_response is not None:
+                on_response(response)
+            if close_after is not None and responses >= close_after:
+                await conn.close()
+                return StreamRead(first, tokens, responses, closed=True)
+    return StreamRead(first if first is not None else time.perf_counter() - start, tokens, responses)
