@@ -24,12 +24,11 @@ import re
 import signal
 import sys
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 from vllm_repo.serve.errors import InferError
-from vllm_repo.serve.triton_client import GenerateResponse, GenerateStreamConnection
+from vllm_repo.serve.triton_client import GenerateResponse, GenerateStreamConnection, TritonHttp
 
 from .lib.processes import children_of, process_group, stub_pids
 from .lib.results import RESULTS, ResultFile
@@ -80,15 +79,6 @@ def scrape(url: str) -> dict[str, float]:
         if match:
             values[match.group(1)] = float(match.group(2))
     return values
-
-
-def http_status(url: str, method: str = "GET") -> int:
-    request = urllib.request.Request(url, data=b"{}" if method == "POST" else None, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=600) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 async def cancel_phase(server, streams: int, tokens: int) -> dict:
@@ -154,16 +144,16 @@ async def kill_phase(server, streams: int, tokens: int, stub_pid: int | None) ->
     os.kill(victim, signal.SIGKILL)
     results = await asyncio.gather(*tasks)
     ended_s = time.perf_counter() - killed_at
-    base = f"http://{server.host}:{server.http_port}/v2"
+    triton = TritonHttp(f"http://{server.host}:{server.http_port}", timeout=600)
     # ENABLE_VLLM_HEALTH_CHECK unloads the model once the backend has seen the death.
     deadline = time.monotonic() + 60
-    while (ready_after_kill := http_status(f"{base}/models/{MODEL_NAME}/ready")) == 200:
+    while (ready_after_kill := triton.request("GET", f"/v2/models/{MODEL_NAME}/ready").status) == 200:
         if time.monotonic() > deadline:
             break
         await asyncio.sleep(0.5)
     not_ready_after_s = time.perf_counter() - killed_at
     load_started = time.perf_counter()
-    load_status = http_status(f"{base}/repository/models/{MODEL_NAME}/load", "POST")
+    load_status = triton.request("POST", f"/v2/repository/models/{MODEL_NAME}/load", {}).status
     load_s = time.perf_counter() - load_started
     again = await one_stream(server.host, server.http_port, 16, None, 120)
     outcomes: dict[str, int] = {}

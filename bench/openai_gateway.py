@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from .lib.processes import cpu_seconds_by_process, cpu_used
@@ -62,8 +61,10 @@ TRITON_STATS = ("queue", "compute_input", "compute_infer", "compute_output")
 
 def triton_stats(url: str, model: str) -> dict[str, tuple[int, int]]:
     """{statistic: (count, ns)} from Triton's cumulative inference statistics of ``model``."""
-    with urllib.request.urlopen(f"{url}/v2/models/{model}/stats", timeout=10) as resp:
-        stats = json.loads(resp.read())["model_stats"][0]["inference_stats"]
+    from vllm_repo.serve.triton_client import TritonHttp
+
+    reply = TritonHttp(url, timeout=10).request("GET", f"/v2/models/{model}/stats")
+    stats = json.loads(reply.body)["model_stats"][0]["inference_stats"]
     return {name: (int(stats[name]["count"]), int(stats[name]["ns"])) for name in ("success", *TRITON_STATS)}
 
 
