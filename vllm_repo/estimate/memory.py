@@ -18,7 +18,7 @@ from vllm_repo.estimate import activation, kv_cache
 from vllm_repo.estimate.gpus import GiB, Gpu
 from vllm_repo.estimate.model_facts import ModelFacts
 from vllm_repo.estimate.units import compared_sizes
-from vllm_repo.estimate.weights import model_dtype_bytes, weights_per_rank
+from vllm_repo.estimate.weights import WeightEstimate, model_dtype_bytes, weights_per_rank
 from vllm_repo.hf import derived_max_model_len
 from vllm_repo.releases.memory_budget import Release
 from vllm_repo.repository.engine_settings import EngineSettings
@@ -97,72 +97,15 @@ def estimate(
     model_runner_v2: bool | None = None,
 ) -> MemoryEstimate:
     """model_runner_v2: force Model Runner V2 on or off (VLLM_USE_V2_MODEL_RUNNER); default: the release's choice."""
-    sizes = _checked_sizes(facts, release, settings)
+    sizes = _checked_sizes(facts, gpu, release, settings, usage_context)
     eager = bool(settings.enforce_eager)
     dtype_bytes = model_dtype_bytes(facts.arch, settings.dtype)
-    notes: list[str] = []
-    approximate = {
-        "gpu": not gpu.measured,
-        "weights": False,
-        "activation": True,
-        "cudagraph": not eager,
-        "non_torch": True,
-        "kv_cache": False,
-    }
-
-    tokens, seqs = release.scheduler_limits(
-        gpu,
-        usage_context,
-        sizes.max_model_len,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        max_num_seqs=settings.max_num_seqs,
-        enable_chunked_prefill=settings.enable_chunked_prefill,
-        world_size=sizes.tp * sizes.pp,
+    budget = _draw_budget(
+        facts, gpu, release, settings, sizes, dtype_bytes=dtype_bytes, model_runner_v2=model_runner_v2
     )
-    weights = weights_per_rank(
-        facts, tp=sizes.tp, pp=sizes.pp, dtype=settings.dtype, quantization=settings.quantization
-    )
-    approximate["weights"] = weights.approximate
-    if weights.note:
-        notes.append(weights.note)
-
-    terms = _profile_terms(
-        facts,
-        release,
-        settings,
-        sizes,
-        tokens=tokens,
-        seqs=seqs,
-        dtype_bytes=dtype_bytes,
-        model_runner_v2=model_runner_v2,
-    )
-    notes.extend(terms.notes)
-    if facts.config.get("vision_config") or facts.config.get("audio_config"):
-        notes.append("multimodal encoder profiling is not modelled: vLLM's activation peak will be higher")
-        approximate["activation"] = True
-
-    total = gpu.total_bytes
-    requested = int(total * sizes.util)
-    available = (
-        requested - weights.bytes_per_rank - terms.activation_bytes - terms.non_torch_bytes - terms.cudagraph_bytes
-    )
-    if settings.kv_cache_memory_bytes:
-        available = settings.kv_cache_memory_bytes
-        notes.append("kv_cache_memory_bytes is set: vLLM skips the utilization budget")
-
-    kv = _kv_capacity(facts, release, settings, sizes, available=available, tokens=tokens, dtype_bytes=dtype_bytes)
-    approximate["kv_cache"] = kv.layout.approximate
-    notes.extend(kv.layout.notes)
-    verdict = _startup_verdict(
-        release,
-        sizes,
-        kv,
-        total=total,
-        requested=requested,
-        available=available,
-        weights_bytes=weights.bytes_per_rank,
-        tokens=tokens,
-    )
+    weights, terms, available = budget.weights, budget.terms, budget.available
+    kv = _kv_capacity(facts, release, settings, sizes, available=available, dtype_bytes=dtype_bytes)
+    verdict = _startup_verdict(release, sizes, budget, kv, total=gpu.total_bytes)
 
     return MemoryEstimate(
         model=facts.model,
@@ -175,13 +118,13 @@ def estimate(
         pipeline_parallel_size=sizes.pp,
         gpu_memory_utilization=sizes.util,
         max_model_len=sizes.max_model_len,
-        max_num_batched_tokens=tokens,
-        max_num_seqs=seqs,
+        max_num_batched_tokens=sizes.tokens,
+        max_num_seqs=sizes.seqs,
         block_size=kv.layout.block_size,
         dtype_bytes=dtype_bytes,
         kv_cache_dtype=settings.kv_cache_dtype or "auto",
         enforce_eager=eager,
-        requested_gib=_gib(requested),
+        requested_gib=_gib(budget.requested),
         weights_gib=_gib(weights.bytes_per_rank),
         activation_gib=_gib(terms.activation_bytes),
         cudagraph_gib=_gib(terms.cudagraph_bytes),
@@ -197,8 +140,15 @@ def estimate(
         error=verdict.error,
         estimated_max_model_len=verdict.estimated_max_model_len,
         model_max_model_len=sizes.model_max,
-        approximate=approximate,
-        notes=notes,
+        approximate={
+            "gpu": not gpu.measured,
+            "weights": weights.approximate,
+            "activation": True,
+            "cudagraph": not eager,
+            "non_torch": True,
+            "kv_cache": kv.layout.approximate,
+        },
+        notes=budget.notes + kv.layout.notes,
         weights_source=weights.source,
     )
 
@@ -212,9 +162,13 @@ class _Sizes:
     util: float
     max_model_len: int
     model_max: int | None  # the longest context config.json allows (None where it names none)
+    tokens: int  # max_num_batched_tokens, the scheduler's
+    seqs: int  # max_num_seqs, the scheduler's
 
 
-def _checked_sizes(facts: ModelFacts, release: Release, settings: EngineSettings) -> _Sizes:
+def _checked_sizes(
+    facts: ModelFacts, gpu: Gpu, release: Release, settings: EngineSettings, usage_context: str
+) -> _Sizes:
     """Refuses what vLLM refuses before allocating anything (EstimateError)."""
     arch = facts.arch
     # Unset sizes are vLLM's default of 1; a value below 1 is refused below, as vLLM refuses it.
@@ -238,7 +192,16 @@ def _checked_sizes(facts: ModelFacts, release: Release, settings: EngineSettings
         max_model_len = model_max
     if max_model_len < 1:
         raise EstimateError(f"max_model_len must be positive, got {max_model_len}")
-    return _Sizes(tp=tp, pp=pp, util=util, max_model_len=max_model_len, model_max=model_max)
+    tokens, seqs = release.scheduler_limits(
+        gpu,
+        usage_context,
+        max_model_len,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=settings.max_num_seqs,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
+        world_size=tp * pp,
+    )
+    return _Sizes(tp=tp, pp=pp, util=util, max_model_len=max_model_len, model_max=model_max, tokens=tokens, seqs=seqs)
 
 
 def _profile_terms(
@@ -247,8 +210,6 @@ def _profile_terms(
     settings: EngineSettings,
     sizes: _Sizes,
     *,
-    tokens: int,
-    seqs: int,
     dtype_bytes: int,
     model_runner_v2: bool | None,
 ) -> activation.ProfileTerms:
@@ -266,8 +227,8 @@ def _profile_terms(
     )
     return activation.profile_terms(
         arch,
-        max_num_batched_tokens=tokens,
-        max_num_seqs=seqs,
+        max_num_batched_tokens=sizes.tokens,
+        max_num_seqs=sizes.seqs,
         tp=sizes.tp,
         dtype_bytes=dtype_bytes,
         enforce_eager=bool(settings.enforce_eager),
@@ -279,13 +240,52 @@ def _profile_terms(
 
 
 @dataclass(frozen=True)
+class _Budget:
+    """The memory vLLM sets aside before the KV cache, and what is left for it."""
+
+    weights: WeightEstimate
+    terms: activation.ProfileTerms
+    requested: int  # total x gpu_memory_utilization
+    available: int  # for the KV cache
+    notes: list[str]
+
+
+def _draw_budget(
+    facts: ModelFacts,
+    gpu: Gpu,
+    release: Release,
+    settings: EngineSettings,
+    sizes: _Sizes,
+    *,
+    dtype_bytes: int,
+    model_runner_v2: bool | None,
+) -> _Budget:
+    weights = weights_per_rank(
+        facts, tp=sizes.tp, pp=sizes.pp, dtype=settings.dtype, quantization=settings.quantization
+    )
+    notes = [weights.note] if weights.note else []
+    terms = _profile_terms(facts, release, settings, sizes, dtype_bytes=dtype_bytes, model_runner_v2=model_runner_v2)
+    notes.extend(terms.notes)
+    if facts.config.get("vision_config") or facts.config.get("audio_config"):
+        notes.append("multimodal encoder profiling is not modelled: vLLM's activation peak will be higher")
+    requested = int(gpu.total_bytes * sizes.util)
+    available = (
+        requested - weights.bytes_per_rank - terms.activation_bytes - terms.non_torch_bytes - terms.cudagraph_bytes
+    )
+    if settings.kv_cache_memory_bytes:
+        available = settings.kv_cache_memory_bytes
+        notes.append("kv_cache_memory_bytes is set: vLLM skips the utilization budget")
+    return _Budget(weights=weights, terms=terms, requested=requested, available=available, notes=notes)
+
+
+@dataclass(frozen=True)
 class _KVCapacity:
     """The KV cache vLLM divides the available memory into."""
 
     specs: list[kv_cache.LayerKV]  # the layers of the stage with the most of them
     layout: kv_cache.KVLayout
     blocks: int
-    tokens: int
+    tokens: int  # the tokens the blocks hold
     concurrency: float
 
 
@@ -296,7 +296,6 @@ def _kv_capacity(
     sizes: _Sizes,
     *,
     available: int,
-    tokens: int,
     dtype_bytes: int,
 ) -> _KVCapacity:
     kv_bytes = kv_cache.kv_dtype_bytes(settings.kv_cache_dtype, dtype_bytes)
@@ -306,7 +305,7 @@ def _kv_capacity(
     lay = kv_cache.layout(
         specs,
         max_model_len=sizes.max_model_len,
-        max_num_batched_tokens=tokens,
+        max_num_batched_tokens=sizes.tokens,
         block_size=settings.block_size or 16,
         in_flight_factor=release.batches_in_flight,
     )
@@ -327,18 +326,11 @@ class _StartupVerdict:
 
 
 def _startup_verdict(
-    release: Release,
-    sizes: _Sizes,
-    kv: _KVCapacity,
-    *,
-    total: int,
-    requested: int,
-    available: int,
-    weights_bytes: int,
-    tokens: int,
+    release: Release, sizes: _Sizes, budget: _Budget, kv: _KVCapacity, *, total: int
 ) -> _StartupVerdict:
     """Whether vLLM starts with this split, and if not, why."""
-    verdict = _budget_verdict(release, sizes, kv, total=total, requested=requested, available=available, tokens=tokens)
+    verdict = _budget_verdict(release, sizes, kv, total=total, requested=budget.requested, available=budget.available)
+    weights_bytes = budget.weights.bytes_per_rank
     # Loading the weights fails before any budget is drawn up: that error wins (the length estimate stays).
     if weights_bytes + CUDA_CONTEXT_GIB * GiB > total:
         return _StartupVerdict(
@@ -350,7 +342,7 @@ def _startup_verdict(
 
 
 def _budget_verdict(
-    release: Release, sizes: _Sizes, kv: _KVCapacity, *, total: int, requested: int, available: int, tokens: int
+    release: Release, sizes: _Sizes, kv: _KVCapacity, *, total: int, requested: int, available: int
 ) -> _StartupVerdict:
     """vLLM's first refusal of the memory budget, in the order it checks."""
     max_model_len, model_max, lay = sizes.max_model_len, sizes.model_max, kv.layout
@@ -382,7 +374,7 @@ def _budget_verdict(
     if lay.needed_bytes_one_request <= available - reserve:
         return _StartupVerdict(None)
     est_len = max_len_that_fits(
-        kv.specs, available - reserve, max_model_len, tokens, lay.block_size, release.batches_in_flight
+        kv.specs, available - reserve, max_model_len, sizes.tokens, lay.block_size, release.batches_in_flight
     )
     # vLLM's words, with figures that differ as printed (vLLM's two decimals of GiB can read "0.00 ... 0.00").
     needed, there = compared_sizes(lay.needed_bytes_one_request, available - reserve)
