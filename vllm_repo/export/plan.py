@@ -356,7 +356,6 @@ def plan_kubernetes(
     the image, the models' load times and the startup budget, the pods' sizes, and the findings to fix before
     applying. Raises UsageError for options or a repository that cannot be served, ExportFindingsError for one that
     does not pass validate against the container's vLLM."""
-    from vllm_repo.export.dockerfile import default_image, dockerfile, vllm_repo_version
     from vllm_repo.repository import open_repository
     from vllm_repo.serve.container import choose_container
 
@@ -379,28 +378,8 @@ def plan_kubernetes(
     findings = _container_findings(choice, root)
     findings += _validate(root.absolute(), choice.vllm)
     findings += _local_path_findings(vllm_models, [v.mount for v in ops.volumes])
-    build = None
-    base = base_image or choice.image
-    notes = [choice.note if base_image is None else f"base image {base_image} (--base-image); {choice.note}"]
-    if choice.bundled_backend:
-        version = vllm_repo_version()
-        build = dockerfile(
-            base, image or default_image(choice.match.release.release, version), version, ray=layout.multi_node
-        )
-        pod_image = build.image
-        notes.append(
-            f"image {pod_image}: {base} with vllm-repo {version}'s bundled backend ({DOCKERFILE} beside "
-            "these manifests)"
-        )
-    else:
-        pod_image = image or base
-        notes.append(f"image {pod_image}: the container's own vLLM backend serves")
-        if gateway is not None:
-            raise UsageError(
-                f"--openai-port: the gateway needs the bundled backend, and vLLM {choice.vllm} in {base} is older "
-                "than it supports",
-                hint="pick a newer release with --vllm-version (0.20 or newer), or leave out --openai-port",
-            )
+    pod_image = _pod_image(choice, image, base_image, gateway, ray=layout.multi_node)
+    notes = pod_image.notes
     notes += [
         f"{m.name}: not a vLLM-backend model; served as its config.pbtxt says"
         for m in repo.models
@@ -409,13 +388,10 @@ def plan_kubernetes(
     notes += layout.notes
     loads = [_model_load(m, read_mb_s) for m in vllm_models]
     budget_s, budget_notes = _startup_budget(loads, layout.multi_node)
-    shm_mib = _shm_mib(len(vllm_models), layout.multi_node)
     sizes = [load.checkpoint_bytes for load in loads]
     checkpoints = None if None in sizes else sum(s or 0 for s in sizes)
-    pod_share = None if checkpoints is None else math.ceil(checkpoints / layout.nodes)
     # The cache holds what comes from the Hub; a local path's weights come from a --volume claim.
     hub = [load.checkpoint_bytes for load, m in zip(loads, vllm_models, strict=True) if _from_hub(m)]
-    hub_checkpoints = None if None in hub else sum(s or 0 for s in hub)
 
     return KubernetesPlan(
         root=root,
@@ -426,17 +402,52 @@ def plan_kubernetes(
         layout=layout,
         models=vllm_models,
         hf_token_secret=hf_token_secret,
-        image=pod_image,
-        build=build,
+        image=pod_image.image,
+        build=pod_image.build,
         findings=findings,
         notes=notes,
         loads=loads,
         budget_s=budget_s,
         budget_notes=budget_notes,
-        shm_mib=shm_mib,
-        pod_share=pod_share,
-        hub_checkpoints=hub_checkpoints,
+        shm_mib=_shm_mib(len(vllm_models), layout.multi_node),
+        pod_share=None if checkpoints is None else math.ceil(checkpoints / layout.nodes),
+        hub_checkpoints=None if None in hub else sum(s or 0 for s in hub),
     )
+
+
+@dataclasses.dataclass
+class _PodImage:
+    image: str  # what the pods run
+    build: ImageBuild | None  # its Dockerfile; None when the pods run the base image as is
+    notes: list[str]  # where it comes from
+
+
+def _pod_image(
+    choice: ContainerChoice, image: str | None, base_image: str | None, gateway: Gateway | None, *, ray: bool
+) -> _PodImage:
+    """The container with the bundled backend added where it can drive the container's vLLM; else the container as
+    is (UsageError where the gateway is asked for: it needs the bundled backend)."""
+    from vllm_repo.export.dockerfile import default_image, dockerfile, vllm_repo_version
+
+    base = base_image or choice.image
+    notes = [choice.note if base_image is None else f"base image {base_image} (--base-image); {choice.note}"]
+    if choice.bundled_backend:
+        version = vllm_repo_version()
+        build = dockerfile(base, image or default_image(choice.match.release.release, version), version, ray=ray)
+        notes.append(
+            f"image {build.image}: {base} with vllm-repo {version}'s bundled backend ({DOCKERFILE} beside "
+            "these manifests)"
+        )
+        return _PodImage(build.image, build, notes)
+    if gateway is not None:
+        raise UsageError(
+            f"--openai-port: the gateway needs the bundled backend, and vLLM {choice.vllm} in {base} is older "
+            "than it supports",
+            hint="pick a newer release with --vllm-version (0.20 or newer), or leave out --openai-port",
+        )
+    pod_image = image or base
+    notes.append(f"image {pod_image}: the container's own vLLM backend serves")
+    return _PodImage(pod_image, None, notes)
 
 
 def _from_hub(model: ModelDirectory) -> bool:

@@ -69,13 +69,10 @@ class TypeInfo:
 
 def type_info(tp: Any) -> TypeInfo:
     """Map a (resolved) annotation to the JSON types a model.json value may take."""
-    info = TypeInfo()
     if tp is Any or tp is typing.Any:
-        info.types.update(ALL_JSON_TYPES)
-        return info
+        return TypeInfo(types=set(ALL_JSON_TYPES))
     if tp is None or tp is type(None):
-        info.types.add("null")
-        return info
+        return TypeInfo(types={"null"})
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is typing.Annotated:
@@ -85,89 +82,98 @@ def type_info(tp: Any) -> TypeInfo:
         or (origin is not None and type(tp).__name__ == "UnionType")
         or type(tp).__name__ == "UnionType"
     ):
-        for arg in args:
-            info.merge(type_info(arg))
-        return info
+        return _union_type_info(args)
     if origin is typing.Literal:
-        for value in args:
-            if isinstance(value, enum.Enum):
-                value = enum_json_value(value)
-            info.types.add(json_type(value))
-            if value is not None:
-                info.literals.append(value)
-        return info
+        return _literal_type_info(args)
     if isinstance(tp, typing.TypeVar):
-        if tp.__bound__ is not None:
-            return type_info(tp.__bound__)
-        if tp.__constraints__:
-            for c in tp.__constraints__:
-                info.merge(type_info(c))
-            return info
-        info.types.update(ALL_JSON_TYPES)
-        return info
+        return _type_var_info(tp)
     if isinstance(tp, typing.ForwardRef):
         return type_info_from_source(tp.__forward_arg__, {})
     if isinstance(tp, str):
         return type_info_from_source(tp, {})
     if origin is not None:
-        if origin is type:
-            info.unknown = True  # a class object: cannot be written in JSON
-            return info
-        if isinstance(origin, type) and issubclass(origin, (list, tuple, set, frozenset)):
-            info.types.add("array")
-            return info
-        import collections.abc as cabc
+        return _generic_type_info(origin)
+    return _class_type_info(tp)
 
-        if origin in (cabc.Sequence, cabc.MutableSequence, cabc.Set, cabc.MutableSet, cabc.Iterable, cabc.Collection):
-            info.types.add("array")
-            return info
-        if origin in (dict, cabc.Mapping, cabc.MutableMapping) or _is_mapping_class(origin):
-            info.types.add("object")
-            return info
-        if origin is cabc.Callable:
-            info.unknown = True
-            return info
-        return type_info(origin)
-    if tp is bool:
-        info.types.add("boolean")
-    elif tp is int:
-        info.types.add("integer")
-    elif tp is float:
-        info.types.add("number")
-    elif tp is str or tp is bytes:
-        info.types.add("string")
-        info.open_string = True
-    elif tp in (list, tuple, set, frozenset):
-        info.types.add("array")
-    elif tp is dict:
-        info.types.add("object")
-    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
-        for member in tp:
-            value = enum_json_value(member)
-            info.types.add(json_type(value))
-            info.literals.append(value)
-    elif isinstance(tp, type) and issubclass(tp, bool):
-        info.types.add("boolean")
-    elif isinstance(tp, type) and issubclass(tp, int):
-        info.types.add("integer")
-    elif isinstance(tp, type) and issubclass(tp, float):
-        info.types.add("number")
-    elif isinstance(tp, type) and issubclass(tp, str):
-        info.types.add("string")
-        info.open_string = True
-    elif _is_mapping_class(tp):
-        info.types.add("object")
-    elif isinstance(tp, type) and tp.__module__.startswith("torch") and tp.__name__ == "dtype":
-        info.types.add("string")  # torch.dtype: given by name ("bfloat16") in JSON
-        info.open_string = True
-    elif tp is Callable or typing.get_origin(tp) is Callable:
-        info.unknown = True
-    elif isinstance(tp, type) and tp.__module__ in ("pathlib", "os"):
-        info.types.add("string")
-        info.open_string = True
-    else:
-        info.unknown = True
+
+def _union_type_info(members: tuple[Any, ...]) -> TypeInfo:
+    info = TypeInfo()
+    for member in members:
+        info.merge(type_info(member))
     return info
+
+
+def _literal_type_info(values: tuple[Any, ...]) -> TypeInfo:
+    info = TypeInfo()
+    for value in values:
+        if isinstance(value, enum.Enum):
+            value = enum_json_value(value)
+        info.types.add(json_type(value))
+        if value is not None:
+            info.literals.append(value)
+    return info
+
+
+def _type_var_info(tp: typing.TypeVar) -> TypeInfo:
+    """A TypeVar allows what its bound or its constraints allow; unbounded, anything."""
+    if tp.__bound__ is not None:
+        return type_info(tp.__bound__)
+    if tp.__constraints__:
+        return _union_type_info(tp.__constraints__)
+    return TypeInfo(types=set(ALL_JSON_TYPES))
+
+
+def _generic_type_info(origin: Any) -> TypeInfo:
+    """A parameterised annotation (``list[int]``, ``Mapping[str, X]``, ``type[X]``), by its origin."""
+    import collections.abc as cabc
+
+    if origin is type:
+        return TypeInfo(unknown=True)  # a class object: cannot be written in JSON
+    if isinstance(origin, type) and issubclass(origin, (list, tuple, set, frozenset)):
+        return TypeInfo(types={"array"})
+    if origin in (cabc.Sequence, cabc.MutableSequence, cabc.Set, cabc.MutableSet, cabc.Iterable, cabc.Collection):
+        return TypeInfo(types={"array"})
+    if origin in (dict, cabc.Mapping, cabc.MutableMapping) or _is_mapping_class(origin):
+        return TypeInfo(types={"object"})
+    if origin is cabc.Callable:
+        return TypeInfo(unknown=True)
+    return type_info(origin)
+
+
+def _class_type_info(tp: Any) -> TypeInfo:
+    """A plain annotation: a builtin, an enum, a subclass of one, a mapping class, or something JSON can't hold."""
+    if tp is bool:
+        return TypeInfo(types={"boolean"})
+    if tp is int:
+        return TypeInfo(types={"integer"})
+    if tp is float:
+        return TypeInfo(types={"number"})
+    if tp is str or tp is bytes:
+        return TypeInfo(types={"string"}, open_string=True)
+    if tp in (list, tuple, set, frozenset):
+        return TypeInfo(types={"array"})
+    if tp is dict:
+        return TypeInfo(types={"object"})
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        values = [enum_json_value(member) for member in tp]
+        return TypeInfo(types={json_type(value) for value in values}, literals=values)
+    if isinstance(tp, type) and issubclass(tp, bool):
+        return TypeInfo(types={"boolean"})
+    if isinstance(tp, type) and issubclass(tp, int):
+        return TypeInfo(types={"integer"})
+    if isinstance(tp, type) and issubclass(tp, float):
+        return TypeInfo(types={"number"})
+    if isinstance(tp, type) and issubclass(tp, str):
+        return TypeInfo(types={"string"}, open_string=True)
+    if _is_mapping_class(tp):
+        return TypeInfo(types={"object"})
+    if isinstance(tp, type) and tp.__module__.startswith("torch") and tp.__name__ == "dtype":
+        return TypeInfo(types={"string"}, open_string=True)  # torch.dtype: given by name ("bfloat16") in JSON
+    if tp is Callable or typing.get_origin(tp) is Callable:
+        return TypeInfo(unknown=True)
+    if isinstance(tp, type) and tp.__module__ in ("pathlib", "os"):
+        return TypeInfo(types={"string"}, open_string=True)
+    return TypeInfo(unknown=True)
 
 
 # Names that may appear in a string annotation the module can't evaluate (defined only under TYPE_CHECKING).

@@ -236,13 +236,37 @@ def generate() -> dict[str, Any]:
         ) from exc
 
     version = installed_version()
+    cli = _read_cli(arg_utils, AsyncEngineArgs)
+    module_ns = dict(vars(arg_utils))
+    fields_out = {
+        field.name: _field_spec(field, cli, module_ns) for field in dataclasses.fields(AsyncEngineArgs) if field.init
+    }
+    document: dict[str, Any] = {"format": FORMAT, "vllm_version": version, "source": "import"}
+    if compat:
+        document["compat"] = compat
+    document["fields"] = fields_out
+    return document
+
+
+@dataclasses.dataclass(frozen=True)
+class _CliFacts:
+    """What vLLM's command line says about EngineArgs' fields."""
+
+    actions: dict[str, argparse.Action]  # by field name, the first action of each
+    deprecated: set[str]  # the field names whose action argparse marks deprecated
+    deprecation_notes: dict[str, str]  # by field name, vLLM's note on what replaces it
+    extra_cli_only: tuple[str, ...]  # help text of the CLI's own types, true only on the command line
+    attr_docs: dict[str, str]  # by field name, the docstrings of the config classes' attributes
+
+
+def _read_cli(arg_utils: Any, engine_args: type) -> _CliFacts:
     with _help_requested():
         if hasattr(arg_utils, "NEEDS_HELP"):
             arg_utils.NEEDS_HELP = True
         for cached in ("_compute_kwargs", "get_kwargs"):
             with contextlib.suppress(AttributeError):
                 getattr(arg_utils, cached).cache_clear()
-        parser = AsyncEngineArgs.add_cli_args(_parser_class()())
+        parser = engine_args.add_cli_args(_parser_class()())  # type: ignore[attr-defined]
 
     actions: dict[str, argparse.Action] = {}
     for action in parser._actions:
@@ -250,7 +274,6 @@ def generate() -> dict[str, Any]:
             actions.setdefault(action.dest, action)
     deprecated_actions = {a.dest for a in getattr(parser, "_deprecated", ())}
     deprecated_actions |= {a.dest for a in parser._actions if getattr(a, "deprecated", False)}
-    notes = deprecation_notes(arg_utils)
     extra_cli_only = tuple(
         doc.strip()
         for doc in (
@@ -263,64 +286,68 @@ def generate() -> dict[str, Any]:
     with contextlib.suppress(Exception):
         from vllm.config import get_attr_docs
 
-        for cls in reversed(AsyncEngineArgs.__mro__):
+        for cls in reversed(engine_args.__mro__):
             if dataclasses.is_dataclass(cls):
                 attr_docs.update(get_attr_docs(cls))
+    return _CliFacts(
+        actions=actions,
+        deprecated=deprecated_actions,
+        deprecation_notes=deprecation_notes(arg_utils),
+        extra_cli_only=extra_cli_only,
+        attr_docs=attr_docs,
+    )
 
-    module_ns = dict(vars(arg_utils))
-    fields_out: dict[str, dict[str, Any]] = {}
-    for field in dataclasses.fields(AsyncEngineArgs):
-        if not field.init:
-            continue
-        action = actions.get(field.name)
-        info = field_type_info(field, module_ns)
-        if not info.types:
-            info = _action_type_info(action)
-        default, default_repr = _field_default(field)
-        if default is None and default_repr is None:
-            info.types.add("null")  # the default itself is None, so null is accepted whatever the annotation says
 
-        choices: list[Any] | None = None
-        suggestions: list[Any] | None = None
-        if action is not None and action.choices:
-            choices = [c for c in action.choices if c is not None]
-            # argparse choices of an option whose annotation also takes any string are a closed set on the CLI
-            # only; still, the CLI is how vLLM documents them, so they are the choices.
-        elif info.literals and not info.open_string:
-            choices = list(info.literals)
-        elif info.literals:
-            suggestions = list(info.literals)
-        if choices is not None:
-            choices = [_to_json(enum_json_value(c) if isinstance(c, enum.Enum) else c) for c in choices]
-            choices = [c for c in choices if c is not None] or None
+def _field_spec(field: dataclasses.Field, cli: _CliFacts, module_ns: dict[str, Any]) -> dict[str, Any]:
+    """One field's entry in the schema document."""
+    action = cli.actions.get(field.name)
+    info = field_type_info(field, module_ns)
+    if not info.types:
+        info = _action_type_info(action)
+    default, default_repr = _field_default(field)
+    if default is None and default_repr is None:
+        info.types.add("null")  # the default itself is None, so null is accepted whatever the annotation says
+    choices, suggestions = _choices(action, info)
 
-        help_text = clean_help(action.help if action is not None else attr_docs.get(field.name), extra_cli_only)
-        if help_text is None and action is None:
-            help_text = clean_help(attr_docs.get(field.name), extra_cli_only)
-        note = notes.get(field.name)
-        deprecated = field.name in deprecated_actions or note is not None or is_deprecated_text(help_text)
+    help_text = clean_help(action.help if action is not None else cli.attr_docs.get(field.name), cli.extra_cli_only)
+    if help_text is None and action is None:
+        help_text = clean_help(cli.attr_docs.get(field.name), cli.extra_cli_only)
+    note = cli.deprecation_notes.get(field.name)
+    deprecated = field.name in cli.deprecated or note is not None or is_deprecated_text(help_text)
 
-        spec: dict[str, Any] = {
-            "types": sorted_types(info.types),
-            "default": default,
-            "choices": choices,
-            "help": help_text,
-            "deprecated": deprecated,
-            "flag": _long_flag(action, field.name) if action is not None else None,
-        }
-        if default_repr is not None:
-            spec["default_repr"] = default_repr
-        if suggestions:
-            spec["suggestions"] = suggestions
-        if deprecated and note:
-            spec["deprecation"] = note
-        fields_out[field.name] = spec
+    spec: dict[str, Any] = {
+        "types": sorted_types(info.types),
+        "default": default,
+        "choices": choices,
+        "help": help_text,
+        "deprecated": deprecated,
+        "flag": _long_flag(action, field.name) if action is not None else None,
+    }
+    if default_repr is not None:
+        spec["default_repr"] = default_repr
+    if suggestions:
+        spec["suggestions"] = suggestions
+    if deprecated and note:
+        spec["deprecation"] = note
+    return spec
 
-    document: dict[str, Any] = {"format": FORMAT, "vllm_version": version, "source": "import"}
-    if compat:
-        document["compat"] = compat
-    document["fields"] = fields_out
-    return document
+
+def _choices(action: argparse.Action | None, info: TypeInfo) -> tuple[list[Any] | None, list[Any] | None]:
+    """A field's closed set of values (JSON), and the values it suggests where it also takes any string."""
+    choices: list[Any] | None = None
+    suggestions: list[Any] | None = None
+    if action is not None and action.choices:
+        choices = [c for c in action.choices if c is not None]
+        # argparse choices of an option whose annotation also takes any string are a closed set on the CLI
+        # only; still, the CLI is how vLLM documents them, so they are the choices.
+    elif info.literals and not info.open_string:
+        choices = list(info.literals)
+    elif info.literals:
+        suggestions = list(info.literals)
+    if choices is not None:
+        choices = [_to_json(enum_json_value(c) if isinstance(c, enum.Enum) else c) for c in choices]
+        choices = [c for c in choices if c is not None] or None
+    return choices, suggestions
 
 
 # --------------------------------------------------------------------------------------------- output

@@ -161,46 +161,15 @@ def check_placement(
     Triton runs on, ``driver_node_id``). The per-node split is one that PACK can reach; which engine gets which GPUs
     at run time follows the order Triton loads the models in."""
     by_id = {n.node_id: n for n in nodes}
-    left = {n.node_id: n.free_bundles for n in nodes}
-    order = [n.node_id for n in nodes]
     missing: list[str] = []
-    warnings: list[str] = []
     needed = sum(e.world_size for e in engines)
-    free = sum(left.values())
+    free = sum(n.free_bundles for n in nodes)
     total = sum(n.total_gpus for n in nodes)
     driver = by_id.get(driver_node_id) if driver_node_id else None
     pinned = gpu_on_driver and engines
     if pinned:
-        if driver is None:
-            missing.append(
-                "this host is not a node of the Ray cluster, and vLLM's Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND"
-                "=0) puts each engine's first GPU on the host that runs Triton"
-            )
-        elif driver.free_bundles < len(engines):
-            missing.append(
-                f"vLLM's Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) puts each engine's first GPU on the node "
-                f"that runs Triton ({driver.ip}): {len(engines)} engine{'s' * (len(engines) != 1)} need "
-                f"{len(engines)} free GPU{'s' * (len(engines) != 1)} there, it has {driver.free_bundles}"
-            )
-    # Largest groups first, and with a pin one GPU on the driver's node held for every engine: an order in which
-    # the groups fit whenever they can.
-    ranked = sorted(engines, key=lambda e: -e.world_size)
-    reserved = 0
-    if pinned and driver is not None:
-        reserved = min(len(engines), left[driver.node_id])
-        left[driver.node_id] -= reserved
-    placed: dict[RayEngine, PlacedEngine] = {}
-    for engine in ranked:
-        need, first_bundles = engine.world_size, []
-        if pinned and driver is not None and reserved:
-            reserved -= 1
-            first_bundles, need = [(driver.node_id, 1)], need - 1
-        more, unplaced = _place(need, left, order, driver.node_id if pinned and driver is not None else None)
-        bundles: dict[str, int] = dict(first_bundles)
-        for node, count in more:
-            bundles[node] = bundles.get(node, 0) + count
-        placed[engine] = PlacedEngine(engine, tuple(bundles.items()), unplaced)
-    result = tuple(placed[e] for e in engines)
+        missing.extend(_driver_shortage(engines, driver))
+    result = _place_engines(engines, nodes, driver if pinned else None)
     if needed > free:
         short = "; ".join(f"{p.engine.label}: {p.unplaced} of its {p.engine.world_size}" for p in result if p.unplaced)
         missing.insert(
@@ -209,27 +178,7 @@ def check_placement(
             f"(of {_number(total)}) on {len(nodes)} node{'s' * (len(nodes) != 1)}: {_gpus(needed - free)} missing "
             f"(left without GPUs: {short})",
         )
-    for p in result:
-        tp = p.engine.tensor_parallel_size
-        # vLLM's own rule (ray_utils._verify_bundles): a node of the group with fewer GPUs than the TP size means
-        # tensor-parallel ranks talk across hosts, every layer, over the network.
-        split = [(by_id[node].ip, count) for node, count in p.bundles if count < tp]
-        if tp > 1 and split and not p.unplaced:
-            widest = max((n.free_bundles for n in nodes), default=0)
-            why = (
-                f"no node has {tp} GPUs"
-                if max((n.total_gpus for n in nodes), default=0) < tp
-                else f"the largest free block is {widest} GPUs"
-                if widest < tp
-                else "the other groups take the GPUs of the nodes that could hold it"
-            )
-            warnings.append(
-                f"{p.engine.label}: tensor_parallel_size {tp} spans nodes ("
-                + ", ".join(f"{count} GPU{'s' * (count != 1)} on {ip}" for ip, count in split)
-                + f"; {why}): tensor parallelism across hosts is slow without a fast interconnect such as "
-                "InfiniBand (vLLM only warns); keep tensor_parallel_size within a node's GPUs and span hosts with "
-                "pipeline_parallel_size"
-            )
+    warnings = [warning for p in result if (warning := _across_hosts_warning(p, nodes, by_id))]
     if needed <= free:
         stranded = [p for p in result if p.unplaced]
         if stranded:  # free GPUs in all, but not where a pinned group needs them
@@ -237,6 +186,75 @@ def check_placement(
                 f"{p.engine.label}: {p.unplaced} of its {_gpus(p.engine.world_size)} fit nowhere" for p in stranded
             )
     return ClusterCheck(tuple(nodes), driver_node_id, result, tuple(missing), tuple(warnings))
+
+
+def _driver_shortage(engines: Sequence[RayEngine], driver: RayNode | None) -> list[str]:
+    """What the driver's node lacks for the first GPU of every engine (vLLM's older Ray executor puts it there)."""
+    if driver is None:
+        return [
+            "this host is not a node of the Ray cluster, and vLLM's Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND"
+            "=0) puts each engine's first GPU on the host that runs Triton"
+        ]
+    if driver.free_bundles < len(engines):
+        return [
+            f"vLLM's Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) puts each engine's first GPU on the node "
+            f"that runs Triton ({driver.ip}): {len(engines)} engine{'s' * (len(engines) != 1)} need "
+            f"{len(engines)} free GPU{'s' * (len(engines) != 1)} there, it has {driver.free_bundles}"
+        ]
+    return []
+
+
+def _place_engines(
+    engines: Sequence[RayEngine], nodes: Sequence[RayNode], pin: RayNode | None
+) -> tuple[PlacedEngine, ...]:
+    """Each engine's bundles per node, in the order of ``engines``; ``pin``: the node that takes each engine's first
+    GPU, while it has one free."""
+    left = {n.node_id: n.free_bundles for n in nodes}
+    order = [n.node_id for n in nodes]
+    # Largest groups first, and with a pin one GPU on the driver's node held for every engine: an order in which
+    # the groups fit whenever they can.
+    ranked = sorted(engines, key=lambda e: -e.world_size)
+    reserved = 0
+    if pin is not None:
+        reserved = min(len(engines), left[pin.node_id])
+        left[pin.node_id] -= reserved
+    placed: dict[RayEngine, PlacedEngine] = {}
+    for engine in ranked:
+        need, first_bundles = engine.world_size, []
+        if pin is not None and reserved:
+            reserved -= 1
+            first_bundles, need = [(pin.node_id, 1)], need - 1
+        more, unplaced = _place(need, left, order, pin.node_id if pin is not None else None)
+        bundles: dict[str, int] = dict(first_bundles)
+        for node, count in more:
+            bundles[node] = bundles.get(node, 0) + count
+        placed[engine] = PlacedEngine(engine, tuple(bundles.items()), unplaced)
+    return tuple(placed[e] for e in engines)
+
+
+def _across_hosts_warning(p: PlacedEngine, nodes: Sequence[RayNode], by_id: Mapping[str, RayNode]) -> str | None:
+    """A warning where a placed engine's tensor-parallel ranks span hosts; None where they don't."""
+    tp = p.engine.tensor_parallel_size
+    # vLLM's own rule (ray_utils._verify_bundles): a node of the group with fewer GPUs than the TP size means
+    # tensor-parallel ranks talk across hosts, every layer, over the network.
+    split = [(by_id[node].ip, count) for node, count in p.bundles if count < tp]
+    if tp <= 1 or not split or p.unplaced:
+        return None
+    widest = max((n.free_bundles for n in nodes), default=0)
+    why = (
+        f"no node has {tp} GPUs"
+        if max((n.total_gpus for n in nodes), default=0) < tp
+        else f"the largest free block is {widest} GPUs"
+        if widest < tp
+        else "the other groups take the GPUs of the nodes that could hold it"
+    )
+    return (
+        f"{p.engine.label}: tensor_parallel_size {tp} spans nodes ("
+        + ", ".join(f"{count} GPU{'s' * (count != 1)} on {ip}" for ip, count in split)
+        + f"; {why}): tensor parallelism across hosts is slow without a fast interconnect such as "
+        "InfiniBand (vLLM only warns); keep tensor_parallel_size within a node's GPUs and span hosts with "
+        "pipeline_parallel_size"
+    )
 
 
 def _gpus(count: int) -> str:

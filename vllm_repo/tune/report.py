@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_repo.benchmark.plot import MARGIN, P50_COLOUR, P99_COLOUR, SLO_COLOUR
-from vllm_repo.benchmark.plot_layout import Box, Keyed, Layout, fit_axis, grid_svg, label_svg
+from vllm_repo.benchmark.plot_layout import Axis, Box, Keyed, Layout, fit_axis, grid_svg, label_svg
 from vllm_repo.files import write_atomic
 from vllm_repo.tune.evidence import CandidateRecord, TuneEvidence
 
@@ -133,36 +134,68 @@ def svg(evidence: TuneEvidence) -> str:
     plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
     plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"] - 20
     left, top = MARGIN["left"], MARGIN["top"]
+    area = Box(left, top, left + plot_w, top + plot_h)
     slo = evidence.conditions.slo.get("e2e_p99_ms")
     x_axis = fit_axis([_latency(c) for c in measured] + ([slo] if slo is not None else []), left, plot_w)
     y_axis = fit_axis((_goodput(c) for c in measured), top, plot_h, reverse=True, horizontal=False)
     x, y = x_axis.at, y_axis.at
 
-    out = [
-        f'<text x="{left + plot_w / 2}" y="{top - 10}" text-anchor="middle" font-weight="bold">'
-        f"{html.escape(evidence.conditions.model)}: goodput against p99 end-to-end latency</text>",
-        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
-    ]
-    out += grid_svg(x_axis, y_axis, Box(left, top, left + plot_w, top + plot_h))
-    out.append(
-        f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle" font-size="12">'
-        "p99 end-to-end latency (ms)</text>"
-    )
-    out.append(
-        f'<text x="14" y="{top + plot_h / 2}" text-anchor="middle" font-size="12" '
-        f'transform="rotate(-90 14 {top + plot_h / 2})">goodput (req/s)</text>'
-    )
+    out = _frame_svg(evidence.conditions.model, area, x_axis, y_axis)
     winner = evidence.winner.name if evidence.winner is not None else None
-    layout = Layout(Box(left, top, left + plot_w, top + plot_h).grown(-2))
+    layout = Layout(area.grown(-2))
     for c in measured:
         layout.avoid_point(x(_latency(c)), y(_goodput(c)), (WINNER_R if c.name == winner else MARKER_R) + 1)
-    labels: list[str] = []
     if slo is not None:
         out.append(
             f'<line x1="{x(slo):.1f}" y1="{top}" x2="{x(slo):.1f}" y2="{top + plot_h}" stroke="{SLO_COLOUR}" '
             'stroke-width="2" stroke-dasharray="6,4"/>'
         )
         layout.avoid_line([(x(slo), top), (x(slo), top + plot_h)])
+    out += _candidates_svg(measured, winner, layout, x, y)
+    labels, keyed = _candidate_labels(measured, winner, layout, x, y)
+    if slo is not None:  # after the candidates: the target's value may go anywhere along its line
+        along = [(x(slo), top + 8 + (plot_h - 16) * i / 8) for i in range(9)]
+        placed = layout.place(f"SLO {slo:g} ms", 11, along, radius=1, directions=("E", "W"), distances=(3.0,))
+        if placed is not None:
+            labels += label_svg(placed, SLO_COLOUR)
+        else:
+            keyed.entries.append(f"the dashed line: SLO {slo:g} ms")
+    legend_y = top + plot_h + 52
+    out += labels
+    out += _legend_svg(left, legend_y, keyed.entries)
+    height = max(HEIGHT, legend_y + 12 + KEY_ROW * len(keyed.entries))
+    head = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" '
+        'font-size="13">',
+        f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
+    ]
+    return "\n".join([*head, *out, "</svg>"])
+
+
+def _frame_svg(model: str, area: Box, x_axis: Axis, y_axis: Axis) -> list[str]:
+    """The title, the plot's border and grid, and the axes' names."""
+    left, top, plot_w, plot_h = area.x0, area.y0, area.x1 - area.x0, area.y1 - area.y0
+    return [
+        f'<text x="{left + plot_w / 2}" y="{top - 10}" text-anchor="middle" font-weight="bold">'
+        f"{html.escape(model)}: goodput against p99 end-to-end latency</text>",
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
+        *grid_svg(x_axis, y_axis, area),
+        f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle" font-size="12">'
+        "p99 end-to-end latency (ms)</text>",
+        f'<text x="14" y="{top + plot_h / 2}" text-anchor="middle" font-size="12" '
+        f'transform="rotate(-90 14 {top + plot_h / 2})">goodput (req/s)</text>',
+    ]
+
+
+def _candidates_svg(
+    measured: list[CandidateRecord],
+    winner: str | None,
+    layout: Layout,
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+) -> list[str]:
+    """The Pareto front's line (kept clear of the labels) and a marker per candidate, the winner's larger."""
+    out = []
     front = [c for c in sorted(measured, key=lambda c: _latency(c)) if c.pareto]
     if len(front) > 1:
         line = [(x(_latency(c)), y(_goodput(c))) for c in front]
@@ -175,6 +208,18 @@ def svg(evidence: TuneEvidence) -> str:
         tip = html.escape(f"{c.name}: {_goodput(c):g} req/s at {_latency(c):g} ms")
         cx, cy = x(_latency(c)), y(_goodput(c))
         out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colour}"><title>{tip}</title></circle>')
+    return out
+
+
+def _candidate_labels(
+    measured: list[CandidateRecord],
+    winner: str | None,
+    layout: Layout,
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+) -> tuple[list[str], Keyed]:
+    """The candidates' names beside their markers, and the key of those that found no room."""
+    labels: list[str] = []
     # The winner first, then the best goodput down: where room runs out, the lesser candidates go to the key.
     keyed = Keyed()
     for c in sorted(measured, key=lambda c: (c.name != winner, -_goodput(c))):
@@ -183,31 +228,23 @@ def svg(evidence: TuneEvidence) -> str:
         placed, _ = keyed.place(layout, label, 10, (x(_latency(c)), y(_goodput(c))), radius)
         if placed is not None:
             labels += label_svg(placed)
-    if slo is not None:  # after the candidates: the target's value may go anywhere along its line
-        along = [(x(slo), top + 8 + (plot_h - 16) * i / 8) for i in range(9)]
-        placed = layout.place(f"SLO {slo:g} ms", 11, along, radius=1, directions=("E", "W"), distances=(3.0,))
-        if placed is not None:
-            labels += label_svg(placed, SLO_COLOUR)
-        else:
-            keyed.entries.append(f"the dashed line: SLO {slo:g} ms")
-    legend_y = top + plot_h + 52
-    out += labels
-    out.append(f'<circle cx="{left}" cy="{legend_y}" r="4" fill="{P99_COLOUR}"/>')
-    out.append(f'<text x="{left + 10}" y="{legend_y + 4}" font-size="12">Pareto front</text>')
-    out.append(f'<circle cx="{left + 120}" cy="{legend_y}" r="4" fill="{P50_COLOUR}"/>')
-    out.append(f'<text x="{left + 130}" y="{legend_y + 4}" font-size="12">other candidates</text>')
-    for n, entry in enumerate(keyed.entries):
+    return labels, keyed
+
+
+def _legend_svg(left: float, legend_y: float, key_entries: list[str]) -> list[str]:
+    """The markers' legend, and the key: the numbered names under the plot."""
+    out = [
+        f'<circle cx="{left}" cy="{legend_y}" r="4" fill="{P99_COLOUR}"/>',
+        f'<text x="{left + 10}" y="{legend_y + 4}" font-size="12">Pareto front</text>',
+        f'<circle cx="{left + 120}" cy="{legend_y}" r="4" fill="{P50_COLOUR}"/>',
+        f'<text x="{left + 130}" y="{legend_y + 4}" font-size="12">other candidates</text>',
+    ]
+    for n, entry in enumerate(key_entries):
         out.append(
             f'<text x="{left}" y="{legend_y + 4 + KEY_ROW * (n + 1)}" font-size="10" fill="#555">'
             f"{n + 1}: {html.escape(entry)}</text>"
         )
-    height = max(HEIGHT, legend_y + 12 + KEY_ROW * len(keyed.entries))
-    head = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" '
-        'font-size="13">',
-        f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
-    ]
-    return "\n".join([*head, *out, "</svg>"])
+    return out
 
 
 def page(evidence: TuneEvidence) -> str:

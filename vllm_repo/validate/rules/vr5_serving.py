@@ -12,6 +12,7 @@ from typing import Any
 from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository import ModelDirectory
+from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.repository.tune_record import TUNE_FILE, tuned_settings
 from vllm_repo.validate.rules.common import count_text, engine_args_and_config
@@ -78,23 +79,13 @@ def multi_node_engine(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
     doc = model.checked_engine_args()
     if doc is None:
         return
-    data = doc.data
-    settings = read_engine_settings(data)
+    settings = read_engine_settings(doc.data)
     nnodes, size = settings.hosts, settings.parallel_size
     backend = settings.distributed_executor_backend
     where = doc.position_of("nnodes")
     if nnodes <= 1:
         if backend == "ray" and ctx.num_gpus is not None and size > ctx.num_gpus:
-            hosts = math.ceil(size / ctx.num_gpus)
-            yield Finding(
-                doc.path,
-                f"the engine spans {count_text(hosts)} hosts of {count_text(ctx.num_gpus)} GPUs on Ray: the cluster "
-                f"must have {count_text(size)} GPUs before the model loads (vLLM waits up to 30 minutes for them)",
-                doc.position_of("distributed_executor_backend"),
-                severity=Severity.INFO,
-                hint="start the head with `ray start --head`, each other host with `ray start --address=HEAD:6379`, "
-                "and Triton on the head (RAY_ADDRESS, VLLM_HOST_IP set to the host's own address on every host)",
-            )
+            yield _ray_cluster_needed(doc, size, ctx.num_gpus)
         return
     if backend == "ray":
         yield Finding(
@@ -113,6 +104,27 @@ def multi_node_engine(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
             hint=f"use an nnodes that divides {size}, each host running {size} / nnodes GPUs",
         )
         return
+    yield from _leader_findings(doc, ctx, nnodes, size)
+
+
+def _ray_cluster_needed(doc: JsonDocument, size: int, gpus_per_host: int) -> Finding:
+    """An INFO: a Ray engine larger than one host waits for a cluster with all its GPUs."""
+    hosts = math.ceil(size / gpus_per_host)
+    return Finding(
+        doc.path,
+        f"the engine spans {count_text(hosts)} hosts of {count_text(gpus_per_host)} GPUs on Ray: the cluster "
+        f"must have {count_text(size)} GPUs before the model loads (vLLM waits up to 30 minutes for them)",
+        doc.position_of("distributed_executor_backend"),
+        severity=Severity.INFO,
+        hint="start the head with `ray start --head`, each other host with `ray start --address=HEAD:6379`, "
+        "and Triton on the head (RAY_ADDRESS, VLLM_HOST_IP set to the host's own address on every host)",
+    )
+
+
+def _leader_findings(doc: JsonDocument, ctx: CheckContext, nnodes: int, size: int) -> Iterator[Finding]:
+    """The multiprocessing executor across ``nnodes`` hosts, Triton's model its leader: each host's share of the
+    GPUs, the leader's node_rank, and a master_addr the other hosts reach."""
+    where = doc.position_of("nnodes")
     per_host = size // nnodes
     if ctx.num_gpus is not None and per_host > ctx.num_gpus:
         yield Finding(
@@ -122,7 +134,7 @@ def multi_node_engine(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
             where,
             hint=f"use nnodes {math.ceil(size / ctx.num_gpus)} or more (dividing {size}), or lower the parallel sizes",
         )
-    rank = data.get("node_rank", 0)
+    rank = doc.data.get("node_rank", 0)
     if rank not in (0, None):
         yield Finding(
             doc.path,
@@ -131,7 +143,7 @@ def multi_node_engine(model: ModelDirectory, ctx: CheckContext) -> Iterator[Find
             hint=f"set node_rank 0 here; the other hosts run `vllm serve MODEL --headless --nnodes {nnodes} "
             "--node-rank K --master-addr THIS_HOST` with the same parallel settings",
         )
-    address = data.get("master_addr")
+    address = doc.data.get("master_addr")
     if address is None or str(address).strip() in _LOCAL_ADDRESSES:
         yield Finding(
             doc.path,
