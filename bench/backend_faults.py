@@ -10,8 +10,8 @@
 
 Run by hand with the serving Python, from the repository root (bench/results/backend.md has the runs):
 
-    $VLLM_REPO_SERVING_PYTHON bench/backend_faults.py [--streams 32] [--parameters '{"ENGINE_PROCESS": "true"}']
-    python bench/backend_faults.py --device gpu --model M --engine-args '{"load_format": "dummy", ...}' --streams 256
+    $VLLM_REPO_SERVING_PYTHON -m bench.backend_faults [--streams 32] [--parameters '{"ENGINE_PROCESS": "true"}']
+    python -m bench.backend_faults --device gpu --model M --engine-args '{"load_format": "dummy", ...}' --streams 256
 """
 
 from __future__ import annotations
@@ -23,35 +23,19 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.triton_client import GenerateResponse, GenerateStreamConnection, TritonHttp
 
-from backend_throughput import (
-    CPU_ENV,
-    MODEL_NAME,
-    OFFLINE_ENV,
-    PROMPT,
-    build_tiny_model,
-    children_of,
-    default_engine_args,
-    sampling_json,
-    write_model,
-)
-from http_stream import GenerateStreamConnection, GenerateStreamError
+from .lib.processes import children_of, process_group, stub_pids
+from .lib.results import RESULTS, ResultFile
+from .lib.triton_bench import MODEL_NAME, PROMPT, add_server_options, prepare, read_stream, sampling_json, write_model
 
 ABORTED = "cancelled by the client: aborted in the engine"
 ENGINE_PROCESS_READY = re.compile(rf"model {MODEL_NAME} ready \(vLLM [^,]+, process (\d+)\)")
-
-
-class _Close(Exception):
-    pass
 
 
 async def one_stream(
@@ -64,31 +48,26 @@ async def one_stream(
 ) -> dict:
     """One generate_stream request: its outcome ("complete", "closed", "error", "hung") and tokens received;
     ``streaming`` is set at its first response."""
-    received = []
+    received: list[int] = []  # each response's tokens, counted as they come (a hung stream keeps its count)
 
-    def on_event(event: dict) -> None:
-        received.append(event)
+    def on_response(response: GenerateResponse) -> None:
+        received.append(response.num_output_tokens or 0)
         if streaming is not None:
             streaming.set()
-        if close_after is not None and len(received) >= close_after:
-            raise _Close
 
-    conn = GenerateStreamConnection(host, port)
+    conn = GenerateStreamConnection(f"http://{host}:{port}")
     body = {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling_json(tokens)}
     body["return_num_output_tokens"] = True
     try:
-        await asyncio.wait_for(conn.generate(MODEL_NAME, body, on_event=on_event), deadline_s)
-        outcome, detail = "complete", ""
-    except _Close:
-        outcome, detail = "closed", ""
+        read = await asyncio.wait_for(read_stream(conn, MODEL_NAME, body, close_after, on_response), deadline_s)
+        outcome, detail = ("closed" if read.closed else "complete"), ""
     except asyncio.TimeoutError:
         outcome, detail = "hung", f"no end within {deadline_s} s"
-    except (GenerateStreamError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+    except (InferError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
         outcome, detail = "error", str(exc)[:300]
     finally:
         await conn.close()
-    count = sum(int(e.get("num_output_tokens", 0) or 0) for e in received)
-    return {"outcome": outcome, "tokens": count, "detail": detail}
+    return {"outcome": outcome, "tokens": sum(received), "detail": detail}
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -100,15 +79,6 @@ def scrape(url: str) -> dict[str, float]:
         if match:
             values[match.group(1)] = float(match.group(2))
     return values
-
-
-def http_status(url: str, method: str = "GET") -> int:
-    request = urllib.request.Request(url, data=b"{}" if method == "POST" else None, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=600) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 async def cancel_phase(server, streams: int, tokens: int) -> dict:
@@ -174,16 +144,16 @@ async def kill_phase(server, streams: int, tokens: int, stub_pid: int | None) ->
     os.kill(victim, signal.SIGKILL)
     results = await asyncio.gather(*tasks)
     ended_s = time.perf_counter() - killed_at
-    base = f"http://{server.host}:{server.http_port}/v2"
+    triton = TritonHttp(f"http://{server.host}:{server.http_port}", timeout=600)
     # ENABLE_VLLM_HEALTH_CHECK unloads the model once the backend has seen the death.
     deadline = time.monotonic() + 60
-    while (ready_after_kill := http_status(f"{base}/models/{MODEL_NAME}/ready")) == 200:
+    while (ready_after_kill := triton.request("GET", f"/v2/models/{MODEL_NAME}/ready").status) == 200:
         if time.monotonic() > deadline:
             break
         await asyncio.sleep(0.5)
     not_ready_after_s = time.perf_counter() - killed_at
     load_started = time.perf_counter()
-    load_status = http_status(f"{base}/repository/models/{MODEL_NAME}/load", "POST")
+    load_status = triton.request("POST", f"/v2/repository/models/{MODEL_NAME}/load", {}).status
     load_s = time.perf_counter() - load_started
     again = await one_stream(server.host, server.http_port, 16, None, 120)
     outcomes: dict[str, int] = {}
@@ -205,45 +175,24 @@ async def kill_phase(server, streams: int, tokens: int, stub_pid: int | None) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--model", help="model directory (default on the CPU: a tiny model built here)")
-    parser.add_argument("--engine-args", default="{}", help="model.json settings over the defaults, as JSON")
+    add_server_options(parser, "model directory (default on the CPU: a tiny model built here)")
     parser.add_argument("--parameters", default="{}", help="more config.pbtxt parameters, e.g. ENGINE_PROCESS")
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
-    env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
-    os.environ.update(env)
-
-    from vllm_repo.serve.server import TritonServer
-
-    work = Path(tempfile.mkdtemp(prefix="backend-faults-"))
-    if args.model is None and args.device == "gpu":
-        parser.error("--model is required with --device gpu")
-    model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
-    settings = dict(
-        default_engine_args(model_dir, args.device), disable_log_stats=False, **json.loads(args.engine_args)
-    )
+    bench = prepare(parser, args, "backend-faults-", stats=True)
+    settings = bench.settings
     # As init writes it (metrics on), and the health check that unloads a model whose engine died.
     parameters = {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true", **json.loads(args.parameters)}
     kind = "KIND_CPU" if args.device == "cpu" else "KIND_GPU"
-    write_model(work / "repo", settings, kind, parameters=parameters)
-    server = TritonServer(
-        work / "repo",
-        serving_python=sys.executable,
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=env,
-        log_path=work / "tritonserver.log",
-        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
-    )
+    write_model(bench.repo, settings, kind, parameters=parameters)
+    server = bench.server(["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"])
     results: dict = {"device": args.device, "engine_args": settings, "parameters": parameters, "tokens": args.tokens}
     server.start()
     try:
         server.wait_ready(timeout=900)
-        from backend_throughput import _process_group, stub_pids
-
-        stub = stub_pids(_process_group(server.pgid)).get(MODEL_NAME)
+        stub = stub_pids(process_group(server.pgid)).get(MODEL_NAME)
         loop = asyncio.new_event_loop()
         results["cancel"] = loop.run_until_complete(cancel_phase(server, args.streams, args.tokens))
         print("cancel:", json.dumps(results["cancel"]), flush=True)
@@ -252,11 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         results["log_tail"] = server.log_text().splitlines()[-40:]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"backend_faults_{args.device}_{time.strftime('%Y%m%dT%H%M%S')}.json"
-    (out / name).write_text(json.dumps(results, indent=1))
-    print(f"wrote {out / name}")
+    print(f"wrote {ResultFile(args.out, f'backend_faults_{args.device}').write(results)}")
     return 0
 
 

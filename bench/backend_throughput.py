@@ -5,14 +5,14 @@ paths round by round (a shared machine is noisy).
 Run by hand with the serving Python (vLLM; tritonclient for the gRPC client), from the repository root:
 
     eval "$(bash .ci/setup-serving.sh | sed 's/^/export /')"
-    $VLLM_REPO_SERVING_PYTHON bench/backend_throughput.py [--rounds 5] [--tokens 64] [--clients http,grpc]
+    $VLLM_REPO_SERVING_PYTHON -m bench.backend_throughput [--rounds 5] [--tokens 64] [--clients http,grpc]
 
 On a GPU host (VLLM_REPO_TRITON_HOME pointing at the unpacked nvidia-pytriton wheel):
 
-    python bench/backend_throughput.py --device gpu --model M --engine-args '{"load_format": "dummy", ...}'
+    python -m bench.backend_throughput --device gpu --model M --engine-args '{"load_format": "dummy", ...}'
 
 Triton side: a real Triton server (vllm_repo.serve.server) with the backend, one model instance. Clients:
-- http: Triton's generate_stream endpoint through bench/http_stream.py, a lean asyncio client (one keep-alive
+- http: Triton's generate_stream endpoint through vllm_repo.serve.triton_client's lean asyncio client (one keep-alive
   connection per worker);
 - grpc: tritonclient's gRPC aio streaming client, one stream per request.
 Raw side: AsyncLLM in this process with the same engine arguments, consumed with DELTA outputs. Both engines stay
@@ -47,96 +47,43 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from vllm_repo.backend.vllm_repo_backend import hops
+from vllm_repo.serve.triton_client import GenerateRequest, GenerateStreamConnection, TritonGrpc
 
-from http_stream import GenerateStreamConnection
+from .lib.processes import (
+    busiest_threads,
+    children_of,
+    cpu_seconds_by_process,
+    cpu_seconds_of,
+    cpu_used,
+    process_group,
+    stub_pids,
+    thread_cpu_seconds,
+)
+from .lib.results import RESULTS, ResultFile
+from .lib.rounds import field_medians, per_round_ratios, round_order
+from .lib.tiny import ROOT
+from .lib.triton_bench import (
+    MODEL_NAME,
+    add_server_options,
+    gpu_memory_used,
+    prepare,
+    read_stream,
+    sampling_json,
+    write_model,
+)
+from .lib.triton_bench import PROMPT as BASE_PROMPT
 
-# vLLM on a CPU: no thread pinning (the default pins to core 0), no extra worker process. Set before vLLM loads.
-CPU_ENV = {
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-}
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-PROMPT = "The history of the printing press begins with"
+PROMPT = BASE_PROMPT
 # Words that each make one token in Llama-3's tokenizer and most others: --prompt-words N gives a prompt of about N.
 FILLER = " the"
-MODEL_NAME = "bench"
-
-
-def default_engine_args(model: str, device: str) -> dict:
-    if device == "cpu":
-        return {
-            "model": model,
-            "dtype": "float32",
-            "max_model_len": 1024,
-            "kv_cache_memory_bytes": 128 * 2**20,
-            "max_num_seqs": 64,
-        }
-    # Two engines share the GPU (Triton's and the raw one): each gets under half of it.
-    return {"model": model, "max_model_len": 4096, "gpu_memory_utilization": 0.42}
-
-
-# -- CPU accounting --------------------------------------------------------------------------------------------------
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
-    """pid -> (command name, user+system CPU seconds so far), for every process."""
-    from vllm_repo.serve.processes import process_table
-
-    # stat fields after the name: utime and stime are the 12th and 13th.
-    return {pid: (comm, (int(f[11]) + int(f[12])) / _TICK) for pid, comm, f in process_table()}
-
-
-def thread_cpu_seconds(pids: list[int]) -> dict[str, float]:
-    """'PID/thread name' -> CPU seconds so far, for every thread of ``pids`` (the backend names its engine loop and
-    send threads in the OS); threads of one name in one process are summed."""
-    seconds: dict[str, float] = collections.Counter()
-    for pid in pids:
-        try:
-            tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                stat = (task / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2 :].split()
-            name = stat[stat.find("(") + 1 : stat.rfind(")")]
-            seconds[f"{pid}/{name}"] += (int(fields[11]) + int(fields[12])) / _TICK
-    return seconds
-
-
-def busiest_threads(before: dict, after: dict, wall: float, top: int = 6) -> dict[str, float]:
-    """The threads that used the most CPU between two thread_cpu_seconds() readings, in CPU seconds per second."""
-    used = {k: v - before.get(k, 0.0) for k, v in after.items()}
-    return {k: round(v / wall, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:top] if v > 0.005}
-
-
-def cpu_used(before: dict, after: dict, labels: dict[int, str]) -> dict[str, float]:
-    used: dict[str, float] = collections.Counter()
-    for pid, (name, seconds) in after.items():
-        delta = seconds - before.get(pid, (name, 0.0))[1]
-        if delta > 0.005:
-            used[labels.get(pid, name)] += delta
-    return {k: round(v, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}
 
 
 # -- request paths ---------------------------------------------------------------------------------------------------
-
-
-def sampling_json(tokens: int) -> str:
-    return json.dumps({"max_tokens": tokens, "ignore_eos": True})
 
 
 class HttpPath:
@@ -151,14 +98,14 @@ class HttpPath:
         }
 
     async def __call__(self) -> tuple[float, int, int]:
-        conn = self._idle.popleft() if self._idle else GenerateStreamConnection(self.host, self.port)
+        conn = self._idle.popleft() if self._idle else GenerateStreamConnection(f"http://{self.host}:{self.port}")
         try:
-            first, events = await conn.generate(self.model, self.body)
+            read = await read_stream(conn, self.model, self.body)
         except BaseException:
             await conn.close()
             raise
         self._idle.append(conn)
-        return first, sum(int(e["num_output_tokens"]) for e in events), len(events)
+        return read.first_s, read.tokens, read.responses
 
     async def close(self) -> None:
         while self._idle:
@@ -166,48 +113,25 @@ class HttpPath:
 
 
 class GrpcPath:
+    """tritonclient's gRPC streaming, a stream per request, through vllm_repo.serve.triton_client."""
+
     def __init__(self, url: str, tokens: int) -> None:
-        import tritonclient.grpc.aio as grpcaio
-
-        self.client = grpcaio.InferenceServerClient(url)
-        self.tokens = tokens
-
-    def _inputs(self):
-        import numpy as np
-        import tritonclient.grpc as grpcclient
-
-        def tensor(name, array, datatype):
-            t = grpcclient.InferInput(name, list(array.shape), datatype)
-            t.set_data_from_numpy(array)
-            return t
-
-        return [
-            tensor("text_input", np.array([PROMPT.encode()], dtype=np.object_), "BYTES"),
-            tensor("stream", np.array([True]), "BOOL"),
-            tensor("return_num_output_tokens", np.array([True]), "BOOL"),
-            tensor("sampling_parameters", np.array([sampling_json(self.tokens).encode()], dtype=np.object_), "BYTES"),
-        ]
+        self.client = TritonGrpc(url)
+        self.request = GenerateRequest(
+            PROMPT,
+            {"max_tokens": tokens, "ignore_eos": True},
+            exclude_input_in_output=None,
+            returned=("num_output_tokens",),
+        )
 
     async def __call__(self) -> tuple[float, int, int]:
-        async def requests():
-            yield {"model_name": MODEL_NAME, "inputs": self._inputs()}
-
         start = time.perf_counter()
         first, count, responses = None, 0, 0
-        stream = self.client.stream_infer(requests())
-        try:
-            async for result, error in stream:
-                if error is not None:
-                    raise RuntimeError(str(error))
-                if first is None:
-                    first = time.perf_counter() - start
-                responses += 1
-                count += int(result.as_numpy("num_output_tokens")[0])
-                final = result.get_response().parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
-                    break
-        finally:
-            stream.cancel()
+        async for response in self.client.generate_stream(MODEL_NAME, self.request):
+            if first is None:
+                first = response.received - start
+            responses += 1
+            count += response.num_output_tokens or 0
         return first, count, responses
 
     async def close(self) -> None:
@@ -235,37 +159,23 @@ class RawPath:
         pass
 
 
-class _StopReading(Exception):
-    pass
-
-
 async def check_cancellation(server, max_tokens: int) -> dict:
     """Close an HTTP generate_stream connection after three responses; the backend must abort the request in the
     engine (it logs that when it sees Triton's cancellation)."""
     marker = "cancelled by the client: aborted in the engine"
     already = server.log_text().count(marker)
-    seen = []
-
-    def on_event(event):
-        seen.append(event)
-        if len(seen) == 3:
-            raise _StopReading
-
-    conn = GenerateStreamConnection(server.host, server.http_port)
+    conn = GenerateStreamConnection(f"http://{server.host}:{server.http_port}")
     body = {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling_json(max_tokens)}
-    try:
-        await conn.generate(MODEL_NAME, body, on_event=on_event)
-    except _StopReading:
-        pass
+    read = await read_stream(conn, MODEL_NAME, body, close_after=3)
     closed = time.perf_counter()
     await conn.close()
     while server.log_text().count(marker) == already:
         if time.perf_counter() - closed > 10:
-            return {"aborted": False, "responses_before_close": len(seen)}
+            return {"aborted": False, "responses_before_close": read.responses}
         await asyncio.sleep(0.01)
     return {
         "aborted": True,
-        "responses_before_close": len(seen),
+        "responses_before_close": read.responses,
         "abort_logged_after_ms": round((time.perf_counter() - closed) * 1000, 1),
     }
 
@@ -295,43 +205,14 @@ async def measure(one_request, concurrency: int, per_worker: int) -> dict:
 # -- main ------------------------------------------------------------------------------------------------------------
 
 
-def build_tiny_model(dest: Path) -> Path:
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_tiny_model.py"), str(dest)], check=True, capture_output=True
-    )
-    return dest
-
-
-def write_model(
-    repo: Path,
-    settings: dict,
-    kind: str,
-    name: str = MODEL_NAME,
-    parameters: dict[str, str] | None = None,
-    backend: str = "vllm",
-) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    params = "".join(
-        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in (parameters or {}).items()
-    )
-    (repo / name / "config.pbtxt").write_text(
-        f'backend: "{backend}"\ninstance_group [ {{ count: 1, kind: {kind} }} ]\n{params}'
-    )
-    (repo / name / "1" / "model.json").write_text(json.dumps(settings))
-
-
-def gpu_memory_used() -> list[str]:
-    """nvidia-smi's per-GPU memory in use (which GPUs Triton's engine landed on)."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [f"nvidia-smi: {exc}"]
-    return [line.strip() for line in out.splitlines() if line.strip()]
+SUMMARY_FIELDS = (
+    "tokens_per_s",
+    "ttft_median_ms",
+    "ttft_p90_ms",
+    "responses_per_request",
+    "server_cpu_s_per_s",
+    "client_cpu_s_per_s",
+)
 
 
 def summarize(rounds: dict) -> dict:
@@ -339,49 +220,17 @@ def summarize(rounds: dict) -> dict:
     their median, and the added median TTFT."""
     summary = {}
     for key, by_path in rounds.items():
-        med: dict = {
-            name: {
-                field: statistics.median(r[field] for r in runs)
-                for field in (
-                    "tokens_per_s",
-                    "ttft_median_ms",
-                    "ttft_p90_ms",
-                    "responses_per_request",
-                    "server_cpu_s_per_s",
-                    "client_cpu_s_per_s",
-                )
-                if all(r.get(field) is not None for r in runs)
-            }
-            for name, runs in by_path.items()
-            if runs
-        }
+        med: dict = {name: field_medians(runs, SUMMARY_FIELDS) for name, runs in by_path.items() if runs}
         raw = by_path.get("raw") or []
         for name, runs in by_path.items():
             if name == "raw" or not raw or not runs:
                 continue
-            # A path measured in the first rounds only (--once) is set against raw's same rounds.
-            pairs = zip(runs, raw[: len(runs)], strict=True)
-            ratios = [round(r["tokens_per_s"] / b["tokens_per_s"], 3) for r, b in pairs]
-            med[f"{name}_over_raw_per_round"] = ratios
-            med[f"{name}_over_raw_throughput"] = round(statistics.median(ratios), 3)
+            ratios = per_round_ratios(runs, raw, "tokens_per_s")
+            med[f"{name}_over_raw_per_round"] = ratios.per_round
+            med[f"{name}_over_raw_throughput"] = ratios.median
             med[f"{name}_added_ttft_ms"] = round(med[name]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
         summary[key] = med
     return summary
-
-
-def stub_pids(server_pids: list[int]) -> dict[str, int]:
-    """Model name -> pid of the backend stub that serves it (its command line names the model's model.py)."""
-    stubs = {}
-    for pid in server_pids:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not argv or not argv[0].endswith(b"triton_python_backend_stub") or len(argv) < 2:
-            continue
-        # argv[1]: <repository>/<model>/<version>/model.py
-        stubs[Path(argv[1].decode()).parents[1].name] = pid
-    return stubs
 
 
 def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen | None:
@@ -398,15 +247,13 @@ def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen | None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    add_server_options(parser, "model directory (default on the CPU: a tiny model built offline)")
     parser.add_argument(
         "--instance-kind",
         choices=("KIND_CPU", "KIND_GPU", "KIND_MODEL"),
         help="instance_group kind (default: KIND_CPU on the CPU, KIND_GPU on a GPU); KIND_MODEL with "
         "tensor_parallel_size > 1 in --engine-args spreads one instance over several GPUs",
     )
-    parser.add_argument("--model", help="model directory (default on the CPU: a tiny model built offline)")
-    parser.add_argument("--engine-args", default="{}", help="JSON merged over the default engine arguments")
     parser.add_argument("--clients", default="http,grpc", help="Triton clients to drive: http, grpc or both")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=64)
@@ -447,26 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also close a stream mid-way over HTTP and wait for the backend to abort it",
     )
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     global PROMPT
     PROMPT += FILLER * args.prompt_words
-    env = dict(OFFLINE_ENV, **(CPU_ENV if args.device == "cpu" else {}))
-    os.environ.update(env)
-
-    from vllm_repo.serve.server import TritonServer
-
-    work = Path(tempfile.mkdtemp(prefix="backend-bench-"))
-    if args.model is None and args.device == "gpu":
-        parser.error("--model is required with --device gpu")
-    model_dir = args.model or str(build_tiny_model(work / "tiny-llama"))
     metrics_on = args.metrics == "on"
-    settings = dict(
-        default_engine_args(model_dir, args.device),
-        disable_log_stats=not metrics_on,
-        **json.loads(args.engine_args),
-    )
-    repo = work / "repo"
+    bench = prepare(parser, args, "backend-bench-", stats=metrics_on)
+    work, settings, repo = bench.work, bench.settings, bench.repo
     kind = args.instance_kind or ("KIND_CPU" if args.device == "cpu" else "KIND_GPU")
     # The model as init writes it: vLLM's metrics on Triton's metrics port (or, --metrics off, not asked for).
     base_parameters = {"REPORT_CUSTOM_METRICS": "true"} if metrics_on else {}
@@ -509,16 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             print("tritonclient is not installed: the gRPC client is left out", flush=True)
             clients.remove("grpc")
 
-    server = TritonServer(
-        repo,
-        serving_python=sys.executable,
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=env,
-        log_path=work / "tritonserver.log",
-        backend_directory=backend_directory,
-        # One model at a time: engines profiling GPU memory side by side disturb each other.
-        extra_args=["--model-load-thread-count=1"],
-    )
+    # One model at a time: engines profiling GPU memory side by side disturb each other.
+    server = bench.server(["--model-load-thread-count=1"], backend_directory)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     results: dict = {
@@ -575,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                 loop.run_until_complete(paths.pop(name).close())
         labels = {os.getpid(): "bench process (client, raw engine frontend)"}
         names = cpu_seconds_by_process()
-        server_pids = _process_group(server.pgid)
+        server_pids = process_group(server.pgid)
         for pid in server_pids:
             labels[pid] = f"server group: {names.get(pid, ('?', 0))[0]}"
         stubs = stub_pids(server_pids)
@@ -592,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
             loop.run_until_complete(measure(path, max(concurrencies), 1))
         plan = list(zip(concurrencies, per_entry, strict=True))
         profile_at = {int(c) for c in args.py_spy_at.split(",") if c.strip()}
-        out = Path(args.out)
+        result_file = ResultFile(args.out, f"backend_throughput_{args.device}")
+        out, stamp = result_file.out, result_file.started
         out.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
         names = list(paths)
         once = {n.strip() for n in args.once.split(",") if n.strip()}
 
@@ -611,15 +437,19 @@ def main(argv: list[str] | None = None) -> int:
                 spy = start_py_spy(stub, seconds, spy_to)
             before = cpu_seconds_by_process()
             threads_before = thread_cpu_seconds([stub] if stub else [])
+            started = time.monotonic_ns()
             result = loop.run_until_complete(measure(paths[name], c, per))
+            if hops.hop is not hops.off:  # bench.native_hops: the measurement's window among the backend's hops
+                hops.hop("R", f"{name}:{c}:{per}", started)
+                hops.hop("R", f"{name}:{c}:{per}")
+                hops.flush()
             after = cpu_seconds_by_process()
             if c > 1:
                 result["cpu_s"] = cpu_used(before, after, labels)
-                busy = sum(after[p][1] - before.get(p, ("", 0.0))[1] for p in set(own) if p in after)
-                result["server_cpu_s_per_s"] = round(busy / result["wall_s"], 3)
+                result["server_cpu_s_per_s"] = round(cpu_seconds_of(before, after, own) / result["wall_s"], 3)
                 # The load generator (this process, which is also raw's frontend): under 1 core, it is not the limit.
                 if stub:
-                    mine = after[os.getpid()][1] - before.get(os.getpid(), ("", 0.0))[1]
+                    mine = cpu_seconds_of(before, after, [os.getpid()])
                     result["client_cpu_s_per_s"] = round(mine / result["wall_s"], 3)
                 if stub:
                     result["stub_threads_cpu_s_per_s"] = busiest_threads(
@@ -632,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rounds = {f"c{c}": {name: [] for name in names} for c, _ in plan}
         for i in range(args.rounds):
-            order = names[i % len(names) :] + names[: i % len(names)]
+            order = round_order(names, i)
             for c, per in plan:
                 for name in order:
                     if i > 0 and name in once:
@@ -642,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {i} c={c} {name:12s} {result}", flush=True)
             # What was measured so far stays if the run is cut short (a device's time running out).
             partial = dict(results, rounds=rounds, complete_rounds=i + 1)
-            (out / f"backend_throughput_{args.device}_{stamp}.partial.json").write_text(json.dumps(partial, indent=1))
+            result_file.write_partial(partial)
         profiles = {}
         for c, per in plan:
             if c not in profile_at:
@@ -662,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             results["metric_values_recorded"] = histogram_values_by_model(server.metrics_url)
         results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
         print(json.dumps(results["summary"], indent=1))
-        (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
+        result_file.write(results)
     finally:
         if engine is not None:
             engine.shutdown()
@@ -673,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
             if "responses sent" in line or "finalized" in line or "metric calls" in line
         ]
     if "summary" in results:
-        (out / f"backend_throughput_{args.device}_{stamp}.json").write_text(json.dumps(results, indent=1))
+        result_file.write(results)
     return 0
 
 
@@ -702,25 +532,6 @@ def backend_sha256(source: Path) -> str:
         digest.update(str(path.relative_to(source) if source.is_dir() else path.name).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def children_of(pid: int) -> list[int]:
-    """Every process below ``pid``: its EngineCore, and a backend's own helper processes with theirs."""
-    from vllm_repo.serve.processes import process_table
-
-    parents = {child: int(fields[1]) for child, _, fields in process_table()}  # fields: state, ppid, ...
-    found, frontier = [], [pid]
-    while frontier:
-        below = [child for child, parent in parents.items() if parent in frontier]
-        found += below
-        frontier = below
-    return found
-
-
-def _process_group(pgid: int | None) -> list[int]:
-    from vllm_repo.serve.processes import process_group_members
-
-    return process_group_members(pgid) if pgid else []
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Fit the activation and CUDA-graph constants of vllm_repo/estimate/activation.py from the real vLLM runs in
 bench/data/h200_calibration.json, and show how the model reproduces each run.
 
-    python bench/calibrate.py
+    python -m bench.calibrate
 
 Activation (eager Model Runner V2 runs): least squares of
     peak = C0 + tokens * (A * hidden + B * intermediate)   in bytes (bf16).
@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 
 GiB = 1 << 30
 

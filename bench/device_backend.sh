@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/backend_throughput.py on the nvidia-h200 device (bench/results/backend.md), in calls of the device tool made
+# python -m bench.backend_throughput on the nvidia-h200 device (bench/results/backend.md), in calls of the device tool made
 # back to back while the machine stays warm. Here, once, with KIT the directory of the vLLM GPU bundle's scripts
 # (build_bundle.sh, install.sh, make_model.py) and WORK any scratch directory:
 #   "$KIT/build_bundle.sh" "$WORK" .gpuroute/chunks
@@ -9,16 +9,21 @@
 #      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs | xz -6) > .gpuroute/triton/triton.tar.xz
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #      --platform manylinux1_x86_64 -d .gpuroute/whl numpy==1.26.4 py-spy
+#   for `tune` and `next` (P: the same --only-binary --python-version 3.12 --platform manylinux... options):
+#   pip download $P -d .gpuroute/tc "tritonclient[grpc,http]==2.73.0"   (then remove numpy and what the device has:
+#      aiohttp and its kin, attrs, packaging, typing_extensions, idna, certifi, urllib3)
+#   pip download $P -d .gpuroute/vrdeps typer jsonschema aiohttp "protobuf>=6.33.5,<7"   (vllm-repo's own needs)
 #   backend directories to compare with, in .gpuroute/variants/NAME/ (e.g. git archive REV vllm_repo/backend | tar -x)
 # Then, on the device:
 #   1. carry [.gpuroute/chunks/00, .gpuroute/remote]:                  bash bench/device_backend.sh part 00
 #   2. carry [.gpuroute/chunks/01, .gpuroute/remote, .gpuroute/whl]:  bash bench/device_backend.sh unpack
 #   3. carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/variants]: bash bench/device_backend.sh run [bench args]
 #      (BACKEND=DIR before it serves the bundled model with the backend in DIR instead of this tree's; HOPS=1 before it
-#      times each request's hops with bench/native_hops.py, in this tree and in each .gpuroute/variants/NAME/ directory)
+#      times each request's hops for bench.native_hops (VLLM_REPO_TRACE_HOPS), in this tree's backend and in each
+#      .gpuroute/variants/NAME/ directory whose code has the hook)
 #      (the benchmark runs in the background; this call follows it for up to WAIT seconds, default 560)
-#      or, for bench/pack_gpu.py, the same carry:                  bash bench/device_backend.sh pack [pack args]
-#      or, for bench/tune_gpu.py, carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/tc] (tritonclient's wheels):
+#      or, for bench.pack_gpu, the same carry:                     bash bench/device_backend.sh pack [pack args]
+#      or, for bench.tune_gpu, carry [.gpuroute/remote, .gpuroute/triton, .gpuroute/tc] (tritonclient's wheels):
 #                                                                     bash bench/device_backend.sh tune [tune_gpu args]
 #      then, while warm, carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps]:
 #                                                                     bash bench/device_backend.sh next STEP ...
@@ -34,7 +39,7 @@ RUN=/tmp/backend-bench
 collect() {
   # What the benchmark wrote so far, and its log, come back under $OUT; HOPS=1's events as one xz file, and its report.
   if [ -d "$RUN"/out/hops ] && [ -f "$RUN"/tree/bench/native_hops.py ]; then
-    "$PY" "$RUN"/tree/bench/native_hops.py report "$RUN"/out/hops --json "$RUN"/out/hops_report.json
+    (cd "$RUN"/tree && "$PY" -m bench.native_hops report "$RUN"/out/hops --json "$RUN"/out/hops_report.json)
     tar -C "$RUN"/out -cJf "$RUN"/out/hops.tar.xz hops
   fi
   # Everything in one archive (what comes back is at most 8 files, 2 folders down: a tune run writes more), and the
@@ -71,39 +76,35 @@ run|pack|tune)
     .gpuroute/triton/triton.tar.xz /tmp/triton || exit 1
   rm -rf "$RUN" && mkdir -p "$RUN"/out && cp -r . "$RUN"/tree && cd "$RUN"/tree || exit 1
   if [ "$stage" = pack ]; then
-    # bench/pack_gpu.py: plan --pack's three engines on GPU 0, and the same models started by hand (pack.md)
+    # bench.pack_gpu: plan --pack's three engines on GPU 0, and the same models started by hand (pack.md)
     export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
     # plan reads the bundled EngineArgs schemas, which an install maps in as vllm_repo._schemas; here from the tree
     ln -sfn ../schemas vllm_repo/_schemas
-    setsid nohup "$PY" bench/pack_gpu.py --kit "$RUN"/tree/.gpuroute/remote --out "$RUN"/out "$@" \
+    setsid nohup "$PY" -m bench.pack_gpu --kit "$RUN"/tree/.gpuroute/remote --out "$RUN"/out "$@" \
       > "$RUN"/run.log 2>&1 &
     echo $! > "$RUN"/pid
     follow
     exit
   fi
   if [ "$stage" = tune ]; then
-    # bench/tune_gpu.py: tune on the Llama-3-8B shape, the winner measured again, the full grid with --grid (tune.md)
+    # bench.tune_gpu: tune on the Llama-3-8B shape, the winner measured again, the full grid with --grid (tune.md)
     export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
     ln -sfn ../schemas vllm_repo/_schemas
     # bench's native client is tritonclient's gRPC one
     "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
       "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl || exit 1
-    setsid nohup "$PY" bench/tune_gpu.py --model /tmp/m --out "$RUN"/out "$@" > "$RUN"/run.log 2>&1 &
+    setsid nohup "$PY" -m bench.tune_gpu --model /tmp/m --out "$RUN"/out "$@" > "$RUN"/run.log 2>&1 &
     echo $! > "$RUN"/pid
     follow
     exit
   fi
   # BACKEND=DIR: serve with that backend directory instead of this tree's (e.g. the code before a change, alone)
   [ -n "${BACKEND:-}" ] && { rm -rf vllm_repo/backend && cp -r "$BACKEND" vllm_repo/backend || exit 1; }
-  # HOPS=1: bench/native_hops.py's timestamps in this copy and in each variant's backend directory (report at the end)
-  if [ -n "${HOPS:-}" ]; then
-    rm -rf .git  # this copy is the benchmark's own, never committed from
-    variants=(); for v in .gpuroute/variants/*/; do [ -f "$v/model.py" ] && variants+=(--backend "$v"); done
-    "$PY" bench/native_hops.py instrument . "$RUN"/out/hops "${variants[@]}" || exit 1
-  fi
+  # HOPS=1: the backend's hop hook on, for bench.native_hops (its report at the end, in collect)
+  [ -n "${HOPS:-}" ] && export VLLM_REPO_TRACE_HOPS="$RUN"/out/hops
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
   export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
-  setsid nohup "$PY" bench/backend_throughput.py --device gpu --model /tmp/m --clients http --tokens 128 \
+  setsid nohup "$PY" -m bench.backend_throughput --device gpu --model /tmp/m --clients http --tokens 128 \
     --out "$RUN"/out "$@" > "$RUN"/run.log 2>&1 &
   echo $! > "$RUN"/pid
   follow ;;

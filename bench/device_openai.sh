@@ -17,11 +17,9 @@
 #   --max-seconds 300 --engine-args '{"load_format":"dummy","max_model_len":4096,"gpu_memory_utilization":0.42,
 #   "max_num_batched_tokens":8192,"max_num_seqs":1024}'   (about 450 s; --concurrency 128 --num-prompts 1024 alone
 #   takes about 190 s, --concurrency 1,32 --num-prompts 24,256 about 230 s)
-# One stream's time to first token hop by hop (bench/openai_hops.py), in stage 3: the device's tree is a checkout, so
-# instrument a copy of it and run from there:
-#   tar --exclude=./.git -cf - . | tar -x -C /tmp/copy && cd /tmp/copy && source .gpuroute/remote/install.sh /tmp/vp \
-#     /tmp/site && "$PY" bench/openai_hops.py instrument . /tmp/hops
-# then run with --concurrency 1 --triton-trace /tmp/hops, and `report /tmp/hops --skip N` there or on the copied files.
+# One stream's time to first token hop by hop (bench.openai_hops), in stage 3: HOPS=/tmp/hops before it turns the
+# gateway's and the backend's hop hook on (VLLM_REPO_TRACE_HOPS) and has Triton trace every request into that directory;
+# run with --concurrency 1, then `"$PY" -m bench.openai_hops report /tmp/hops --skip N` there or on the copied files.
 set -uo pipefail
 stage=${1:?part NN | unpack | run}; shift
 case $stage in
@@ -50,7 +48,8 @@ run)
   [ -f /tmp/m/config.json ] || "$PY" .gpuroute/remote/make_model.py /tmp/m llama3-8b || exit 1
   rm -f "$SP/zz_stub_switch.pth"  # an older experiment's; the backend now sets its own GIL switch interval
   export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1; mkdir -p "${OUT:=/tmp/openai-out}"
-  "$PY" bench/openai_gateway_device.py --model-dir /tmp/m --tokenizer /tmp/m/tok --out "${OUT:-/tmp/openai-out}" \
-    --engine-args '{"load_format": "dummy", "max_model_len": 4096, "gpu_memory_utilization": 0.42}' "$@" 2>&1 \
+  hops=(); [ -n "${HOPS:-}" ] && { export VLLM_REPO_TRACE_HOPS="$HOPS"; hops=(--triton-trace "$HOPS"); }
+  "$PY" -m bench.openai_gateway_device --model-dir /tmp/m --tokenizer /tmp/m/tok --out "${OUT:-/tmp/openai-out}" \
+    --engine-args '{"load_format": "dummy", "max_model_len": 4096, "gpu_memory_utilization": 0.42}' "${hops[@]}" "$@" 2>&1 \
     | tee "${OUT:-/tmp/openai-out}/run.log" ;;
 esac

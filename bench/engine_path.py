@@ -1,7 +1,7 @@
 """The backend's engine path without Triton: its own request code driving AsyncLLM, checked and timed against raw
 AsyncLLM on the same engine. Runs wherever vLLM runs (the GPU device, or the serving Python here).
 
-    python bench/engine_path.py --model MODEL_DIR [--tokenizer TOK_DIR] [--engine-args JSON] [--rounds 3]
+    python -m bench.engine_path --model MODEL_DIR [--tokenizer TOK_DIR] [--engine-args JSON] [--rounds 3]
                                 [--tokens 128] [--out OUT_DIR]
 
 Checks, through TritonPythonModel.initialize/execute/finalize (bench/backend_harness.py stands in for Triton):
@@ -25,8 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backend_harness import Request, start_model
+from .backend_harness import Request, start_model
+from .lib.rounds import field_medians, round_order
 
 PROMPT = "The history of the printing press begins with"
 
@@ -244,21 +244,14 @@ def main(argv: list[str] | None = None) -> int:
         rounds = {f"c{c}": {"raw": [], "backend": []} for c in (1, 32)}
         for i in range(args.rounds):
             for c, per in ((1, args.per_worker_c1), (32, args.per_worker_c32)):
-                order = (("raw", run_raw), ("backend", run_backend))
-                for name, fn in order if i % 2 == 0 else order[::-1]:
+                for name, fn in round_order((("raw", run_raw), ("backend", run_backend)), i):
                     result = fn(model, c, per, args.tokens)
                     rounds[f"c{c}"][name].append(result)
                     print(f"round {i} c={c} {name}: {result}", flush=True)
         results["rounds"] = rounds
         summary = {}
         for key, paths in rounds.items():
-            med = {
-                name: {
-                    "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-                    "ttft_median_ms": statistics.median(r["ttft_median_ms"] for r in runs),
-                }
-                for name, runs in paths.items()
-            }
+            med = {name: field_medians(runs, ("tokens_per_s", "ttft_median_ms")) for name, runs in paths.items()}
             med["backend_over_raw_throughput"] = round(med["backend"]["tokens_per_s"] / med["raw"]["tokens_per_s"], 3)
             med["added_ttft_ms"] = round(med["backend"]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
             summary[key] = med
@@ -269,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         model.finalize()
         results["finalize_s"] = round(time.perf_counter() - started, 1)
         time.sleep(1)
-        children = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == os.getpid()]
+        from vllm_repo.serve.processes import process_table
+
+        children = [Path(f"/proc/{pid}") for pid, _, fields in process_table() if int(fields[1]) == os.getpid()]
         # multiprocessing's resource tracker lives until this process exits; anything else is a leak.
         results["child_processes_after_finalize"] = [
             (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120] for p in children
@@ -278,14 +273,6 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "engine_path.json").write_text(json.dumps(results, indent=1))
     return 0 if all(results.get("checks", {}).values()) else 1
-
-
-def _ppid(proc: Path) -> int:
-    try:
-        stat = (proc / "stat").read_text()
-        return int(stat[stat.rfind(")") + 2 :].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
 
 
 if __name__ == "__main__":

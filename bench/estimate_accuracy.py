@@ -5,7 +5,7 @@ bench/data/public_logs_settings.json) and prints predicted vs logged KV-cache to
 with the median and worst relative error. Target: median KV-token error <= 5% over the entries with complete data
 (GPU size, utilization, max_model_len, logged KV tokens and the model config).
 
-    python bench/estimate_accuracy.py [--json]
+    python -m bench.estimate_accuracy [--json]
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-DATA = HERE / "data"
-sys.path.insert(0, str(HERE.parent))
-
 from vllm_repo.estimate import estimate_model
 from vllm_repo.repository.engine_settings import EngineSettings
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
 
 TARGET_MEDIAN_TOKEN_ERROR = 0.05
 

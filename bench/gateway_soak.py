@@ -11,7 +11,7 @@ well short of what they asked, launch must stop with status 0 on SIGTERM, and th
 Run by hand from the repository root with the dev environment's Python (the CPU, the tiny model):
 
     eval "$(bash .ci/setup-serving.sh | sed 's/^/export /')"
-    python bench/gateway_soak.py [--minutes 10] [--concurrency 12] [--abandon 0.3] [--out bench/results]
+    python -m bench.gateway_soak [--minutes 10] [--concurrency 12] [--abandon 0.3] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.support.reference_server import build_tiny_model, reference_engine_args
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.ports import free_ports
+
+from .lib.results import RESULTS, ResultFile
+from .lib.tiny import ROOT, build_tiny_model, serving_python, tiny_engine_args
 
 MESSAGES = [{"role": "user", "content": "Write about the sea."}]
 PROMPT = "The sea is"
@@ -170,18 +169,14 @@ def main() -> int:
     parser.add_argument("--abandon", type=float, default=0.3, help="share of requests the client abandons")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60, help="seconds an answer may take before it counts as hung")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    serving = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-    if not serving:
-        raise SystemExit("set VLLM_REPO_SERVING_PYTHON (eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\")")
+    serving = serving_python()
 
     work = Path(tempfile.mkdtemp(prefix="gateway-soak-"))
-    model = build_tiny_model(serving, work / "tiny", lora=work / "tiny-lora")
+    model = build_tiny_model(work / "tiny", serving, lora=work / "tiny-lora")
     repo = work / "model_repository"
-    init_model(
-        repo, str(model), name="tiny", settings=reference_engine_args(model), loras={"a": str(work / "tiny-lora")}
-    )
+    init_model(repo, str(model), name="tiny", settings=tiny_engine_args(model), loras={"a": str(work / "tiny-lora")})
     http, grpc, metrics, openai_port = free_ports(4)
     log = work / "server.log"
     command = [
@@ -263,8 +258,7 @@ def main() -> int:
         "problem_count": len(problems),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gateway_soak_cpu_{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path = ResultFile(args.out, "gateway_soak_cpu", indent=2, newline=True).write(report)
     print(json.dumps(report, indent=2))
     print(f"wrote {path}")
     return 1 if problems else 0

@@ -1,11 +1,12 @@
 #!/bin/bash
-# The steps of the GPU proof run after bench/backend_throughput.py (bench/results/backend.md), each started by
+# The steps of the GPU proof run after python -m bench.backend_throughput (bench/results/backend.md), each started by
 # `bash bench/device_backend.sh next STEP [SHAPE]` on the warm device: $PY is the device's Python with vLLM, $RUN the
 # run's directory (results under $RUN/out/STEP), the model the Llama-3-8B shape at /tmp/m with dummy weights.
-#   faults [PARAMETERS]  bench/backend_faults.py: 256 streams, a quarter closed mid-stream; the engine killed under load
+#   faults [PARAMETERS]  python -m bench.backend_faults: 256 streams, a quarter closed mid-stream; the engine killed under load
 #   compare [SHAPE]      vllm-repo bench REPO --compare vllm-serve at 1,32,128,256 streams, 3 rounds, on a repository
 #                        that `vllm-repo init` writes (metrics on), native and OpenAI endpoints
-#   off                  bench/backend_throughput.py with --metrics off at 256 and 1,024 streams: the labelled variant
+#   off                  python -m bench.backend_throughput with --metrics off at 1, 128, 256 and 1,024 streams: the
+#                        labelled variant (UTIL=0.27 on an 80 GB card: three engines share it)
 set -uo pipefail
 step=${1:?faults | compare | off}; shift
 out="$RUN/out/$step" && mkdir -p "$out"
@@ -15,7 +16,7 @@ echo "== $step $(date +%T)"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
 case $step in
 faults)
-  "$PY" bench/backend_faults.py --device gpu --model /tmp/m --engine-args "$engine, \"gpu_memory_utilization\": 0.5}" \
+  "$PY" -m bench.backend_faults --device gpu --model /tmp/m --engine-args "$engine, \"gpu_memory_utilization\": 0.5}" \
     --streams 256 --tokens 512 --parameters "${1:-"{}"}" --out "$out" ;;
 compare)
   # The repository as `vllm-repo init` writes it (REPORT_CUSTOM_METRICS on, "disable_log_stats": false), with the
@@ -26,20 +27,21 @@ compare)
   if [ "${1:-}" = process ]; then
     printf 'parameters {\n  key: "ENGINE_PROCESS"\n  value: { string_value: "true" }\n}\n' >> /tmp/repo/llm/config.pbtxt
   fi
-  "$PY" -c "import sys; sys.path[:0] = ['.', 'bench']; from pathlib import Path
-from openai_gateway_device import add_chat_template; add_chat_template(Path('/tmp/m/tok'))" || exit 1
+  "$PY" -c "from pathlib import Path; from bench.openai_gateway_device import add_chat_template
+add_chat_template(Path('/tmp/m/tok'))" || exit 1
   cp -r /tmp/repo "$out"/repository
   "$PY" -m vllm_repo bench /tmp/repo --model llm --compare vllm-serve --together \
     --endpoint native --endpoint openai-chat --concurrency 1,32,128,256,512 --num-prompts 12,128,512,1024,2048 \
     --input-len 128 --output-len 128 --rounds 2 --python "$PY" --ready-timeout 900 \
     --format json --output "$out"/compare.json --plot "$out"/compare.html
-  "$PY" -c "import json, sys; sys.path[:0] = ['.']
+  "$PY" -c "import json
 from vllm_repo.benchmark.compare_report import to_text
 print(to_text(json.load(open('$out/compare.json'))))" > "$out"/compare.txt ;;
 off)
-  "$PY" bench/backend_throughput.py --device gpu --model /tmp/m --clients http --tokens 128 --metrics off \
-    --engine-args "$engine, \"gpu_memory_utilization\": 0.29}" --parameters '{"ENGINE_PROCESS": "false"}' \
-    --variants '{"process": {"ENGINE_PROCESS": "true"}}' --concurrency 256,1024 --requests 2,2 --prompt-words 128 \
+  "$PY" -m bench.backend_throughput --device gpu --model /tmp/m --clients http --tokens 128 --metrics off \
+    --engine-args "$engine, \"gpu_memory_utilization\": ${UTIL:-0.29}}" --parameters '{"ENGINE_PROCESS": "false"}' \
+    --variants '{"process": {"ENGINE_PROCESS": "true"}}' --concurrency 1,128,256,1024 --requests 12,2,2,2 \
+    --prompt-words 128 \
     --rounds 2 --out "$out" ;;
 esac
 echo "== $step done rc=$? $(date +%T)"

@@ -5,7 +5,7 @@ segments), and the server process tree's memory, on the tiny model with vLLM on 
 Run by hand from the repository root with the dev environment's Python:
 
     eval "$(bash .ci/setup-serving.sh | sed 's/^/export /')"
-    python bench/launch_cycle.py [--cycles 3] [--out bench/results]
+    python -m bench.launch_cycle [--cycles 3] [--out bench/results]
 
 Targets on a 2-core machine: stop < 5 s with or without the gateway, nothing left; ready within a minute.
 """
@@ -24,13 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.infer import infer
 from vllm_repo.serve.ports import free_ports
-from vllm_repo.serve.processes import process_group_members
+from vllm_repo.serve.processes import process_group_members, process_table
+
+from .lib.results import RESULTS, ResultFile
+from .lib.tiny import ROOT, build_tiny_model, serving_python
 
 
 def tree_rss_mib(pgid: int) -> float:
@@ -46,15 +46,9 @@ def tree_rss_mib(pgid: int) -> float:
 
 
 def server_pid(launch_pid: int) -> int | None:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) == launch_pid and "tritonserver" in stat[: stat.rindex(")")]:
-                return int(entry.name)
+    for pid, comm, fields in process_table():  # fields: state, ppid, ...
+        if int(fields[1]) == launch_pid and "tritonserver" in comm:
+            return pid
     return None
 
 
@@ -126,16 +120,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--openai", action="store_true", help="launch with --openai-port (the OpenAI gateway too)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    python = os.environ.get("VLLM_REPO_SERVING_PYTHON")
-    if not python:
-        raise SystemExit("set VLLM_REPO_SERVING_PYTHON (eval \"$(bash .ci/setup-serving.sh | sed 's/^/export /')\")")
+    python = serving_python()
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "tiny-llama"
-        subprocess.run(
-            [python, str(ROOT / "scripts" / "make_tiny_model.py"), str(model)], check=True, capture_output=True
-        )
+        build_tiny_model(model, python)
         repo = Path(tmp) / "model_repository"
         init_model(repo, str(model), name="tiny", max_model_len=512, settings={"dtype": "float32"})
         results = [cycle(repo, python, args.openai) for _ in range(args.cycles)]
@@ -150,9 +140,10 @@ def main() -> None:
         "cycles": results,
         "median": summary,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"launch_cycle_{time.strftime('%Y%m%dT%H%M%S')}{'_openai' if args.openai else ''}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    result_file = ResultFile(args.out, "launch_cycle", indent=2, newline=True)
+    # The gateway's cycles are told apart by a suffix after the time: launch_cycle_STAMP_openai.json.
+    result_file.started += "_openai" if args.openai else ""
+    path = result_file.write(report)
     print(json.dumps(report, indent=2))
     print(f"written to {path}")
 

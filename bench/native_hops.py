@@ -2,18 +2,18 @@
 the time went"): how much of each stream's time its request spends inside vLLM, and how long the stub takes to admit
 it, to send its first response and to send its final one, per load point of bench/backend_throughput.py.
 
-Three steps, on a throwaway copy of the project (the device's copy of the working tree, or `git archive HEAD | tar -x`):
+Two steps:
 
-    python bench/native_hops.py instrument COPY_ROOT HOPS_DIR [--backend VARIANT_DIR ...]
-    python bench/backend_throughput.py ...                          (run from COPY_ROOT, as usual)
-    python bench/native_hops.py report HOPS_DIR [--json FILE]
+    python -m bench.native_hops run HOPS_DIR [backend_throughput's options]
+    python -m bench.native_hops report HOPS_DIR [--json FILE]
 
-`instrument` edits the backend's model.py and the benchmark in COPY_ROOT so that each appends one line per event,
-`TAG KEY NANOSECONDS` (time.monotonic_ns(), one clock for every process of the host), to HOPS_DIR/hops.<pid>. It refuses
-a git checkout: the edits are for measuring, never for committing. Each edit names the code it expects, so a change to
-that code stops it rather than timing the wrong place. The backend's events, per request: X execute() called (the
-stub's main thread), A admitted on the engine loop, E handed to vLLM, O an output read from vLLM, S a response sent
-(the send returned), F the final response sent. The benchmark's: R PATH:STREAMS START END around each measurement.
+`run` runs `python -m bench.backend_throughput` with VLLM_REPO_TRACE_HOPS=HOPS_DIR (setting the variable by hand does
+the same): the backend's hop hook (vllm_repo/backend/vllm_repo_backend/hops.py) and the benchmark then append one line
+per event, `TAG KEY NANOSECONDS` (time.monotonic_ns(), one clock for every process of the host), to HOPS_DIR/hops.<pid>.
+A --backend-variant directory records too when its code has the hook. The backend's events, per request: X execute()
+called (the stub's main thread), A admitted on the engine loop, E handed to vLLM, O an output read from vLLM, S a
+response sent (the send returned), F the final response sent. The benchmark's: R PATH:STREAMS START END around each
+measurement.
 
 `report` takes each measurement of a Triton path and sums, over its requests, the time inside vLLM (E to the final
 output), in the stub before vLLM (X to E) and after it (final output to F): as a share of the streams' time (streams x
@@ -24,95 +24,14 @@ started the last of the first wave reached vLLM.
 
 from __future__ import annotations
 
-import argparse
-import glob
 import itertools
 import json
-import os
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling source_edits.py
-from source_edits import apply_edits
-
-# Appended after each instrumented module's `from __future__ import annotations`.
-RECORDER = """
-import os as _hops_os, time as _hops_time
-_hops_os.makedirs({dir!r}, exist_ok=True)
-_HOPS = open(_hops_os.path.join({dir!r}, "hops.%d" % _hops_os.getpid()), "a", buffering=1 << 20)
-_HOPS_EXECUTED = {{}}
-
-
-def _hop(tag, key, ns=None):
-    _HOPS.write("%s %s %d\\n" % (tag, key, _hops_time.monotonic_ns() if ns is None else ns))
-"""
-
-_FINAL_SEND = (
-    "                self._response(job, output, first), "
-    "flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL\n            )\n"
-)
-
-EDITS: list[tuple[str, list[tuple[str, str]]]] = [
-    (
-        "vllm_repo/backend/model.py",
-        [
-            (
-                "        self._loop.call_soon_threadsafe(self._admit, requests)\n        return None\n",
-                "        _now = _hops_time.monotonic_ns()\n"
-                "        for _request in requests:\n"
-                "            _HOPS_EXECUTED[id(_request)] = _now\n"
-                "        self._loop.call_soon_threadsafe(self._admit, requests)\n        return None\n",
-            ),
-            (
-                "        self._live[job.request_id] = job\n        job.stream_sends = ",
-                "        self._live[job.request_id] = job\n"
-                "        _hop('X', job.request_id, _HOPS_EXECUTED.pop(id(job.request), 0)); _hop('A', job.request_id)\n"
-                "        job.stream_sends = ",
-            ),
-            (
-                "            stream = self.engine.generate(prompt, job.sampling_params, job.request_id, "
-                "lora_request=job.lora_request)\n",
-                "            _hop('E', job.request_id)\n"
-                "            stream = self.engine.generate(prompt, job.sampling_params, job.request_id, "
-                "lora_request=job.lora_request)\n",
-            ),
-            (
-                "                async for merged in stream:\n",
-                "                async for merged in stream:\n                    _hop('O', job.request_id)\n",
-            ),
-            (
-                "        job.sender.send(self._response(job, output, first), flags=0)\n",
-                "        job.sender.send(self._response(job, output, first), flags=0)\n"
-                "        _hop('S', job.request_id)\n",
-            ),
-            (_FINAL_SEND, _FINAL_SEND + "            _hop('F', job.request_id)\n"),
-            (
-                "    def finalize(self) -> None:\n",
-                "    def finalize(self) -> None:\n        _HOPS.flush()\n",
-            ),
-        ],
-    ),
-    (
-        "bench/backend_throughput.py",
-        [
-            (
-                "            result = loop.run_until_complete(measure(paths[name], c, per))\n",
-                "            _started = _hops_time.monotonic_ns()\n"
-                "            result = loop.run_until_complete(measure(paths[name], c, per))\n"
-                "            _hop('R', f'{name}:{c}:{per}', _started); _hop('R', f'{name}:{c}:{per}'); _HOPS.flush()\n",
-            ),
-        ],
-    ),
-]
-
-
-def instrument(root: Path, hops_dir: str, backends: list[Path] | tuple[Path, ...] = ()) -> None:
-    """Edit the copy at ``root``, and the model.py of each other backend directory (--backend-variant's)."""
-    backend_edits = dict(EDITS)["vllm_repo/backend/model.py"]
-    variants = [(str(b.resolve() / "model.py"), backend_edits) for b in backends]
-    apply_edits(root, [*EDITS, *variants], RECORDER.format(dir=hops_dir))
+from .lib.hop_files import hop_commands, hop_lines, run_traced
 
 
 def read(hops_dir: str) -> tuple[list[tuple[str, int, int]], dict[str, dict[str, list[int]]]]:
@@ -120,19 +39,14 @@ def read(hops_dir: str) -> tuple[list[tuple[str, int, int]], dict[str, dict[str,
     measurements: list[tuple[str, int, int]] = []
     requests: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     opened: dict[str, int] = {}
-    for path in sorted(glob.glob(os.path.join(hops_dir, "hops.*"))):
-        for line in Path(path).read_text().splitlines():
-            parts = line.split()
-            if len(parts) != 3:
-                continue  # a line cut by a process that was killed
-            tag, key, ns = parts[0], parts[1], int(parts[2])
-            if tag == "R":
-                if key in opened:
-                    measurements.append((key, opened.pop(key), ns))
-                else:
-                    opened[key] = ns
+    for tag, key, ns in hop_lines(hops_dir):
+        if tag == "R":
+            if key in opened:
+                measurements.append((key, opened.pop(key), ns))
             else:
-                requests[key][tag].append(ns)
+                opened[key] = ns
+        else:
+            requests[key][tag].append(ns)
     return sorted(measurements, key=lambda m: m[1]), requests
 
 
@@ -208,20 +122,12 @@ def report(hops_dir: str, json_out: str | None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    edit = commands.add_parser("instrument", help="add the timestamps to a copy of the project")
-    edit.add_argument("root", type=Path)
-    edit.add_argument("hops_dir")
-    edit.add_argument("--backend", action="append", type=Path, default=[], help="a variant's backend directory")
-    show = commands.add_parser("report", help="each measurement's shares and hops")
-    show.add_argument("hops_dir")
+    parser, show = hop_commands(__doc__.split("\n\n")[0], "bench.backend_throughput")
     show.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
-    if args.command == "instrument":
-        instrument(args.root, os.path.abspath(args.hops_dir), args.backend)
-    else:
-        report(args.hops_dir, args.json)
+    if args.command == "run":
+        return run_traced("bench.backend_throughput", args.hops_dir, args.bench_args)
+    report(args.hops_dir, args.json)
     return 0
 
 

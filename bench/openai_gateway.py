@@ -5,9 +5,9 @@ at concurrency 1, 32 and 128, alternating the two servers run by run (A B, then 
 Run by hand from the repository root with the dev Python (it drives the serving Python for vLLM):
 
     export VLLM_REPO_SERVING_PYTHON=...            # from .ci/setup-serving.sh
-    python bench/openai_gateway.py --gateway-url http://127.0.0.1:9000/v1 --model-dir DIR [--model tiny]
+    python -m bench.openai_gateway --gateway-url http://127.0.0.1:9000/v1 --model-dir DIR [--model tiny]
 
-Without --reference-url the script starts the reference itself (tests/support/reference_server.py: `python -m
+Without --reference-url the script starts the reference itself (bench/lib/reference_server.py: `python -m
 vllm.entrypoints.openai.api_server` on --model-dir with the engine arguments it prints, which the gateway's model.json
 must match); without --model-dir it builds the tiny model (scripts/make_tiny_model.py) and serves that.
 `--gateway-url reference` measures the reference against itself, to check the script (ratios near 1).
@@ -32,21 +32,17 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from backend_throughput import OFFLINE_ENV, cpu_seconds_by_process, cpu_used
-
-from tests.support.reference_server import TOOL_ARGS, ReferenceServer, build_tiny_model, reference_engine_args
+from .lib.processes import cpu_seconds_by_process, cpu_used
+from .lib.reference_server import TOOL_ARGS, ReferenceServer
+from .lib.results import RESULTS, ResultFile
+from .lib.rounds import field_medians, round_order
+from .lib.tiny import OFFLINE_ENV, build_tiny_model, tiny_engine_args
 
 # `vllm bench serve` without the `vllm` console script: the same parser and entry point.
 BENCH_SERVE = """\
@@ -65,8 +61,10 @@ TRITON_STATS = ("queue", "compute_input", "compute_infer", "compute_output")
 
 def triton_stats(url: str, model: str) -> dict[str, tuple[int, int]]:
     """{statistic: (count, ns)} from Triton's cumulative inference statistics of ``model``."""
-    with urllib.request.urlopen(f"{url}/v2/models/{model}/stats", timeout=10) as resp:
-        stats = json.loads(resp.read())["model_stats"][0]["inference_stats"]
+    from vllm_repo.serve.triton_client import TritonHttp
+
+    reply = TritonHttp(url, timeout=10).request("GET", f"/v2/models/{model}/stats")
+    stats = json.loads(reply.body)["model_stats"][0]["inference_stats"]
     return {name: (int(stats[name]["count"]), int(stats[name]["ns"])) for name in ("success", *TRITON_STATS)}
 
 
@@ -184,7 +182,7 @@ def process_labels(groups: dict[str, int | str]) -> dict[int, str]:
 def summarize(rounds: dict) -> dict:
     summary = {}
     for key, by_path in rounds.items():
-        med = {name: {m: statistics.median(r[m] for r in runs) for m in METRICS} for name, runs in by_path.items()}
+        med = {name: field_medians(runs, METRICS) for name, runs in by_path.items()}
         gateway, reference = med["gateway"], med["reference"]
         ratio = gateway["output_throughput"] / reference["output_throughput"]
         med["gateway_over_reference_throughput"] = round(ratio, 3)
@@ -236,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one `vllm bench serve` run")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--engine-args-only",
         action="store_true",
@@ -276,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.model_dir is None:
         if args.reference_url:
             parser.error("--model-dir is needed with --reference-url: the prompts are made with its tokenizer")
-        args.model_dir = build_tiny_model(args.serving_python, work / "tiny-llama")
+        args.model_dir = build_tiny_model(work / "tiny-llama", args.serving_python)
     args.tokenizer = args.tokenizer or args.model_dir
-    base = {"model": str(args.model_dir)} if args.engine_args_only else reference_engine_args(args.model_dir)
+    base = {"model": str(args.model_dir)} if args.engine_args_only else tiny_engine_args(args.model_dir)
     settings = {**base, **json.loads(args.engine_args)}
     reference_args = TOOL_ARGS if args.reference_args is None else tuple(args.reference_args.split())
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
@@ -326,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.max_seconds is not None and i > 0 and time.monotonic() - started > args.max_seconds:
                 print(f"stopping after {i} rounds: --max-seconds {args.max_seconds:g} passed", flush=True)
                 break
-            order = list(urls) if i % 2 == 0 else list(urls)[::-1]
+            order = round_order(list(urls), i)
             for c in concurrencies:
                 for name in order:
                     before = cpu_seconds_by_process() if args.cpu_seconds and c > 1 else None
@@ -347,10 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         if reference is not None:
             reference.stop()
         shutil.rmtree(work, ignore_errors=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = f"{args.tag}_" if args.tag else ""
-    path = args.out / f"openai_gateway_{tag}{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=1))
+    path = ResultFile(args.out, f"openai_gateway_{args.tag}" if args.tag else "openai_gateway").write(results)
     if results.get("summary"):
         print_table(results["summary"])
     print(f"wrote {path}")

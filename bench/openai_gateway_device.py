@@ -11,7 +11,7 @@ on the device; it runs anywhere with vLLM, a GPU and the Triton server files).
 4. bench/openai_gateway.py with --in-process: it starts `python -m vllm.entrypoints.openai.api_server` on the same
    model and engine arguments and alternates `vllm bench serve` between the two.
 
-    python bench/openai_gateway_device.py --model-dir DIR --tokenizer DIR/tok --out OUT \
+    python -m bench.openai_gateway_device --model-dir DIR --tokenizer DIR/tok --out OUT \
         --engine-args '{"load_format": "dummy", "max_model_len": 4096, "gpu_memory_utilization": 0.42}'
 
 Writes OUT/openai_gateway_gpu_<stamp>.json (the benchmark's results plus this run's setup and checks) and the logs.
@@ -34,16 +34,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import openai_gateway
-from backend_throughput import OFFLINE_ENV, gpu_memory_used, write_model
-from openai_hops import triton_trace_args
-
 from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import TritonServer
+
+from . import openai_gateway
+from .lib.results import ResultFile
+from .lib.tiny import OFFLINE_ENV, ROOT
+from .lib.triton_bench import gpu_memory_used, triton_server, write_model
+from .openai_hops import triton_trace_args
 
 # The tokenizer make_model.py writes has no chat template; both servers read this one from tokenizer_config.json.
 CHAT_TEMPLATE = (
@@ -307,14 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         "host": platform.node(),
         "cpus": os.cpu_count(),
     }
-    server = TritonServer(
-        repo,
-        serving_python=sys.executable,
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=env,
-        log_path=args.out / "tritonserver.log",
-        extra_args=triton_trace_args(args.triton_trace) if args.triton_trace else (),
-    )
+    trace = triton_trace_args(args.triton_trace) if args.triton_trace else []
+    server = triton_server(repo, env, args.out / "tritonserver.log", trace)
     gateway = None
     started = time.monotonic()
     server.start()
@@ -430,8 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     results["device_run"] = setup
-    path = args.out / f"openai_gateway_gpu_{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=1))
+    path = ResultFile(args.out, "openai_gateway_gpu").write(results)
     print(f"wrote {path}", flush=True)
     return 0 if "error" not in setup else 1
 

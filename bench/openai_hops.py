@@ -1,25 +1,22 @@
 """Where a streamed request's time to first token goes through the gateway, hop by hop (bench/results/openai_gateway.md,
 "Where one stream's first token waits").
 
-Two steps, on a throwaway copy of the project (the device's copy of the working tree, or `git archive HEAD | tar -x`):
+Two steps:
 
-    python bench/openai_hops.py instrument COPY_ROOT HOPS_DIR
-    python bench/openai_gateway_device.py ... --concurrency 1 --triton-trace HOPS_DIR     (run from COPY_ROOT)
-    python bench/openai_hops.py report HOPS_DIR [--skip N]
+    python -m bench.openai_hops run HOPS_DIR [openai_gateway_device's options] --concurrency 1
+    python -m bench.openai_hops report HOPS_DIR [--skip N]
 
-`instrument` edits the gateway's and the backend's source in COPY_ROOT so that each appends one line per event,
-`TAG KEY NANOSECONDS` (time.monotonic_ns(), the clock Triton's trace uses too), to HOPS_DIR/hops.<pid>. It refuses
-a git checkout: the edits are for measuring, never for committing. Each edit names the code it expects, so a change
-to that code stops it with the edit that no longer applies rather than timing the wrong place.
-`--triton-trace` has Triton write its own trace of every request (level TIMESTAMPS) beside them. `report` joins the
-three by the gateway's stream id and Triton's request id, and prints the median of each hop. It is meant for one
-stream at a time: it pairs some events by their order in the files.
+`run` runs `python -m bench.openai_gateway_device --triton-trace HOPS_DIR` with VLLM_REPO_TRACE_HOPS=HOPS_DIR
+(setting the variable by hand does the same): the gateway and the backend, through the hop hook
+(vllm_repo/backend/vllm_repo_backend/hops.py), append one line per event, `TAG KEY NANOSECONDS` (time.monotonic_ns(),
+the clock Triton's trace uses too), to HOPS_DIR/hops.<pid>, and `--triton-trace` has Triton write its own trace of
+every request (level TIMESTAMPS) beside them. `report` joins the three by the gateway's stream id and Triton's request
+id, and prints the median of each hop. It is meant for one stream at a time: it pairs some events by their order in
+the files.
 """
 
 from __future__ import annotations
 
-import argparse
-import glob
 import json
 import os
 import statistics
@@ -27,104 +24,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling source_edits.py
-from source_edits import apply_edits
+from .lib.hop_files import hop_commands, hop_lines, run_traced
 
-# Appended after each instrumented module's `from __future__ import annotations`.
-RECORDER = """
-import os as _hops_os, time as _hops_time
-_hops_os.makedirs({dir!r}, exist_ok=True)
-_HOPS = open(_hops_os.path.join({dir!r}, "hops.%d" % _hops_os.getpid()), "a", buffering=1)
-
-
-def _hop(tag, key, ns=None):
-    _HOPS.write("%s %s %d\\n" % (tag, key, _hops_time.monotonic_ns() if ns is None else ns))
-"""
-
-# (file, [(code as it is, the same code with its timestamp)]). The gateway keys its events by the stream socket's
-# stream id (GI and G2 by the Triton request id); the backend by the stream id in the envelope.
-EDITS: list[tuple[str, list[tuple[str, str]]]] = [
-    (
-        "vllm_repo/serve/openai/app.py",
-        [
-            (
-                "    async def generate(self, request: web.Request) -> web.StreamResponse:\n",
-                "    async def generate(self, request: web.Request) -> web.StreamResponse:\n"
-                "        request['_hops_t0'] = _hops_time.monotonic_ns()\n",
-            ),
-            (
-                "        shared = model in self._socket_readers\n",
-                "        shared = model in self._socket_readers\n"
-                "        _hop('G0', inbox.id, relay.request.get('_hops_t0', 0)); _hop('G1', inbox.id)\n",
-            ),
-            (
-                "                    socket_used = True\n                    await relay.from_socket(item)\n",
-                "                    socket_used = True\n                    _hop('G3', inbox.id)\n"
-                "                    await relay.from_socket(item)\n                    _hop('G4', inbox.id)\n",
-            ),
-        ],
-    ),
-    (
-        "vllm_repo/serve/openai/stream_socket.py",
-        [
-            (
-                "                inbox = self._inboxes.get(stream_id)\n",
-                "                if kind == STREAM_FRAME_DATA:\n                    _hop('GR', stream_id)\n"
-                "                inbox = self._inboxes.get(stream_id)\n",
-            ),
-        ],
-    ),
-    (
-        "vllm_repo/serve/openai/triton.py",
-        [
-            (
-                '        request.id = f"{self._prefix}-{next(self._ids)}"\n',
-                '        request.id = f"{self._prefix}-{next(self._ids)}"\n        _hop("GI", request.id)\n',
-            ),
-            (
-                "        while True:\n            yield await self.outbox.get()\n",
-                "        while True:\n            _request = await self.outbox.get()\n"
-                "            _hop('G2', _request.id)\n            yield _request\n",
-            ),
-        ],
-    ),
-    (
-        "vllm_repo/backend/model.py",
-        [
-            (
-                "    def execute(self, requests: Sequence[Any]) -> None:\n",
-                "    def execute(self, requests: Sequence[Any]) -> None:\n"
-                "        self._hops_entry = _hops_time.monotonic_ns()\n",
-            ),
-            (
-                "        self._spawn_openai(openai_serving.new_job(sender, jobs.new_request_id(), admitted))\n",
-                "        _sid = admitted.stream_to.id if admitted.stream_to is not None else -1\n"
-                "        _hop('B0', _sid, self._hops_entry); _hop('B1', _sid)\n"
-                "        self._spawn_openai(openai_serving.new_job(sender, jobs.new_request_id(), admitted))\n",
-            ),
-        ],
-    ),
-    (
-        "vllm_repo/backend/vllm_repo_backend/openai_serving.py",
-        [
-            (
-                "        sent_body = False\n",
-                "        sent_body = False\n"
-                "        _sid = job.stream_to.id if job.stream_to is not None else -1\n        _hop('B2', _sid)\n",
-            ),
-            (
-                '            if message["type"] == "http.response.start":\n',
-                '            if message["type"] == "http.response.start":\n                _hop("B3", _sid)\n',
-            ),
-            (
-                "        if link.closed:  # the gateway went away: nobody reads this stream any more\n",
-                "        _hop('B4', stream_id)\n"
-                "        if link.closed:  # the gateway went away: nobody reads this stream any more\n",
-            ),
-        ],
-    ),
-]
-
+# The gateway keys its events by the stream socket's stream id (GI and G2 by the Triton request id); the backend by
+# the stream id in the envelope.
 # (label, spans): a hop's time is the sum of its spans, each (start event, end event). Events: G* the gateway's, B* the
 # backend's, T:NAME Triton's trace; [1] the second occurrence (the first content chunk follows vLLM's role chunk).
 HOPS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
@@ -158,29 +61,23 @@ def triton_trace_args(directory: str) -> list[str]:
     ]
 
 
-def instrument(root: Path, hops_dir: str) -> None:
-    apply_edits(root, EDITS, RECORDER.format(dir=hops_dir))
-
-
 def read_events(hops_dir: str) -> dict[str, dict[str, list[int]]]:
     """Per request (the gateway's stream id), each event's timestamps in order."""
     events: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     triton_ids: list[str] = []  # Triton request ids in the order the gateway made them (GI)
     streams: list[str] = []  # stream ids in the order the gateway called Triton (G1)
     by_triton_id: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for path in sorted(glob.glob(os.path.join(hops_dir, "hops.*"))):
-        for line in Path(path).read_text().splitlines():
-            tag, key, ns = line.split()
-            if tag in ("GI", "G2"):
-                by_triton_id[key][tag].append(int(ns))
-                if tag == "GI":
-                    triton_ids.append(key)
-                continue
-            events[key][tag].append(int(ns))
-            if tag == "G1":
-                streams.append(key)
+    for tag, key, ns in hop_lines(hops_dir):
+        if tag in ("GI", "G2"):
+            by_triton_id[key][tag].append(ns)
+            if tag == "GI":
+                triton_ids.append(key)
+            continue
+        events[key][tag].append(ns)
+        if tag == "G1":
+            streams.append(key)
     traces: dict[str, dict[str, int]] = {}
-    for path in glob.glob(os.path.join(hops_dir, "trace.txt*")):
+    for path in Path(hops_dir).glob("trace.txt*"):
         try:
             records = json.loads(Path(path).read_text())
         except ValueError:
@@ -234,19 +131,13 @@ def report(hops_dir: str, skip: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    edit = commands.add_parser("instrument", help="add the timestamps to a copy of the project")
-    edit.add_argument("root", type=Path)
-    edit.add_argument("hops_dir")
-    show = commands.add_parser("report", help="the median of each hop")
-    show.add_argument("hops_dir")
+    parser, show = hop_commands(__doc__.split("\n\n")[0], "bench.openai_gateway_device")
     show.add_argument("--skip", type=int, default=0, help="leave out the first N requests (the warm-up's)")
     args = parser.parse_args(argv)
-    if args.command == "instrument":
-        instrument(args.root, os.path.abspath(args.hops_dir))
-    else:
-        report(args.hops_dir, args.skip)
+    if args.command == "run":
+        trace = ["--triton-trace", os.path.abspath(args.hops_dir)]
+        return run_traced("bench.openai_gateway_device", args.hops_dir, [*args.bench_args, *trace])
+    report(args.hops_dir, args.skip)
     return 0
 
 

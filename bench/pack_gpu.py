@@ -2,7 +2,7 @@
 models started the ways people start them by hand (bench/results/pack.md). Run by hand on a GPU machine, with the
 serving Python (vLLM, numpy<2) as the interpreter and VLLM_REPO_TRITON_HOME pointing at Triton's files:
 
-    python bench/pack_gpu.py --models /tmp/m --kit .gpuroute/remote --out OUT [--starts 3] [--load-seconds 120]
+    python -m bench.pack_gpu --models /tmp/m --kit .gpuroute/remote --out OUT [--starts 3] [--load-seconds 120]
 
 --kit is the directory of the GPU bundle's make_model.py: it writes each model's config.json and tokenizer (no
 weights: load_format "dummy"). What it does, each step's figures going into OUT/pack_gpu.json:
@@ -21,23 +21,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import platform
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.triton_client import GenerateStreamConnection
 
-from http_stream import GenerateStreamConnection, GenerateStreamError
+from .lib.triton_bench import read_stream, triton_server
 
 # Triton model name -> the bundle's preset (make_model.py) whose shape it has.
 MODELS = {"llama8b": "llama3-8b", "qwen7b": "qwen2.5-7b", "qwen1_5b": "qwen2.5-1.5b"}
@@ -76,8 +75,11 @@ FAILURES = re.compile(
 
 def make_models(base: Path, kit: Path) -> dict[str, Path]:
     """The models' directories (config.json and tok/), written with the bundle's make_model.py where missing."""
-    sys.path.insert(0, str(kit))
-    import make_model
+    # The bundle's script, loaded from its file (it is no module of this tree).
+    spec = importlib.util.spec_from_file_location("make_model", kit / "make_model.py")
+    assert spec is not None and spec.loader is not None
+    make_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_model)
 
     make_model.PRESETS.setdefault("qwen2.5-1.5b", QWEN_1_5B)
     dirs = {}
@@ -192,8 +194,7 @@ async def _stream(conn: GenerateStreamConnection, model: str, tokens: int) -> in
         "return_num_output_tokens": True,
         "sampling_parameters": json.dumps({"max_tokens": tokens, "ignore_eos": True}),
     }
-    _, events = await conn.generate(model, body)
-    return sum(int(e.get("num_output_tokens", 0) or 0) for e in events)
+    return (await read_stream(conn, model, body)).tokens
 
 
 async def load(host: str, port: int, models: list[str], streams: int, seconds: float, tokens: int) -> dict:
@@ -202,12 +203,12 @@ async def load(host: str, port: int, models: list[str], streams: int, seconds: f
     stats = {m: {"requests": 0, "failed": 0, "short": 0, "tokens": 0, "errors": []} for m in models}
 
     async def worker(model: str) -> None:
-        conn = GenerateStreamConnection(host, port)
+        conn = GenerateStreamConnection(f"http://{host}:{port}")
         try:
             while time.monotonic() < deadline:
                 try:
                     got = await _stream(conn, model, tokens)
-                except (GenerateStreamError, OSError, asyncio.IncompleteReadError) as exc:
+                except (InferError, OSError, asyncio.IncompleteReadError) as exc:
                     stats[model]["failed"] += 1
                     if len(stats[model]["errors"]) < 5:
                         stats[model]["errors"].append(str(exc)[:300])
@@ -229,18 +230,9 @@ async def load(host: str, port: int, models: list[str], streams: int, seconds: f
 
 def start(repo: Path, label: str, work: Path, args: argparse.Namespace, load_seconds: float = 0) -> dict:
     """One server start on ``repo``: what loaded, the KV caches, the memory peak, and the load when asked."""
-    from vllm_repo.serve.server import TritonServer
-
     log_path = work / f"{label}.log"
     extra = ["--model-load-thread-count=1"] if args.sequential else []
-    server = TritonServer(
-        repo,
-        serving_python=sys.executable,
-        triton_home=os.environ["VLLM_REPO_TRITON_HOME"],
-        env=ENV,
-        log_path=log_path,
-        extra_args=extra,
-    )
+    server = triton_server(repo, ENV, log_path, extra)
     result: dict = {"label": label}
     with MemorySampler() as memory:
         began = time.monotonic()

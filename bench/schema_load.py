@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How much the bundled schemas and the key history cost a cold `validate` (run by hand).
 
-    .venv/bin/python bench/schema_load.py [--runs 15]
+    .venv/bin/python -m bench.schema_load [--runs 15]
 
 Each figure is the median over fresh interpreters (cold caches, as in pre-commit):
 - import engine_args: the loader alone (pydantic, packaging), which validate imports anyway;

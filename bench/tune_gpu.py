@@ -2,7 +2,7 @@
 and load, the winner measured again in a fresh server, and the search against the full grid of the same space.
 Run by hand with the serving Python (vLLM, numpy<2, tritonclient) as the interpreter and VLLM_REPO_TRITON_HOME set:
 
-    python bench/tune_gpu.py --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
+    python -m bench.tune_gpu --model /tmp/m --out OUT [--slo ttft_p99_ms=1000,itl_p99_ms=40] [--input-len 1024]
         [--output-len 128] [--concurrency 16,32] [--num-prompts 320] [--max-num-seqs 16,32]
         [--max-num-batched-tokens 512,1024] [--switches enable_prefix_caching] [--grid | --grid-against JSON]
 
@@ -31,12 +31,11 @@ import shutil
 import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from typing import Any
 
 from vllm_repo.benchmark import BenchSpec, bench_repository, parse_slo
 from vllm_repo.tune import TuneSpec, tune
+from vllm_repo.tune.evidence import TuneEvidence, Winner
 from vllm_repo.tune.report import to_text, write_plot
 from vllm_repo.tune.write import write
 
@@ -139,21 +138,21 @@ def main(argv: list[str] | None = None) -> int:
 
     searched = None
     if args.grid_against:
-        evidence = json.loads(args.grid_against.read_text())
+        evidence = TuneEvidence.loads(args.grid_against.read_text())
     else:
         say("tune: the search")
         searched = tune(spec, say=say)
-        (out / "tune_search.json").write_text(json.dumps(searched.evidence, indent=1) + "\n")
+        (out / "tune_search.json").write_text(json.dumps(searched.evidence.to_json(), indent=1) + "\n")
         write_plot(out / "tune_search.html", searched.evidence)
         write_plot(out / "tune_search.svg", searched.evidence)  # the plot alone, for the README
         (out / "tune_search.txt").write_text(to_text(searched.evidence) + "\n")  # tune's own table
         evidence = searched.evidence
     summary["search"] = {
-        "measurements": evidence["measurements"],
-        "winner": evidence["winner"],
-        "defaults": evidence["defaults"],
-        "margin_over_defaults": evidence["margin_over_defaults"],
-        "wall_s": evidence["wall_s"],
+        "measurements": evidence.measurements,
+        "winner": _json(evidence.winner),
+        "defaults": _json(evidence.defaults),
+        "margin_over_defaults": evidence.margin_over_defaults,
+        "wall_s": evidence.wall_s,
     }
 
     # The winner's fresh measurement before the grid: a lease that ends during the grid still has it.
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run.report()
         (out / "remeasure.json").write_text(json.dumps(report, indent=1) + "\n")
         fresh = max((p.get("goodput_rps") or 0.0 for p in report["points"]), default=0.0)
-        reported = evidence["winner"]["goodput_rps"]
+        reported = evidence.winner.goodput_rps if evidence.winner is not None else None
         summary["remeasure"] = {
             "goodput_rps": fresh,
             "tune_reported_goodput_rps": reported,
@@ -191,25 +190,34 @@ def main(argv: list[str] | None = None) -> int:
             **{**vars(spec), "repository": grid_repo, "grid": True, "log_path": out / "grid.log", "resume": resume}
         )
         grid = tune(grid_spec, say=say).evidence
-        (out / "tune_grid.json").write_text(json.dumps(grid, indent=1) + "\n")
-        best = grid["winner"]["goodput_rps"] if grid["winner"] else None
-        found = evidence["winner"]["goodput_rps"] if evidence["winner"] else None
-        grid_points = grid["measurements"] + grid.get("reused", 0)  # every candidate the grid has figures for
+        (out / "tune_grid.json").write_text(json.dumps(grid.to_json(), indent=1) + "\n")
+        best = grid.winner.goodput_rps if grid.winner else None
+        found = evidence.winner.goodput_rps if evidence.winner else None
+        grid_points = grid.measurements + grid.reused  # every candidate the grid has figures for
         summary["grid"] = {
-            "measurements": grid["measurements"],
-            "taken_from_the_search": grid.get("reused", 0),
+            "measurements": grid.measurements,
+            "taken_from_the_search": grid.reused,
             "candidates_measured": grid_points,
-            "winner": grid["winner"],
+            "winner": _json(grid.winner),
             "search_best_over_grid_best": round(found / best, 3) if found and best else None,
-            "search_winner_is_grid_winner": bool(grid["winner"] and evidence["winner"])
-            and grid["winner"]["name"] == evidence["winner"]["name"],
-            "search_measurements_over_grid": round(evidence["measurements"] / grid_points, 3) if grid_points else None,
-            "wall_s": grid["wall_s"],
+            "search_winner_is_grid_winner": bool(grid.winner and evidence.winner)
+            and _name(grid.winner) == _name(evidence.winner),
+            "search_measurements_over_grid": round(evidence.measurements / grid_points, 3) if grid_points else None,
+            "wall_s": grid.wall_s,
         }
 
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     return 0
+
+
+def _json(figures: Any) -> dict | None:
+    """A winner's or the defaults' figures as tune.json has them."""
+    return figures.to_json() if figures is not None else None
+
+
+def _name(winner: Winner | None) -> str | None:
+    return winner.name if winner is not None else None
 
 
 if __name__ == "__main__":

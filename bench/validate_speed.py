@@ -1,6 +1,6 @@
 """How long a cold `vllm-repo validate` takes: a fresh process per run, the installed console script.
 
-    python bench/validate_speed.py [--runs 15] [--script PATH] [--profile] [--ratio-only]
+    python -m bench.validate_speed [--runs 15] [--script PATH] [--profile] [--ratio-only]
 
 Cases: one model (the official sample layout), the same model named by its files (the way pre-commit calls the
 hook), and a generated repository of 200 models (mixed settings: LoRA, pinned GPUs, parallelism, parameters).

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vllm_repo.validate.diagnostics import Diagnostic
+    from vllm_repo.diagnostics.diagnostic import Diagnostic
 
 
 class VllmRepoError(Exception):

@@ -1,46 +1,30 @@
-"""bench/native_hops.py: its edits still find the backend code and benchmark code they time, and its report splits the
+"""bench/native_hops.py: `run` turns the backend's hop hook on for the benchmark it runs, and its report splits the
 streams' time as its events say."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-from pathlib import Path
+import subprocess
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from bench import native_hops
+from vllm_repo.backend.vllm_repo_backend.hops import TRACE_HOPS
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("native_hops", REPO / "bench" / "native_hops.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return native_hops
 
 
-def test_every_edit_applies_to_the_current_sources_and_a_variant_directory(tmp_path):
-    tool = load_tool()
-    root = tmp_path / "copy"
-    for relative, _ in tool.EDITS:
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / relative, root / relative)
-    variant = tmp_path / "variant"
-    variant.mkdir()
-    shutil.copy(REPO / "vllm_repo" / "backend" / "model.py", variant / "model.py")
-    tool.instrument(root, str(tmp_path / "hops"), [variant])
-    backend_edits = dict(tool.EDITS)["vllm_repo/backend/model.py"]
-    for path, edits in [*((root / r, e) for r, e in tool.EDITS), (variant / "model.py", backend_edits)]:
-        text = path.read_text()
-        compile(text, str(path), "exec")
-        for _, new in edits:
-            assert new in text
+def test_run_starts_the_benchmark_with_the_hops_recorded_into_the_directory(tmp_path, monkeypatch):
+    started = []
 
+    def fake_run(argv, env):
+        started.append((argv, env))
+        return subprocess.CompletedProcess(argv, 3)
 
-def test_a_git_checkout_is_refused(tmp_path):
-    (tmp_path / ".git").mkdir()
-    with pytest.raises(SystemExit, match="git checkout"):
-        load_tool().instrument(tmp_path, str(tmp_path / "hops"))
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert native_hops.main(["run", str(tmp_path / "hops"), "--rounds", "1"]) == 3
+    ((argv, env),) = started
+    assert argv[1:] == ["-m", "bench.backend_throughput", "--rounds", "1"]
+    assert env[TRACE_HOPS] == str(tmp_path / "hops")
 
 
 def test_the_report_splits_the_streams_time(tmp_path):

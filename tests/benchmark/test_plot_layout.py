@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from vllm_repo.benchmark.plot import svg as bench_svg
+from vllm_repo.tune.evidence import TuneEvidence
 from vllm_repo.tune.report import svg as tune_svg
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -153,14 +154,16 @@ def test_the_bench_plot_keeps_its_labels_apart_and_fits_its_axes_to_the_data(loa
 
 
 def candidate(name: str, latency: float, goodput: float, pareto: bool = False) -> dict[str, Any]:
-    return {"name": name, "status": "measured", "stage": "coarse", "e2e_p99_ms": latency, "goodput_rps": goodput,
-            "ttft_p99_ms": 800.0, "itl_p99_ms": 40.0, "output_tokens_per_s": 2600.0, "slo_met": True,
-            "pareto": pareto}  # fmt: skip
+    return {"name": name, "status": "measured", "stage": "coarse", "settings": {}, "e2e_p99_ms": latency,
+            "goodput_rps": goodput, "ttft_p99_ms": 800.0, "itl_p99_ms": 40.0, "output_tokens_per_s": 2600.0,
+            "slo_met": True, "pareto": pareto}  # fmt: skip
 
 
-def tune_evidence(candidates: list[dict[str, Any]], slo: dict[str, float]) -> dict[str, Any]:
+def tune_evidence(candidates: list[dict[str, Any]], slo: dict[str, float]) -> TuneEvidence:
     best = max(candidates, key=lambda c: c["goodput_rps"])
-    return {"model": "llm", "slo": slo, "candidates": candidates, "winner": best}
+    evidence = TuneEvidence.from_json({"model": "llm", "slo": slo, "candidates": candidates, "winner": best})
+    assert len(evidence.measured) == len(candidates)  # every entry read as a measured candidate
+    return evidence
 
 
 TUNED = [  # the README's run (bench/results/tune_gpu_20261205T1152_slo_itl45), whose labels ran into each other

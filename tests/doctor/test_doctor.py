@@ -14,6 +14,7 @@ from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.cli import build_app
 from vllm_repo.doctor import CAUSES, ServerLog, diagnose, diagnose_file
 from vllm_repo.doctor.server import index_as_log
+from vllm_repo.serve.triton_client import ModelEntry
 
 HERE = Path(__file__).parent
 
@@ -167,14 +168,14 @@ def test_a_log_no_cause_explains_is_said_to_be_not_understood():
 
 def test_the_repository_index_reads_like_the_log():
     models = [
-        {"name": "ok", "version": "1", "state": "READY", "reason": ""},
-        {
-            "name": "bad",
-            "version": "1",
-            "state": "UNAVAILABLE",
-            "reason": "Internal: BackendConfigError: /r/bad/1/model.json: "
+        ModelEntry("ok", "1", "READY", ""),
+        ModelEntry(
+            "bad",
+            "1",
+            "UNAVAILABLE",
+            "Internal: BackendConfigError: /r/bad/1/model.json: "
             '"disable_log_requests" is not a vLLM 0.32.0 engine argument',
-        },
+        ),
     ]
     diagnosis = diagnose(ServerLog(index_as_log(models)), source="http://x (repository index)")
     assert [d.code for d in diagnosis.findings] == ["VD101"] and diagnosis.failed_models[0][0] == "bad"

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from vllm_repo.cli import build_app
 from vllm_repo.doctor import diagnose_file
 from vllm_repo.doctor import server as doctor_server
+from vllm_repo.serve.triton_client import ModelEntry
 
 URL = "http://127.0.0.1:8000"
 READY = [
@@ -37,7 +38,8 @@ def server(monkeypatch, tmp_path):
     log = tmp_path / "tritonserver.log"
     log.write_text("\n".join(HEALTHY_LOG) + "\n")
     index = list(READY)
-    monkeypatch.setattr(doctor_server, "repository_index", lambda url, timeout=5.0: index)
+    # The entries as Triton sends them, read into the client's ModelEntry.
+    monkeypatch.setattr(doctor_server, "repository_index", lambda url, timeout=5.0: [ModelEntry(**m) for m in index])
     monkeypatch.setattr(doctor_server, "local_log_of", lambda url: log)
     return index, log
 

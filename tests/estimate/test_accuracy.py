@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-from tests.support.estimate_models import REPO
+from bench import estimate_accuracy
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("estimate_accuracy", REPO / "bench" / "estimate_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return estimate_accuracy
 
 
 def test_median_kv_token_error_meets_the_target():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -139,9 +138,7 @@ def test_reproduces_the_h200_measurements():
 
 
 def test_constants_are_the_fit_of_the_recorded_runs():
-    spec = importlib.util.spec_from_file_location("calibrate", REPO / "bench/calibrate.py")
-    calibrate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calibrate)
+    from bench import calibrate
     from vllm_repo.estimate import activation
 
     doc = calibrate.load()

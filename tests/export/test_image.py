@@ -218,16 +218,16 @@ def test_findings_are_warnings_and_strict_makes_them_an_error(small_repo, tmp_pa
     out = tmp_path / "out"
     warned = run_export(small_repo, "--vllm-version", "0.32.0", "--output", str(out))
     assert warned.returncode == 0, warned.stderr
-    assert "warning: the repository targets vLLM 0.32.0" in warned.stderr
+    assert f"{small_repo.name}: warning[VE101] the repository targets vLLM 0.32.0" in warned.stderr
     assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "small-repo.yaml"]
     assert "docker build -t" in warned.stderr and "kubectl apply -f" in warned.stderr
     strict_out = tmp_path / "strict"
     refused = run_export(small_repo, "--vllm-version", "0.32.0", "--strict", "--output", str(strict_out))
-    assert refused.returncode == 1 and "warning: the repository targets vLLM 0.32.0" in refused.stderr
+    assert refused.returncode == 1 and "warning[VE101] the repository targets vLLM 0.32.0" in refused.stderr
     assert "--strict" in refused.stderr and "Traceback" not in refused.stderr
     assert not strict_out.exists()
     clean = run_export(small_repo, "--vllm-version", VLLM, "--strict")
-    assert clean.returncode == 0 and "warning:" not in clean.stderr and "kind: Deployment" in clean.stdout
+    assert clean.returncode == 0 and "warning" not in clean.stderr and "kind: Deployment" in clean.stdout
 
 
 def test_validate_errors_against_the_containers_vllm_stop_the_export(small_repo):

@@ -204,7 +204,8 @@ def test_a_container_too_old_for_the_bundled_backend_serves_with_its_own_and_say
     result = export_kubernetes(small_repo, vllm_version=OLD_VLLM)
     assert result.build is None
     assert result.image == container_for_vllm(OLD_VLLM).release.image
-    assert any("bundled backend needs vLLM" in finding for finding in result.findings)
+    (finding,) = [f for f in result.findings if "bundled backend needs vLLM" in f.message]
+    assert finding.code == "VE102" and finding.severity.value == "warning"
     with pytest.raises(UsageError, match="--openai-port"):
         export_kubernetes(small_repo, vllm_version=OLD_VLLM, openai_port=9000)
 

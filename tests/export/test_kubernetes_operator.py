@@ -250,12 +250,14 @@ def test_an_affinity_file_that_is_not_an_affinity_names_the_file_and_line(small_
 def test_a_local_model_path_is_a_finding_unless_a_volume_mounts_it(tmp_path, hf_cache):
     repo = make_repository(tmp_path / "r", {"m": {"model": "/data/qwen"}})
     bare = export_kubernetes(repo, vllm_version=VLLM)
-    (finding,) = [f for f in bare.findings if "/data/qwen" in f]
-    assert "--volume" in finding
+    (finding,) = [f for f in bare.findings if "/data/qwen" in f.message]
+    assert finding.code == "VE103" and "--volume" in (finding.hint or "")
+    # It points at the key in model.json, as validate's findings do.
+    assert finding.file and finding.file.endswith("model.json") and finding.line == 2
     mounted = export_kubernetes(repo, vllm_version=VLLM, operator=OperatorOptions(volumes=("weights/qwen:/data/qwen",)))
-    assert not [f for f in mounted.findings if "/data/qwen" in f]
+    assert not [f for f in mounted.findings if "/data/qwen" in f.message]
     parent = export_kubernetes(repo, vllm_version=VLLM, operator=OperatorOptions(volumes=("weights:/data",)))
-    assert not [f for f in parent.findings if "/data/qwen" in f]
+    assert not [f for f in parent.findings if "/data/qwen" in f.message]
 
 
 def test_a_release_other_than_the_repositorys_is_a_finding(small_repo):
@@ -263,6 +265,15 @@ def test_a_release_other_than_the_repositorys_is_a_finding(small_repo):
     newer = export_kubernetes(small_repo, vllm_version="0.32.0")
     assert newer.build is not None and newer.build.base.endswith(":26.08-vllm-python-py3")
     (finding,) = newer.findings
-    assert "0.32.0" in finding and "0.27.1" in finding
-    assert f"warning: {finding}" in newer.text  # also in the manifests' comments
+    assert finding.code == "VE101" and "0.32.0" in finding.message and "0.27.1" in finding.message
+    assert f"warning: {finding.location()}: [VE101] {finding.message}" in newer.text  # also in the manifests' comments
     assert SMALL_MODEL in newer.text
+
+
+def test_a_repository_validate_refuses_is_not_exported_and_the_error_carries_the_findings(tmp_path, hf_cache):
+    from vllm_repo.export.plan import ExportFindingsError
+
+    repo = make_repository(tmp_path / "r", {"m": {"model": SMALL_MODEL, "gpu_memory_utilisation": 0.5}})
+    with pytest.raises(ExportFindingsError, match="does not pass validate") as refused:
+        export_kubernetes(repo, vllm_version=VLLM)
+    assert [d.code for d in refused.value.diagnostics if d.severity.value == "error"] == ["VR302"]

@@ -3,7 +3,7 @@ test_shared_stream, test_stream_socket), launch --openai-port end to end (test_g
 vLLM's own server (test_reference, test_parity, test_gateway_parity). The backend's OpenAI layer is tested with the
 backend (tests/backend/test_openai_backend.py), openai.json's rules with validate's.
 
-Session fixtures: vLLM's own OpenAI server on the tiny model (tests/support/reference_server.py).
+Session fixtures: vLLM's own OpenAI server on the tiny model (bench/lib/reference_server.py).
 
 A gateway-vs-reference test in this folder asks for ``reference_server`` (or ``reference_url``) and serves
 ``tiny_model`` (tests/conftest.py) through Triton: the same directory on both sides, since /v1/models names it
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.reference_server import ADAPTER, TOOL_ARGS, ReferenceServer
+from bench.lib.reference_server import TOOL_ARGS, ReferenceServer
+from tests.support.openai_parity import ADAPTER
 from tests.support.serving import SERVING_PYTHON
 
 

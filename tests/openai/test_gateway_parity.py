@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.reference_server import TOOL_ARGS
+from bench.lib.tiny import tiny_engine_args
 from tests.support.launch import start_launch, stop_and_check
-from tests.support.openai_parity import REQUESTS, compare, run_all
-from tests.support.reference_server import ADAPTER, TOOL_ARGS, reference_engine_args
+from tests.support.openai_parity import ADAPTER, REQUESTS, compare, run_all
 from tests.support.serving import needs_serving
 from vllm_repo.scaffold import init_model
 from vllm_repo.serve.ports import free_port
@@ -34,7 +35,7 @@ def openai_json_for(args: tuple[str, ...]) -> dict:
 @pytest.fixture(scope="module")
 def gateway_url(tiny_model: Path, tiny_lora: Path, tmp_path_factory):
     repo = tmp_path_factory.mktemp("parity") / "model_repository"
-    engine = reference_engine_args(tiny_model)
+    engine = tiny_engine_args(tiny_model)
     init_model(repo, str(tiny_model), name="tiny", settings=engine, loras={ADAPTER: str(tiny_lora)})
     version = repo / "tiny" / "1"
     # Exactly the reference's engine arguments, nothing init chose besides.

@@ -1,72 +1,40 @@
-"""bench/openai_hops.py: its edits still find the code they time, and its report joins the three sources of events."""
+"""bench/openai_hops.py: `run` turns the hop hook on for the gateway benchmark and has Triton trace every request
+into the same directory, and its report joins the three sources of events."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from bench import openai_hops
+from vllm_repo.backend.vllm_repo_backend.hops import TRACE_HOPS
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("openai_hops", REPO / "bench" / "openai_hops.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return openai_hops
 
 
-@pytest.fixture
-def copy_of_sources(tmp_path):
-    """The instrumented files, copied from this checkout (without its .git)."""
-    root = tmp_path / "copy"
-    for relative, _ in load_tool().EDITS:
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / relative, root / relative)
-    return root
+def test_run_records_the_hops_and_triton_trace_in_one_directory(tmp_path, monkeypatch):
+    started = []
+
+    def fake_run(argv, env):
+        started.append((argv, env))
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    hops = tmp_path / "hops"
+    assert openai_hops.main(["run", str(hops), "--concurrency", "1"]) == 0
+    ((argv, env),) = started
+    assert argv[1:] == ["-m", "bench.openai_gateway_device", "--concurrency", "1", "--triton-trace", str(hops)]
+    assert env[TRACE_HOPS] == str(hops)
 
 
-def test_every_edit_applies_to_the_current_sources_and_they_still_compile(copy_of_sources, tmp_path):
-    tool = load_tool()
-    tool.instrument(copy_of_sources, str(tmp_path / "hops"))
-    for relative, edits in tool.EDITS:
-        text = (copy_of_sources / relative).read_text()
-        compile(text, relative, "exec")
-        for _, new in edits:
-            assert new in text
-
-
-def test_the_recorder_writes_one_line_per_event(copy_of_sources, tmp_path):
-    tool = load_tool()
-    tool.instrument(copy_of_sources, str(tmp_path / "hops"))
-    stream_socket = copy_of_sources / "vllm_repo" / "serve" / "openai" / "stream_socket.py"
-    script = (
-        "import runpy, sys; sys.path.insert(0, sys.argv[2]);"
-        "module = runpy.run_path(sys.argv[1]); module['_hop']('GR', 7); module['_hop']('G3', 7, 42)"
-    )
-    subprocess.run([sys.executable, "-c", script, str(stream_socket), str(REPO)], check=True)
-    (log,) = (tmp_path / "hops").glob("hops.*")
-    first, second = (line.split() for line in log.read_text().splitlines())
-    assert first[:2] == ["GR", "7"] and int(first[2]) > 0
-    assert second == ["G3", "7", "42"]
-
-
-def test_a_git_checkout_is_refused(tmp_path):
-    (tmp_path / ".git").mkdir()
-    with pytest.raises(SystemExit, match="git checkout"):
-        load_tool().instrument(tmp_path, str(tmp_path / "hops"))
-
-
-def test_an_edit_whose_code_is_gone_stops_with_that_edit(copy_of_sources, tmp_path):
-    app = copy_of_sources / "vllm_repo" / "serve" / "openai" / "app.py"
-    app.write_text(app.read_text().replace("shared = model in self._socket_readers", "shared = False"))
-    with pytest.raises(SystemExit, match="no longer applies"):
-        load_tool().instrument(copy_of_sources, str(tmp_path / "hops"))
+def test_triton_trace_writes_every_request_with_timestamps_into_the_directory():
+    args = openai_hops.triton_trace_args("/tmp/hops")
+    assert "triton,file=/tmp/hops/trace.txt" in args and "level=TIMESTAMPS" in args and "rate=1" in args
 
 
 def write_events(directory: Path, process: str, lines: list[tuple[str, str, int]]) -> None:

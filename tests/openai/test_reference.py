@@ -11,9 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from bench.lib.reference_server import ReferenceServer
 from tests.support.launch import ipc_sockets, orphaned_ipc_sockets
 from tests.support.openai_parity import CITY_SCHEMA, REQUESTS, TIME_TOOL, WEATHER_TOOL, compare, run_all
-from tests.support.reference_server import ReferenceServer
 from tests.support.serving import SERVING_PYTHON
 from vllm_repo.serve.processes import process_group_members
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.reference_server import ReferenceServer
+from bench.lib.reference_server import ReferenceServer
 from vllm_repo.serve.processes import process_group_members
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ OWNER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
-from tests.support.reference_server import ReferenceServer
+from bench.lib.reference_server import ReferenceServer
 server = ReferenceServer(sys.argv[1], Path(sys.argv[2]), settings={})
 server.start()
 print(server.pgid, server.workdir, flush=True)

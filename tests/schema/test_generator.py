@@ -1,4 +1,5 @@
-"""schema_gen: mapping annotations and defaults to JSON, and generating from the real vLLM."""
+"""schema_gen: defaults and help text as the schema writes them, and generating from the real vLLM (annotations are
+test_annotations.py's)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional, TypedDict, Union
 
 import pytest
-from pydantic import BaseModel
 
 from tests.support.serving import NEEDS_VLLM
 from vllm_repo.schema import generate as schema_gen
-from vllm_repo.schema.generate import clean_help, is_deprecated_text, to_json_value, type_info, type_info_from_source
+from vllm_repo.schema.generate import clean_help, is_deprecated_text, to_json_value
 from vllm_repo.schema.loader import JSON_TYPES, bundled_versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,85 +27,14 @@ class _Config:
     size: int = 1
 
 
-class _Model(BaseModel):
-    name: str = "x"
-
-
-class _Options(TypedDict):
-    a: int
-
-
 class _Color(enum.Enum):
     RED = "red"
     BLUE = "blue"
 
 
-@pytest.mark.parametrize(
-    ("annotation", "types"),
-    [
-        (Optional[int], {"integer", "null"}),  # noqa: UP045 (the spelling under test)
-        (int | None, {"integer", "null"}),
-        (Union[str, list[str], None], {"string", "array", "null"}),  # noqa: UP007
-        (bool, {"boolean"}),
-        (float, {"number"}),
-        (dict[str, Any], {"object"}),
-        (_Config, {"object"}),
-        (_Model | None, {"object", "null"}),
-        (_Options, {"object"}),
-        (list[int], {"array"}),
-        (tuple[int, ...], {"array"}),
-        (set[str], {"array"}),
-        (Any, set(JSON_TYPES)),
-    ],
-)
-def test_annotations_map_to_json_types(annotation: Any, types: set[str]) -> None:
-    assert type_info(annotation).types == types
-
-
-def test_literal_is_a_closed_choice_unless_any_string_is_allowed() -> None:
-    closed = type_info(Literal["auto", "half"])
-    assert closed.types == {"string"} and closed.literals == ["auto", "half"] and not closed.open_string
-    opened = type_info(Union[Literal["auto", "half"], str])  # noqa: UP007
-    assert opened.open_string and opened.literals == ["auto", "half"]
-    numbers = type_info(Literal[1, 2] | None)
-    assert numbers.types == {"integer", "null"} and numbers.literals == [1, 2]
-
-
 class _Mode(str, enum.Enum):
     FAST = "fast"
     SLOW = "slow"
-
-
-def test_enums_give_what_model_json_writes_as_choices() -> None:
-    # vLLM turns a string into a plain Enum by member name; a str enum member is its value.
-    assert type_info(_Color).literals == ["RED", "BLUE"]
-    assert type_info(_Mode).literals == ["fast", "slow"]
-    assert type_info(_Mode | None).types == {"string", "null"}
-
-
-def test_class_objects_are_not_json() -> None:
-    info = type_info(Union[str, type[_Config]])  # noqa: UP007
-    assert info.types == {"string"} and info.unknown
-
-
-@pytest.mark.parametrize(
-    ("source", "types"),
-    [
-        ("Optional[int]", {"integer", "null"}),
-        ("int | None", {"integer", "null"}),
-        ("Literal['a', 'b']", {"string"}),
-        ("list[str] | None", {"array", "null"}),
-        ("'SpeculativeConfig' | dict | None", {"object", "null"}),
-        ("Union[float, 'torch.dtype']", {"number", "string"}),
-    ],
-)
-def test_annotations_given_as_text_map_without_their_namespace(source: str, types: set[str]) -> None:
-    assert type_info_from_source(source, {}).types == types
-
-
-def test_annotation_text_resolves_names_in_the_module_namespace() -> None:
-    info = type_info_from_source("Mode | None", {"Mode": Literal["fast", "slow"]})
-    assert info.types == {"string", "null"} and info.literals == ["fast", "slow"]
 
 
 def test_defaults_become_json_or_a_description() -> None:

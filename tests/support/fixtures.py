@@ -6,17 +6,15 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from bench.lib.tiny import MAKE_TINY_MODEL, build_tiny_model
 from tests.support.model_configs import write_hf_config
-from tests.support.serving import ROOT, SERVING_PYTHON, SERVING_SKIP_REASON
+from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON
 from vllm_repo.scaffold import init_model
-
-MAKE_TINY_MODEL = ROOT / "scripts" / "make_tiny_model.py"
 
 
 @pytest.fixture
@@ -41,12 +39,7 @@ def cached_tiny_model(serving_python: str) -> Path:
         building = Path(tempfile.mkdtemp(prefix=f"{done.name}.", dir=done.parent))
         try:
             out = building / "tiny-llama"
-            subprocess.run(
-                [serving_python, str(MAKE_TINY_MODEL), str(out), "--lora", f"{out}-lora"],
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
+            build_tiny_model(out, serving_python, lora=Path(f"{out}-lora"))
             try:
                 building.rename(done)
             except OSError:  # another process put its own there meanwhile: the same bytes

@@ -21,6 +21,8 @@ from typing import Any
 
 MODEL = "tiny"
 MAX_MODEL_LEN = 512
+# The name the tiny model's LoRA adapter (tiny_lora) is served by, on both sides of the parity test.
+ADAPTER = "tiny-adapter"
 
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}
 USER = {"role": "user", "content": "Hello world! What is the capital of France?"}

@@ -7,8 +7,9 @@ import pytest
 
 from vllm_repo.benchmark import Slo
 from vllm_repo.repository.engine_settings import read_engine_settings
-from vllm_repo.tune.run import TuneSpec, candidate_args, load_concurrency, refused_by_vllm
+from vllm_repo.tune.candidates import candidate_args
 from vllm_repo.tune.search import Outcome, Search, SearchStopped, coarse, pareto_front
+from vllm_repo.tune.sizing import load_concurrency, refused_by_vllm
 from vllm_repo.tune.space import (
     Axes,
     Candidate,
@@ -21,6 +22,7 @@ from vllm_repo.tune.space import (
     kv_holds,
     layouts,
 )
+from vllm_repo.tune.spec import TuneSpec
 
 
 def run_search(axes, score, dropped=()):

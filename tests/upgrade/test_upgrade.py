@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from tests.support.repo_builder import OFFICIAL_CONFIG
 from vllm_repo.cli import build_app
+from vllm_repo.diagnostics.fixes import remove_json_keys
 from vllm_repo.errors import UsageError
 from vllm_repo.releases.ngc import RELEASES
 from vllm_repo.repository.documents import JsonDocument
@@ -19,7 +20,6 @@ from vllm_repo.schema.history import CURATED, releases_with
 from vllm_repo.schema.loader import bundled_versions, load_schema, release_key
 from vllm_repo.upgrade import resolve_target, upgrade_paths
 from vllm_repo.upgrade.migrate import changed_defaults, plan_migration, written_for
-from vllm_repo.validate.fixes import remove_json_keys
 
 NEWEST = bundled_versions()[-1]
 

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic, Severity
+from vllm_repo.diagnostics.reporters import REPORTERS
 from vllm_repo.repository.model_config import model_config_pb2
 from vllm_repo.schema.loader import load_schema
 from vllm_repo.validate import PathError, ValidationResult, validate_paths
-from vllm_repo.validate.diagnostics import Diagnostic, Severity
-from vllm_repo.validate.reporters import REPORTERS
 from vllm_repo.validate.rules.vr3_model_json import RANGES
 
 VERSION = "0.32.0"

@@ -24,40 +24,9 @@ data):
 Sampling parameters come from the ``sampling_parameters`` JSON and from the request's parameters (the latter
 overridden by the former); ``lora_name`` picks an adapter from ``<version>/multi_lora.json``.
 
-OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP request):
-  input   openai_request (STRING [1]): UTF-8 JSON {"endpoint": one of OPENAI_ENDPOINTS ("/v1/chat/completions",
-          "/v1/completions", "/v1/responses", "/v1/messages", "/tokenize", ..., or OPENAI_ID_ENDPOINTS'
-          "/v1/responses/ID"; a query string may follow "?"), "body": {...}, "headers": [[NAME, VALUE], ...]} (body:
-          the client's JSON object, or a string of its raw body; none for a GET; headers: the client's). With it,
-          every other input is ignored (text_input is still required: send "").
-  outputs openai_status (INT32 [1], the HTTP status, on every response), openai_response (STRING [1], bytes to write
-          to the HTTP body as they are)
-  vLLM's own OpenAI app answers them, built as ``vllm serve`` builds it (its argument parser, build_app,
-  init_app_state) on this model's engine at load (with openai.json, or VLLM_REPO_OPENAI_AT_LOAD=1 in the server's
-  environment, which launch --openai-port sets), else when the first one arrives: the served model is its name,
-  the LoRA adapters of multi_lora.json are its lora_modules, and ``<version>/openai.json`` ({vllm serve frontend
-  option: value}, e.g. chat_template, relative to the version directory, tool_call_parser, response_role) is checked
-  with vLLM's parser at load. A complete answer is one final response; a stream (``"stream": true``) sends the SSE
-  bytes as vLLM yields them, joining chunks that wait while a response is in flight, the final flag on the last.
-  With ``"stream_to": {"socket": PATH, "id": N}`` in the envelope (a gateway on this host), a streamed 200 answer's
-  bytes go to that Unix socket as frames of stream N instead, and the final response carries the status alone;
-  a socket that cannot be reached, or that does not say the gateway's hello first, is not written to.
-
-config.pbtxt parameters:
-  REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint, unless model.json says
-                            "disable_log_stats": true; a histogram's series as counters, reported a bounded number of
-                            times a second (metrics_report.py)
-  REPORT_HISTOGRAMS_PER_VALUE  "true": the histograms as Triton histogram metrics, one round trip to the server per
-                            value (as Triton's own vLLM backend: its `# TYPE ... histogram` lines, a cost that grows
-                            with the tokens per second)
-  ENABLE_VLLM_HEALTH_CHECK  "true": unload the model when the engine dies (needs explicit model control)
-  STREAM_ONE_RESPONSE_PER_TOKEN  "true": a stream's merged outputs split into one response per token
-  DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
-                            never vLLM's silent 16)
-  ENGINE_PROCESS            "true": vLLM's AsyncLLM (and its OpenAI app) in a process of its own, the stub relaying
-                            (engine_link.py): for many concurrent streams; everything else as without it. Left out:
-                            on for a KIND_GPU instance, off for KIND_CPU and KIND_MODEL (engine_link.wanted)
-  GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
+OpenAI requests (an ``openai_request`` input, what an OpenAI gateway forwards) are answered by vLLM's own OpenAI app:
+vllm_repo_backend/openai_serving.py has their contract. config.pbtxt's parameters (REPORT_CUSTOM_METRICS,
+ENGINE_PROCESS, ...) are listed in vllm_repo_backend/configuration.py.
 """
 
 from __future__ import annotations
@@ -84,6 +53,7 @@ if TYPE_CHECKING or __package__:
         engine_stop,
         environment,
         errors,
+        hops,
         jobs,
         log,
         metrics,
@@ -104,6 +74,7 @@ else:
         engine_stop,
         environment,
         errors,
+        hops,
         jobs,
         log,
         metrics,
@@ -115,56 +86,34 @@ else:
         stub,
     )
 
+# The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
+_hop, _no_hop = hops.hop, hops.off
+
 # The stub's GIL switch interval. Triton hands a model its requests one execute() at a time, and waits for each to
 # return before the next; execute() runs on the stub's main thread, which must first take the GIL from the busy
-# engine loop, and at Python's default of 5 ms it got it only when that interval forced a switch. On the H200 at 128
-# streams, execute() then took 6.6 ms on average and requests queued 26-39 ms for it; at 1 ms, 1.6 ms and 13-14 ms,
-# and throughput rose from 0.85-0.88x of vllm serve's to 1.02x.
+# engine loop, and at Python's default of 5 ms it got it only when that interval forced a switch (measured:
+# bench/results/backend.md, "The backend's settings, measured").
 ADMISSION_SWITCH_INTERVAL_S = 0.001
 # The log line's words before the interval (tests look for them).
 SWITCH_INTERVAL_LOG = "the GIL switch interval is"
 
 # How long finalize waits for vLLM's engine to stop in order before killing what is left of its processes
-# (engine_stop.py): on the CPU its orderly teardown took 4-5 s, past Triton's exit timeout.
+# (engine_stop.py): its orderly teardown can outlast Triton's exit timeout.
 ENGINE_STOP_GRACE_S = 1.0
 
 # How often in-flight requests are checked for client cancellation and the engine for death.
 WATCH_INTERVAL_S = 0.1
 # At most this many cancellation checks a second, taken in turn: each is a round trip to the server and a wait for the
-# GIL when it returns, and checking every request every interval was 5,000 a second at 512 streams. At 1,000 a second
-# the checks were still a third of the stub's GIL hand-offs above 128 streams (with ~2,300 sends), where that one GIL
-# is what limits the stub. Beyond 25 requests in flight a client's cancellation is seen within (requests / 250) s
-# instead of 0.1 s: 1 s at 256 streams, while each of those requests runs for about 1.6 s on an H200.
+# GIL when it returns, where that one GIL is what limits the stub under load. Beyond WATCH_CHECKS_PER_S / 10 requests
+# in flight a client's cancellation is seen within (requests / WATCH_CHECKS_PER_S) s instead of WATCH_INTERVAL_S
+# (the figures: bench/results/backend.md, "The backend's settings, measured").
 WATCH_CHECKS_PER_S = 250
 
 
 class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config: Any) -> Any:
-        """Fill the backend's contract into a minimal config.pbtxt: inputs and outputs that are missing, decoupled
-        transaction policy, max_batch_size 0 (vLLM batches by itself). Listed tensors with a contradicting type are
-        an error naming the tensor."""
-        config = auto_complete_model_config.as_dict()
-        for kind, tensors, existing, add in (
-            ("input", contract.INPUTS, config.get("input", []), auto_complete_model_config.add_input),
-            ("output", contract.OUTPUTS, config.get("output", []), auto_complete_model_config.add_output),
-        ):
-            listed = {t["name"]: t for t in existing}
-            for name, data_type, dims, optional in tensors:
-                if name in listed:
-                    have = listed[name].get("data_type")
-                    if have not in (None, "TYPE_INVALID", data_type):
-                        raise ValueError(
-                            f"config.pbtxt {kind} '{name}' has data_type {have}; the vLLM backend needs {data_type}"
-                        )
-                    continue
-                entry: dict[str, Any] = {"name": name, "data_type": data_type, "dims": list(dims)}
-                if kind == "input":
-                    entry["optional"] = optional
-                add(entry)
-        auto_complete_model_config.set_model_transaction_policy({"decoupled": True})
-        auto_complete_model_config.set_max_batch_size(0)
-        return auto_complete_model_config
+        return configuration.auto_complete(auto_complete_model_config)
 
     # -- initialize -------------------------------------------------------------------------------------------------
     def initialize(self, args: Mapping[str, str]) -> None:
@@ -177,29 +126,8 @@ class TritonPythonModel:
                 "config.pbtxt (or leave it out and let the backend fill it in)"
             )
         params = configuration.config_parameters(self.model_config)
-        self.health_check = configuration.bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK")
-        self.default_max_tokens = configuration.int_parameter(params, "DEFAULT_MAX_TOKENS")
-        self.one_response_per_token = configuration.bool_parameter(params, "STREAM_ONE_RESPONSE_PER_TOKEN")
-
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        engine_config = configuration.load_engine_config(version_dir)
-        self.report_metrics = metrics.metrics_enabled(params, engine_config)
-        self.per_value_histograms = configuration.bool_parameter(params, "REPORT_HISTOGRAMS_PER_VALUE")
-        self.lora_adapters = None
-        if native.parse_bool(engine_config.get("enable_lora", False), "model.json enable_lora"):
-            self.lora_adapters = configuration.load_lora_adapters(version_dir)
-
-        visible = configuration.plan_visible_devices(
-            args.get("model_instance_kind", ""),
-            int(args.get("model_instance_device_id", "-1") or -1),
-            args.get("model_instance_name", ""),
-            configuration.world_size(engine_config),
-            params.get("GPU_DEVICE_IDS"),
-        )
-        if visible is not None:
-            log.info(f"[vllm] {args.get('model_instance_name')}: CUDA_VISIBLE_DEVICES={visible}")
-            os.environ["CUDA_VISIBLE_DEVICES"] = visible
-
+        engine_config = self._read_settings(params, version_dir)
         self.vllm = environment.import_vllm()
         self.vllm_version = self.vllm.version
         self.engine_args = configuration.build_engine_args(
@@ -222,6 +150,38 @@ class TritonPythonModel:
             self._admit_soon()
             log.info(f"[vllm] model {self.model_name} ready ({description})")
             return
+        self._start_in_stub(version_dir)
+        self._admit_soon()
+        log.info(
+            f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version}){environment.kv_cache_text(self.engine)}"
+        )
+
+    def _read_settings(self, params: Mapping[str, str], version_dir: str) -> dict[str, Any]:
+        """config.pbtxt's parameters and model.json (returned): what is served, and on which GPUs."""
+        self.health_check = configuration.bool_parameter(params, "ENABLE_VLLM_HEALTH_CHECK")
+        self.default_max_tokens = configuration.int_parameter(params, "DEFAULT_MAX_TOKENS")
+        self.one_response_per_token = configuration.bool_parameter(params, "STREAM_ONE_RESPONSE_PER_TOKEN")
+        engine_config = configuration.load_engine_config(version_dir)
+        self.report_metrics = metrics.metrics_enabled(params, engine_config)
+        self.per_value_histograms = configuration.bool_parameter(params, "REPORT_HISTOGRAMS_PER_VALUE")
+        self.lora_adapters = None
+        if native.parse_bool(engine_config.get("enable_lora", False), "model.json enable_lora"):
+            self.lora_adapters = configuration.load_lora_adapters(version_dir)
+        args = self.args
+        visible = configuration.plan_visible_devices(
+            args.get("model_instance_kind", ""),
+            int(args.get("model_instance_device_id", "-1") or -1),
+            args.get("model_instance_name", ""),
+            configuration.world_size(engine_config),
+            params.get("GPU_DEVICE_IDS"),
+        )
+        if visible is not None:
+            log.info(f"[vllm] {args.get('model_instance_name')}: CUDA_VISIBLE_DEVICES={visible}")
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        return engine_config
+
+    def _start_in_stub(self, version_dir: str) -> None:
+        """vLLM's AsyncLLM on an event loop of this process's (the engine loop), with the threads that send."""
         # Up to one output chunk of streams in flight, the engine loop sends their responses itself (_deliver).
         self._inline_sends_up_to = self.vllm.output_chunk
         # vLLM's own OpenAI layer answers OpenAI requests (openai_serving.py); openai.json is checked now.
@@ -251,27 +211,27 @@ class TritonPythonModel:
             raise
         self._render = environment.prompt_renderer(self.engine)
         self._openai.start(self._loop, self.engine)
-        self._metrics = None
-        if self._accumulator is not None:
-            try:
-                self._metrics = metrics_report.TritonMetrics(
-                    self._metric_labels,
-                    self.engine.model_config.max_model_len,
-                    self._accumulator,
-                    self.per_value_histograms,
-                )
-            except Exception as exc:  # e.g. the server runs with metrics off
-                log.warn(f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")
+        self._metrics = self._triton_metrics()
         self._stop_watching = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
         self._watcher.start()
         log.info(f"[vllm] {environment.freeze_startup_heap()} {environment.FROZEN_HEAP_LOG}")
         if openai_at_load:
             asyncio.run_coroutine_threadsafe(self._openai.build_at_load(), self._loop).result()
-        self._admit_soon()
-        log.info(
-            f"[vllm] model {self.model_name} ready (vLLM {self.vllm_version}){environment.kv_cache_text(self.engine)}"
-        )
+
+    def _triton_metrics(self) -> metrics_report.TritonMetrics | None:
+        if self._accumulator is None:
+            return None
+        try:
+            return metrics_report.TritonMetrics(
+                self._metric_labels,
+                self.engine.model_config.max_model_len,
+                self._accumulator,
+                self.per_value_histograms,
+            )
+        except Exception as exc:  # e.g. the server runs with metrics off
+            log.warn(f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")
+            return None
 
     @staticmethod
     def _admit_soon() -> None:
@@ -348,8 +308,10 @@ class TritonPythonModel:
             return None
         # Triton hands this instance its requests one execute() at a time, and the next only once this returns: every
         # moment here delays every request behind it. So the requests go to the engine loop as they are, to be read
-        # there (_admit). Parsed here, at 512 streams on the H200 requests waited 0.9 ms each to get in, 450 ms in all
-        # for a burst, and each stream's next request waited as long: 0.87x raw's throughput.
+        # there (_admit): parsed here, a burst of requests waited for each other to get in, and each stream's next
+        # request as long (bench/results/backend.md, "Admission").
+        if _hop is not _no_hop:
+            hops.executed(requests)
         self._loop.call_soon_threadsafe(self._admit, requests)
         return None
 
@@ -373,6 +335,8 @@ class TritonPythonModel:
 
     def _spawn(self, job: jobs.Job) -> None:
         self._live[job.request_id] = job
+        if _hop is not _no_hop:
+            hops.admitted(job.request_id, job.request)
         job.stream_sends = self._stream_sends[self._spawned % len(self._stream_sends)]
         job.edge_sends = self._edge_sends[self._spawned % len(self._edge_sends)]
         self._spawned += 1
@@ -384,9 +348,13 @@ class TritonPythonModel:
     async def _generate(self, job: jobs.Job) -> None:
         try:
             prompt = job.prompt if self._render is None else await self._render(job.prompt)
+            if _hop is not _no_hop:
+                _hop("E", job.request_id)
             stream = self.engine.generate(prompt, job.sampling_params, job.request_id, lora_request=job.lora_request)
             try:
                 async for merged in stream:
+                    if _hop is not _no_hop:
+                        _hop("O", job.request_id)
                     for output in self._per_token(job, merged) if job.token_history is not None else (merged,):
                         if output.finished:
                             self._finish(job)
@@ -465,12 +433,16 @@ class TritonPythonModel:
 
     def _send_response(self, job: jobs.Job, output: Any, first: bool) -> None:
         job.sender.send(self._response(job, output, first), flags=0)
+        if _hop is not _no_hop:
+            _hop("S", job.request_id)
 
     def _send_final(self, job: jobs.Job, output: Any, first: bool) -> None:
         try:
             job.sender.send(
                 self._response(job, output, first), flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
             )
+            if _hop is not _no_hop:
+                _hop("F", job.request_id)
         except Exception as exc:  # the client may be gone already
             log.warn(f"[vllm] could not send a final response: {exc}")
 
@@ -504,6 +476,8 @@ class TritonPythonModel:
         if isinstance(admitted, openai_serving.OpenAIOutput):
             self._answer_openai_now(sender, admitted.status, admitted.data)
             return
+        if _hop is not _no_hop:
+            hops.openai_admitted(admitted.stream_to.id if admitted.stream_to is not None else -1)
         self._spawn_openai(openai_serving.new_job(sender, jobs.new_request_id(), admitted))
 
     def _answer_openai_now(self, sender: Any, status: int, data: bytes) -> None:
@@ -557,6 +531,7 @@ class TritonPythonModel:
     # -- finalize -------------------------------------------------------------------------------------------------
     def finalize(self) -> None:
         log.info(f"[vllm] finalizing model {self.model_name}")
+        hops.flush()
         process = getattr(self, "_process", None)
         if process is not None:
             process.finalize()

@@ -1,8 +1,8 @@
 """The load generator's clients: each sends one streamed request and returns its RequestRecord.
 
-- NativeClient: Triton's own streaming contract over gRPC with tritonclient's asyncio client, as Triton's clients
-  (perf_analyzer, genai-perf) drive the vLLM backend: one bidirectional stream per request, the backend's tensors
-  (vllm_repo_backend/contract.py) in and ``num_output_tokens`` out with every response.
+- NativeClient: Triton's own streaming contract over gRPC with tritonclient's asyncio client (serve/triton_client.py's
+  TritonGrpc), as Triton's clients (perf_analyzer, genai-perf) drive the vLLM backend: one bidirectional stream per
+  request, the backend's tensors (vllm_repo_backend/contract.py) in and ``num_output_tokens`` out with every response.
 - OpenAIClient: the OpenAI API (vllm-repo's gateway, or any vllm serve) with streamed ``/v1/completions`` or
   ``/v1/chat/completions``, read as server-sent events the way vLLM's own benchmark client reads them; the output
   token count is the server's (``stream_options.include_usage``).
@@ -24,7 +24,9 @@ from typing import Any, Protocol
 
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.stats import RequestRecord
+from vllm_repo.serve.errors import InferError, TritonAnswerError, TritonUnreachable
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_OPENAI_PORT
+from vllm_repo.serve.triton_client import GenerateRequest, TritonGrpc, TritonHttp, answers_openai_api, ready_names
 
 ENDPOINTS = ("native", "openai", "openai-chat")
 DEFAULT_URLS = {
@@ -132,30 +134,32 @@ class NativeClient:
         self.url = grpc_address(url)
         self.model = model
         self.activity = Activity()
-        self._client: Any = None
+        self._triton: TritonGrpc | None = None
         self._openai: Any = None
 
-    async def open(self) -> None:
-        import tritonclient.grpc.aio as grpcaio
+    @property
+    def triton(self) -> TritonGrpc:
+        if self._triton is None:
+            raise RuntimeError("open() the client before using it")
+        return self._triton
 
-        self._client = grpcaio.InferenceServerClient(self.url)
+    async def open(self) -> None:
+        self._triton = TritonGrpc(self.url)
 
     async def close(self) -> None:
         if self._openai is not None:
             await self._openai.close()
-        if self._client is not None:
-            await self._client.close()
+        if self._triton is not None:
+            await self._triton.close()
 
     async def wait_ready(self, wait_s: float) -> None:
-        from tritonclient.utils import InferenceServerException
-
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                if await self._client.is_model_ready(self.model):
+                if await self.triton.model_ready(self.model):
                     return
                 live = True
-            except InferenceServerException:
+            except TritonUnreachable:
                 live = False
             if time.monotonic() >= deadline:
                 break
@@ -163,83 +167,50 @@ class NativeClient:
         if not live:
             raise BenchError(f"no Triton gRPC endpoint answers at {self.url}", hint=_native_hint(self.url))
         try:
-            index = await self._client.get_model_repository_index(as_json=True)
-            names = sorted(m["name"] for m in index.get("models", []) if m.get("state") == "READY")
-        except InferenceServerException:
+            names = ready_names(await self.triton.repository_index())
+        except TritonUnreachable:
             names = []
         raise BenchError(
             f"the Triton server at {self.url} has no model '{self.model}' ready",
             hint=f"its models: {', '.join(names)}" if names else "--model is the model's directory in the repository",
         )
 
-    def _inputs(self, prompt: str, output_len: int) -> list[Any]:
-        import numpy as np
-        import tritonclient.grpc as grpcclient
-
-        def tensor(name: str, value: Any, datatype: str) -> Any:
-            array = np.array([value], dtype=np.object_ if datatype == "BYTES" else bool)
-            t = grpcclient.InferInput(name, [1], datatype)
-            t.set_data_from_numpy(array)
-            return t
-
-        return [
-            tensor("text_input", prompt.encode(), "BYTES"),
-            tensor("stream", True, "BOOL"),
-            tensor("sampling_parameters", json.dumps(sampling(output_len)).encode(), "BYTES"),
-            tensor("exclude_input_in_output", True, "BOOL"),
-            tensor("return_num_input_tokens", True, "BOOL"),
-            tensor("return_num_output_tokens", True, "BOOL"),
-        ]
-
-    def _outputs(self) -> list[Any]:
-        import tritonclient.grpc as grpcclient
-
-        return [grpcclient.InferRequestedOutput(n) for n in ("num_input_tokens", "num_output_tokens")]
+    @staticmethod
+    def request(prompt: str, output_len: int) -> GenerateRequest:
+        """The backend's inputs; only the token counts come back (no text: the client's cost per response counts)."""
+        return GenerateRequest(
+            prompt, sampling(output_len), returned=("num_input_tokens", "num_output_tokens"), text_output=False
+        )
 
     async def send(self, prompt: str, output_len: int) -> RequestRecord:
         with self.activity.waiting():
             return await self._send(prompt, output_len)
 
     async def _send(self, prompt: str, output_len: int) -> RequestRecord:
-        request = {"model_name": self.model, "inputs": self._inputs(prompt, output_len), "outputs": self._outputs()}
-
-        async def requests() -> Any:
-            yield request
-
         record = RequestRecord(start=time.perf_counter())
         last = record.start
-        stream = self._client.stream_infer(requests(), stream_timeout=REQUEST_TIMEOUT_S)
-        ended = False
+        stream = self.triton.generate_stream(self.model, self.request(prompt, output_len), REQUEST_TIMEOUT_S)
         try:
-            async for result, error in stream:
-                now = time.perf_counter()
+            async for response in stream:
                 self.activity.heard()
-                if ended:
-                    continue
-                if error is not None:
-                    record.error = str(error.message() if hasattr(error, "message") else error)
-                    stream.cancel()
-                    return record
-                tokens = _sum(result.as_numpy("num_output_tokens"))
-                if record.input_tokens is None and result.as_numpy("num_input_tokens") is not None:
-                    record.input_tokens = _sum(result.as_numpy("num_input_tokens"))
+                tokens = response.num_output_tokens or 0
+                if record.input_tokens is None and response.num_input_tokens is not None:
+                    record.input_tokens = response.num_input_tokens
                 if tokens:
                     if record.ttft is None:
-                        record.ttft = now - record.start
+                        record.ttft = response.received - record.start
                     else:
-                        record.itl.append(now - last)
-                    last = now
+                        record.itl.append(response.received - last)
+                    last = response.received
                     record.output_tokens += tokens
-                final = result.get_response().parameters.get("triton_final_response")
-                # Read on to the stream's end (it follows the final response at once) rather than cancel it: Triton
-                # 2.51 keeps a model whose streams were cancelled from unloading, which tune's reloads need.
-                ended = final is not None and final.bool_param
+        except TritonAnswerError as exc:  # the server's error response
+            record.error = exc.server_message
+            return record
         except Exception as exc:  # the stream broke: the server went away, a gRPC error
             record.error = _one_line(exc)
-            stream.cancel()
             return record
-        if not ended:
-            stream.cancel()
+        finally:
+            await stream.aclose()
         return _finish(record, last)
 
     def tokenizer(self) -> Tokenizer:
@@ -251,26 +222,18 @@ class NativeClient:
 
 
 def _native_hint(address: str) -> str:
-    from vllm_repo.serve import infer
-
-    if infer._request(f"http://{address}", "/v2/health/ready")[0]:
+    try:
+        answers_http = TritonHttp(f"http://{address}").server_ready()
+    except InferError:
+        answers_http = False
+    if answers_http:
         return (
             f"{address} answers HTTP: that is Triton's HTTP port; --endpoint native speaks gRPC, give the gRPC port "
             f"(launch prints it; {DEFAULT_GRPC_PORT} by default)"
         )
-    if _looks_openai(address):
+    if answers_openai_api(f"http://{address}"):
         return f"{address} is an OpenAI API: use --endpoint openai (or openai-chat) for it"
     return "start a server with `vllm-repo launch REPO` (its gRPC port is the one to give), or bench REPO itself"
-
-
-def _looks_openai(address: str) -> bool:
-    from vllm_repo.serve import infer
-
-    return infer._is_openai_api(f"http://{address}")
-
-
-def _sum(array: Any) -> int:
-    return 0 if array is None else int(array.sum())
 
 
 def _finish(record: RequestRecord, last: float) -> RequestRecord:

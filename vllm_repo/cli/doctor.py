@@ -33,22 +33,10 @@ def doctor(
     ] = False,
 ) -> None:
     """Read a failed Triton server's log (or ask the running server): the root cause, and the fix."""
-    from vllm_repo.doctor import diagnose_file, diagnose_server, name_placeholders, recommend
+    from vllm_repo.doctor import run
     from vllm_repo.doctor.report import report
-    from vllm_repo.errors import UsageError
 
-    if log is None and url is None:
-        raise UsageError("give the server's log or its address", hint="vllm-repo doctor LOG, or --url http://HOST:8000")
-    if url and log is not None and log.is_dir() and repository is None:
-        log, repository = None, log  # doctor --url URL REPO
-    if url:
-        diagnosis = diagnose_server(url, log)
-    else:
-        assert log is not None  # a log or a URL, checked above
-        diagnosis = diagnose_file(log)
-    if repository is not None:
-        diagnosis.recommendations = recommend(diagnosis, repository, gpu)
-    name_placeholders(diagnosis, repository, gpu)
+    diagnosis = run(log, url=url, repository=repository, gpu=gpu)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(diagnosis.to_dict(client_errors=client_errors), indent=2))
     else:

@@ -8,6 +8,18 @@ from typing import Annotated
 import typer
 
 from vllm_repo.cli.options import force_option, vllm_version_option
+from vllm_repo.cli.output import print_diagnostics
+
+# The defaults are the library's (the command module is imported only when the command runs).
+from vllm_repo.export.operator import OperatorOptions
+from vllm_repo.export.plan import (
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_HF_TOKEN_SECRET,
+    DEFAULT_READ_MB_S,
+    DEFAULT_REPOSITORY_FROM,
+)
+
+OPERATOR_DEFAULTS = OperatorOptions()
 
 export_app = typer.Typer(
     help="Deployment manifests for a model repository (Kubernetes).", no_args_is_help=True, rich_markup_mode=None
@@ -19,7 +31,7 @@ def kubernetes(
     repository: Annotated[Path, typer.Argument(help="The model repository.")],
     gpus_per_node: Annotated[
         int, typer.Option("--gpus-per-node", help="GPUs of one node; an engine needing more spans nodes (LWS).")
-    ] = 8,
+    ] = DEFAULT_GPUS_PER_NODE,
     image: Annotated[
         str | None,
         typer.Option(
@@ -40,14 +52,14 @@ def kubernetes(
         typer.Option(
             "--repository-from", help="configmap, pvc:CLAIM[/PATH] or image:IMAGE (its /models, by an init container)."
         ),
-    ] = "configmap",
+    ] = DEFAULT_REPOSITORY_FROM,
     name: Annotated[str | None, typer.Option("--name", help="Object name (default: the repository's).")] = None,
     hf_token_secret: Annotated[
         str, typer.Option("--hf-token-secret", help="Secret whose key 'token' becomes HF_TOKEN.")
-    ] = "hf-token",
+    ] = DEFAULT_HF_TOKEN_SECRET,
     read_bandwidth: Annotated[
         float, typer.Option("--read-bandwidth", help="MB/s the load-time estimate assumes for reading weights.")
-    ] = 500,
+    ] = DEFAULT_READ_MB_S,
     openai_port: Annotated[
         int | None,
         typer.Option("--openai-port", metavar="PORT", help="Also run the OpenAI/Anthropic gateway in the pod on PORT."),
@@ -63,7 +75,7 @@ def kubernetes(
     hf_cache: Annotated[
         str,
         typer.Option("--hf-cache", help="new[:SIZE] (a claim sized from the checkpoints), pvc:CLAIM or emptydir."),
-    ] = "new",
+    ] = OPERATOR_DEFAULTS.hf_cache,
     storage_class: Annotated[
         str | None, typer.Option("--storage-class", help="StorageClass of the claims the export makes.")
     ] = None,
@@ -83,17 +95,17 @@ def kubernetes(
     ] = None,
     run_as_user: Annotated[
         int, typer.Option("--run-as-user", help="User id of the containers (0: root; the image's user is 1000).")
-    ] = 1000,
+    ] = OPERATOR_DEFAULTS.run_as_user,
     grace_period: Annotated[
         int, typer.Option("--grace-period", help="Seconds a stopping pod has for the requests in flight.")
-    ] = 120,
+    ] = OPERATOR_DEFAULTS.grace_period_s,
     max_replicas: Annotated[
         int | None,
         typer.Option("--max-replicas", help="Add an autoscaler up to this many replicas, on waiting requests."),
     ] = None,
     waiting_target: Annotated[
         int, typer.Option("--waiting-target", help="With --max-replicas: waiting requests per pod to scale at.")
-    ] = 4,
+    ] = OPERATOR_DEFAULTS.waiting_target,
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit non-zero, writing nothing, when the export has findings.")
     ] = False,
@@ -106,8 +118,7 @@ def kubernetes(
     """Deployment + Service (one node) or LeaderWorkerSet + Service (Ray across nodes) for a repository, and the
     Dockerfile of the image they run. Findings go to stderr as warnings."""
     from vllm_repo.export import export_kubernetes, write_export
-    from vllm_repo.export.kubernetes import ExportFindingsError
-    from vllm_repo.export.operator import OperatorOptions
+    from vllm_repo.export.plan import ExportFindingsError
 
     options = OperatorOptions(
         cpu=cpu,
@@ -137,8 +148,7 @@ def kubernetes(
         api_key_secret=api_key_secret,
         operator=options,
     )
-    for finding in result.findings:
-        typer.echo(f"warning: {finding}", err=True)
+    print_diagnostics(result.findings)
     for note in result.storage_notes:
         typer.echo(f"note: {note}", err=True)
     if strict and result.findings:

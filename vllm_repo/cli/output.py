@@ -1,4 +1,5 @@
-"""Terminal output the commands share: validate's findings, as its text report writes them, on stderr."""
+"""Terminal output the commands share: findings (validate's, export's, init's and launch's refusals) as the text
+reporter writes them (Diagnostic.text), on stderr."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterable
 
 import typer
 
-from vllm_repo.validate.diagnostics import Diagnostic
+from vllm_repo.diagnostics.diagnostic import Diagnostic
 
 
 def print_diagnostics(diagnostics: Iterable[Diagnostic]) -> None:

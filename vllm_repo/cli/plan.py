@@ -39,10 +39,10 @@ def plan(
 ) -> None:
     """Choose per model between tensor parallelism and more instances, so every model fits; with --pack, several
     models' engines share a GPU, each with an absolute memory budget."""
+    from vllm_repo.diagnostics.diagnostic import display_path
+    from vllm_repo.diagnostics.fixes import FixPlan
     from vllm_repo.scaffold.plan import plan_repository
     from vllm_repo.settings import resolve_settings
-    from vllm_repo.validate.diagnostics import display_path
-    from vllm_repo.validate.fixes import FixPlan
 
     settings = resolve_settings(repo, gpu=gpu, num_gpus=num_gpus, vllm_version=vllm_version)
     if settings.gpu_spec is None or settings.num_gpus is None:

@@ -23,6 +23,7 @@ from vllm_repo.cli.options import (
     table_format_option,
 )
 from vllm_repo.errors import UsageError
+from vllm_repo.tune.spec import DEFAULT_CONCURRENCY, TuneSpec
 
 
 def tune(
@@ -34,10 +35,12 @@ def tune(
         str | None, typer.Option("--model", help="The model to tune (default: the repository's only one).")
     ] = None,
     slo: Annotated[str | None, slo_option("the goodput counts against")] = None,
-    concurrency: Annotated[str | None, concurrency_option(32)] = None,
+    concurrency: Annotated[str | None, concurrency_option(DEFAULT_CONCURRENCY)] = None,
     request_rate: Annotated[str | None, request_rate_option()] = None,
-    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests per load point and candidate.")] = 100,
-    input_len: Annotated[int, typer.Option("--input-len", help="Tokens per synthetic prompt.")] = 1024,
+    num_prompts: Annotated[
+        int, typer.Option("--num-prompts", help="Requests per load point and candidate.")
+    ] = TuneSpec.num_prompts,
+    input_len: Annotated[int, typer.Option("--input-len", help="Tokens per synthetic prompt.")] = TuneSpec.input_len,
     output_len: Annotated[int | None, output_len_option()] = None,
     dataset: Annotated[Path | None, dataset_option()] = None,
     budget_minutes: Annotated[
@@ -77,7 +80,7 @@ def tune(
         typer.Option("--plot", metavar="FILE", help="Write goodput against p99 latency (.html or .svg)."),
     ] = None,
     force: Annotated[bool, force_option("an existing --plot file")] = False,
-    seed: Annotated[int, seed_option()] = 0,
+    seed: Annotated[int, seed_option()] = TuneSpec.seed,
     grid: Annotated[
         bool,
         typer.Option(
@@ -85,7 +88,7 @@ def tune(
             help="Measure every candidate of the space instead of searching it (what a brute-force tuner does), "
             "to check the search against.",
         ),
-    ] = False,
+    ] = TuneSpec.grid,
     confirm: Annotated[
         int,
         typer.Option(
@@ -95,7 +98,7 @@ def tune(
             help="Measure the search's best again, for up to N candidates, and score each by the mean of its "
             "measurements (the best of single measurements is the luckiest; 0: take it as it is).",
         ),
-    ] = 1,
+    ] = TuneSpec.confirm,
     resume: Annotated[
         bool,
         typer.Option(
@@ -108,7 +111,7 @@ def tune(
     python: Annotated[Path | None, serving_python_option()] = None,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the server and each candidate to load.")
-    ] = 900.0,
+    ] = TuneSpec.ready_timeout,
     log: Annotated[Path | None, typer.Option("--log", metavar="FILE", help="Keep the server's log there.")] = None,
 ) -> None:
     """Find the engine settings that serve MODEL best under an SLO: candidates sized by the estimator, measured
@@ -116,7 +119,6 @@ def tune(
     from vllm_repo.benchmark import parse_slo
     from vllm_repo.benchmark.plot import check_plot_path
     from vllm_repo.benchmark.report import TerminalProgress
-    from vllm_repo.tune import TuneSpec
     from vllm_repo.tune import tune as run_tune
     from vllm_repo.tune.report import to_json, to_text, write_plot
     from vllm_repo.tune.write import write as write_result
@@ -155,7 +157,7 @@ def tune(
             typer.echo(f"wrote {path}", err=True)
     evidence = result.evidence
     typer.echo(to_json(evidence) if output_format is BenchFormat.json else to_text(evidence))
-    if plot is not None and any(c["status"] == "measured" for c in evidence["candidates"]):
+    if plot is not None and evidence.measured:
         write_plot(plot, evidence)
         typer.echo(f"plot: {plot}", err=True)
     if result.interrupted:

@@ -29,10 +29,10 @@ def upgrade(
     diff: Annotated[bool, diff_option()] = False,
 ) -> None:
     """Migrate model.json engine arguments to another vLLM release, and list the defaults that change."""
+    from vllm_repo.diagnostics.diagnostic import display_path
+    from vllm_repo.diagnostics.reporters import report_text
     from vllm_repo.upgrade import upgrade_paths
     from vllm_repo.upgrade.report import report_lines
-    from vllm_repo.validate.diagnostics import display_path
-    from vllm_repo.validate.reporters import report_text
 
     result = upgrade_paths(paths, to=to, to_container=to_container, from_version=from_version, write=not diff)
     if diff:

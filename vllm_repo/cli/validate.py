@@ -44,8 +44,8 @@ def validate(
     diff: Annotated[bool, diff_option("--fix")] = False,
 ) -> None:
     """Check config.pbtxt, model.json and multi_lora.json before Triton loads them."""
+    from vllm_repo.diagnostics.reporters import REPORTERS
     from vllm_repo.validate import validate_paths
-    from vllm_repo.validate.reporters import REPORTERS
 
     # Findings quote what the files contain, which may be lone surrogate escapes ("\ud800") or file names that
     # are not UTF-8: print those escaped rather than die with UnicodeEncodeError.
@@ -68,8 +68,8 @@ def validate(
         REPORTERS[output_format.value](result, sys.stdout, sys.stderr)
         raise typer.Exit(1 if result.has_errors else 0)
 
+    from vllm_repo.diagnostics.diagnostic import display_path
     from vllm_repo.validate import fix_paths
-    from vllm_repo.validate.diagnostics import display_path
 
     plan, result = fix_paths(paths, write=not diff, **options)
     if diff:

@@ -3,7 +3,8 @@
 Every known cause (vllm_repo.doctor.causes) reads the log; what they find becomes Diagnostics (code VDnnn, the log
 file and line, the cause in the user's terms, the fix), ordered by where they are in the log: the first is the root
 cause, the rest usually its consequences. A log no cause explains is said to be not understood, with its first error
-lines. ``launch`` uses the same diagnosis when a server fails to start.
+lines. ``launch`` uses the same diagnosis when a server fails to start; ``run`` is the whole of `vllm-repo doctor`
+(a log or a URL, the repository and GPU for estimate's advice) as one call that returns a Diagnosis.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import dataclasses
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic, Severity, display_path
 from vllm_repo.doctor.causes import CAUSES, all_causes
 from vllm_repo.doctor.log import LogLine, ServerLog, root_error
-from vllm_repo.validate.diagnostics import Diagnostic, Severity, display_path
+
+if TYPE_CHECKING:
+    from vllm_repo.serve.triton_client import ModelEntry
 
 __all__ = [
     "CAUSES",
@@ -27,6 +31,7 @@ __all__ = [
     "diagnose_server",
     "recommend",
     "root_error",
+    "run",
 ]
 
 # A model in these states (Triton's repository index) is served or on its way; any other is not.
@@ -43,7 +48,7 @@ class Diagnosis:
     source_log: ServerLog | None = None
     client_errors: list[LogLine] = dataclasses.field(default_factory=list)  # the 4xx answers vLLM logged at ERROR
     server: str | None = None  # the URL of the running server asked (doctor --url)
-    models: list[dict[str, Any]] | None = None  # its repository index: each model's name, version, state, reason
+    models: list[ModelEntry] | None = None  # its repository index: each model's name, version, state, reason
 
     @property
     def understood(self) -> bool:
@@ -61,7 +66,7 @@ class Diagnosis:
         if self.findings or self.failed_models:
             return True
         if self.models is not None:
-            return any(m.get("state") not in MODEL_STATES_OK for m in self.models)
+            return any(m.state not in MODEL_STATES_OK for m in self.models)
         return bool(self.first_errors)
 
     def summary(self) -> str | None:
@@ -83,12 +88,38 @@ class Diagnosis:
         }
         if self.models is not None:
             data["server"] = self.server
-            data["models"] = [
-                {k: m.get(k) for k in ("name", "version", "state", "reason") if k in m} for m in self.models
-            ]
+            data["models"] = [m.as_json() for m in self.models]
         if client_errors:
             data["client_errors"] = [{"line": e.number, "text": e.text} for e in self.client_errors]
         return data
+
+
+def run(
+    log: str | Path | None = None,
+    *,
+    url: str | None = None,
+    repository: str | Path | None = None,
+    gpu: str | None = None,
+) -> Diagnosis:
+    """`vllm-repo doctor` as a library call: the diagnosis of a server's log, or of the running server at ``url``
+    (with its log when ``log`` names one, or the one it writes on this machine); for a memory cause, what estimate
+    recommends for the model in ``repository`` on ``gpu`` (or the GPU the log reports); the hints' placeholders
+    filled in with what is known."""
+    from vllm_repo.errors import UsageError
+
+    if log is None and url is None:
+        raise UsageError("give the server's log or its address", hint="vllm-repo doctor LOG, or --url http://HOST:8000")
+    if url and log is not None and Path(log).is_dir() and repository is None:
+        log, repository = None, log  # doctor --url URL REPO: the one path given is the repository
+    if url:
+        diagnosis = diagnose_server(url, log)
+    else:
+        assert log is not None  # a log or a URL, checked above
+        diagnosis = diagnose_file(log)
+    if repository is not None:
+        diagnosis.recommendations = recommend(diagnosis, repository, gpu)
+    name_placeholders(diagnosis, repository, gpu)
+    return diagnosis
 
 
 def diagnose(log: ServerLog, source: str | None = None) -> Diagnosis:

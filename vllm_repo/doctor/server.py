@@ -4,43 +4,37 @@ index), and, for a server on this machine, the log it writes: the file its stdou
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from vllm_repo.errors import UsageError
+from vllm_repo.serve.errors import InferError, TritonAnswerError, TritonUnreachable
+from vllm_repo.serve.triton_client import ModelEntry, TritonHttp
 
 
-def repository_index(url: str, timeout: float = 5.0) -> list[dict]:
-    """Triton's POST /v2/repository/index: every model with its state ("READY", "UNAVAILABLE", ...) and reason."""
-    request = urllib.request.Request(f"{url.rstrip('/')}/v2/repository/index", data=b"{}", method="POST")
-    request.add_header("Content-Type", "application/json")
+def repository_index(url: str, timeout: float = 5.0) -> list[ModelEntry]:
+    """Triton's repository index: every model with its state ("READY", "UNAVAILABLE", ...) and reason."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read() or b"[]")
-    except urllib.error.HTTPError as exc:
+        return TritonHttp(url, timeout).repository_index()
+    except TritonUnreachable as exc:
         raise UsageError(
-            f"{url}: the repository index answered HTTP {exc.code}", hint="is it a Triton server?"
-        ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise UsageError(
-            f"{url}: no Triton server answers ({reason})",
+            f"{url}: no Triton server answers ({exc.reason})",
             hint="give the server's HTTP address (default port 8000), or the log file: `vllm-repo doctor LOG`",
         ) from None
-    except ValueError:
-        raise UsageError(f"{url}: the repository index is not JSON", hint="is it a Triton server?") from None
+    except TritonAnswerError as exc:
+        what = f"answered HTTP {exc.status}" if exc.status != 200 else "is not JSON"
+        raise UsageError(f"{url}: the repository index {what}", hint="is it a Triton server?") from None
+    except InferError as exc:  # not an http(s) URL
+        raise UsageError(exc.message, hint=exc.hint) from None
 
 
-def index_as_log(models: list[dict]) -> str:
+def index_as_log(models: list[ModelEntry]) -> str:
     """The index's failures as the log lines Triton writes for them, so the causes read both alike."""
     return "\n".join(
-        f"failed to load '{m.get('name')}' version {m.get('version') or 1}: {m.get('reason', '')}"
+        f"failed to load '{m.name}' version {m.version or 1}: {m.reason}"
         for m in models
-        if m.get("state") not in ("READY", "LOADING", "UNLOADING") and m.get("reason")
+        if m.state not in ("READY", "LOADING", "UNLOADING") and m.reason
     )
 
 

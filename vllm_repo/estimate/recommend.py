@@ -36,7 +36,6 @@ def recommend(
 ) -> list[Recommendation]:
     """`run(**changes)` re-estimates with some settings changed; est is the estimate for the settings as given.
     max_utilization: the most gpu_memory_utilization may be (what other engines on the GPU leave, less a margin)."""
-    recs: list[Recommendation] = []
     want = target_concurrency or 1.0
     ceiling = round(1 - (CUDA_CONTEXT_GIB * GiB) / (est.gpu_total_gib * GiB) - 0.005, 2)
     if max_utilization is not None:
@@ -50,54 +49,14 @@ def recommend(
                 "for; the CUDA context takes ~0.5 GiB before that check",
             )
         ]
-    if _meets(est, want) and not target_concurrency:
-        return _graph_headroom(est)
     if _meets(est, want):
         return _graph_headroom(est)
-
-    limit = max_gpus or 8
-    for tp in (1, 2, 4, 8, 16, 32):
-        if tp <= est.tensor_parallel_size or tp * est.pipeline_parallel_size > limit or num_heads % tp:
-            continue
-        candidate = _try(run, tensor_parallel_size=tp)
-        if _meets(candidate, want):
-            recs.append(
-                Recommendation(
-                    setting="tensor_parallel_size",
-                    value=tp,
-                    reason=f"smallest tensor_parallel_size that divides the {num_heads} attention heads and fits: "
-                    f"{candidate.kv_cache_tokens:,} KV tokens, max concurrency {candidate.max_concurrency:.2f}x",
-                )
-            )
-            break
-
-    util = round(est.gpu_memory_utilization + 0.01, 2)
-    while util <= ceiling:
-        candidate = _try(run, gpu_memory_utilization=util)
-        if _meets(candidate, want):
-            recs.append(
-                Recommendation(
-                    setting="gpu_memory_utilization",
-                    value=util,
-                    reason=f"leaves {candidate.kv_cache_gib:.2f} GiB for the KV cache: max concurrency "
-                    f"{candidate.max_concurrency:.2f}x at {est.max_model_len:,} tokens (wanted {want:g}x)",
-                )
-            )
-            break
-        util = round(util + 0.01, 2)
-
-    if est.kv_cache_dtype == "auto" and est.dtype_bytes >= 2:
-        candidate = _try(run, kv_cache_dtype="fp8")
-        if _meets(candidate, want):
-            recs.append(
-                Recommendation(
-                    setting="kv_cache_dtype",
-                    value="fp8",
-                    reason=f"halves KV bytes per token: {candidate.kv_cache_tokens:,} KV tokens, max concurrency "
-                    f"{candidate.max_concurrency:.2f}x (small accuracy cost)",
-                )
-            )
-
+    found = (
+        _wider_tensor_parallel(est, run, num_heads, max_gpus or 8, want),
+        _higher_utilization(est, run, ceiling, want),
+        _fp8_kv_cache(est, run, want),
+    )
+    recs = [rec for rec in found if rec is not None]
     fitting_len = _longest_len(est, run, want)
     if fitting_len:
         recs.append(
@@ -108,6 +67,55 @@ def recommend(
             )
         )
     return recs
+
+
+def _wider_tensor_parallel(
+    est: MemoryEstimate, run: Estimator, num_heads: int, max_gpus: int, want: float
+) -> Recommendation | None:
+    """The smallest larger tensor_parallel_size (a power of two dividing the heads, within max_gpus) that fits."""
+    for tp in (1, 2, 4, 8, 16, 32):
+        if tp <= est.tensor_parallel_size or tp * est.pipeline_parallel_size > max_gpus or num_heads % tp:
+            continue
+        candidate = _try(run, tensor_parallel_size=tp)
+        if _meets(candidate, want):
+            return Recommendation(
+                setting="tensor_parallel_size",
+                value=tp,
+                reason=f"smallest tensor_parallel_size that divides the {num_heads} attention heads and fits: "
+                f"{candidate.kv_cache_tokens:,} KV tokens, max concurrency {candidate.max_concurrency:.2f}x",
+            )
+    return None
+
+
+def _higher_utilization(est: MemoryEstimate, run: Estimator, ceiling: float, want: float) -> Recommendation | None:
+    """The lowest gpu_memory_utilization up to ``ceiling``, in steps of 0.01, that fits."""
+    util = round(est.gpu_memory_utilization + 0.01, 2)
+    while util <= ceiling:
+        candidate = _try(run, gpu_memory_utilization=util)
+        if _meets(candidate, want):
+            return Recommendation(
+                setting="gpu_memory_utilization",
+                value=util,
+                reason=f"leaves {candidate.kv_cache_gib:.2f} GiB for the KV cache: max concurrency "
+                f"{candidate.max_concurrency:.2f}x at {est.max_model_len:,} tokens (wanted {want:g}x)",
+            )
+        util = round(util + 0.01, 2)
+    return None
+
+
+def _fp8_kv_cache(est: MemoryEstimate, run: Estimator, want: float) -> Recommendation | None:
+    """An fp8 KV cache, where the cache is 16-bit and halving it makes the difference."""
+    if est.kv_cache_dtype != "auto" or est.dtype_bytes < 2:
+        return None
+    candidate = _try(run, kv_cache_dtype="fp8")
+    if not _meets(candidate, want):
+        return None
+    return Recommendation(
+        setting="kv_cache_dtype",
+        value="fp8",
+        reason=f"halves KV bytes per token: {candidate.kv_cache_tokens:,} KV tokens, max concurrency "
+        f"{candidate.max_concurrency:.2f}x (small accuracy cost)",
+    )
 
 
 def _longest_len(est: MemoryEstimate, run: Estimator, want: float) -> int | None:

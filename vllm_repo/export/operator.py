@@ -1,7 +1,7 @@
 """What an operator sets on the pods of `export kubernetes`, each an option with a default: CPU and memory, where the
 Hugging Face cache and local weights live, scheduling, the security context, graceful termination, and an optional
 HorizontalPodAutoscaler on vLLM's waiting-requests gauge. Options are parsed here (a UsageError names the option);
-kubernetes.py puts the pieces into the manifests.
+kubernetes.py puts the pieces into the manifests (plan.py decides what they are).
 """
 
 from __future__ import annotations

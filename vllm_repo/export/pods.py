@@ -1,6 +1,6 @@
 """The objects of `export kubernetes` that hold pods: the server container (tritonserver with the command line
 `launch --docker` runs, serve/container.py), the OpenAI gateway container beside it, the pod around them, and the
-Deployment or LeaderWorkerSet, Service and PersistentVolumeClaim that carry them. kubernetes.py decides what goes in;
+Deployment or LeaderWorkerSet, Service and PersistentVolumeClaim that carry them. plan.py decides what goes in;
 each builder here makes one object or one part of it.
 """
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.backend.vllm_repo_backend import contract
+from vllm_repo.diagnostics.diagnostic import Diagnostic
 from vllm_repo.errors import UsageError, VllmRepoError
 from vllm_repo.hf import is_repo_id
 from vllm_repo.repository.engine_settings import read_engine_settings
 from vllm_repo.scaffold import sharing
 from vllm_repo.schema.loader import accepts
-from vllm_repo.validate.diagnostics import Diagnostic
 
 VERSION = "1"
 BACKEND = "vllm"
@@ -384,20 +384,10 @@ def init_model(
     """Scaffold ``repo/<name>`` for ``model``. Nothing is written when it raises: InitError when the model exists and
     ``force`` is false or when the result would not pass validate, UsageError for an unsafe name or bad values."""
     repo = Path(repo)
-    if repo.exists() and not repo.is_dir():
-        raise UsageError(
-            f"{repo} exists and is not a directory", hint="give a repository directory (it may not exist yet)"
-        )
-    name = name if name is not None else default_model_name(model)
-    check_model_name(name)
-    for label, value in (("--tp", tensor_parallel_size), ("--max-model-len", max_model_len)):
-        if value is not None and value < 1:
-            raise UsageError(f"{label} must be a positive integer, not {value}")
-    target = repo / name
-    if (target.exists() or target.is_symlink()) and not force:
-        raise InitError(f"{target} already exists", hint="pass --force to replace it, or choose another --name")
-    if target.exists() and not target.is_dir():
-        raise InitError(f"{target} exists and is not a directory; remove it first")
+    target = _checked_target(
+        repo, model, name, force=force, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len
+    )
+    name = target.name
 
     model_ref = resolve_model(model)
     settings = dict(settings or {})
@@ -417,14 +407,7 @@ def init_model(
     try:
         (staging / ".pid").write_text(str(os.getpid()))
         staged = staging / name
-        version_dir = staged / VERSION
-        version_dir.mkdir(parents=True)
-        files = [staged / "config.pbtxt", version_dir / "model.json"]
-        _write(files[0], config_text)
-        _write(files[1], _dump_json(engine_args))
-        if loras:
-            files.append(version_dir / "multi_lora.json")
-            _write(files[-1], _dump_json(loras))
+        files = _write_model_files(staged, config_text, engine_args, loras)
 
         # The repository's other models sit beside the new one (as links) so cross-model checks see them, e.g. the
         # sum of gpu_memory_utilization on a shared GPU. Findings name the staging directory; point them at where
@@ -460,6 +443,49 @@ def init_model(
         replaced=replaced,
         next_step=next_step,
     )
+
+
+def _checked_target(
+    repo: Path,
+    model: str,
+    name: str | None,
+    *,
+    force: bool,
+    tensor_parallel_size: int | None,
+    max_model_len: int | None,
+) -> Path:
+    """The model's directory, ``repo/<name>`` (by default named after ``model``), where the options and what is there
+    let init write it (UsageError, InitError)."""
+    if repo.exists() and not repo.is_dir():
+        raise UsageError(
+            f"{repo} exists and is not a directory", hint="give a repository directory (it may not exist yet)"
+        )
+    name = name if name is not None else default_model_name(model)
+    check_model_name(name)
+    for label, value in (("--tp", tensor_parallel_size), ("--max-model-len", max_model_len)):
+        if value is not None and value < 1:
+            raise UsageError(f"{label} must be a positive integer, not {value}")
+    target = repo / name
+    if (target.exists() or target.is_symlink()) and not force:
+        raise InitError(f"{target} already exists", hint="pass --force to replace it, or choose another --name")
+    if target.exists() and not target.is_dir():
+        raise InitError(f"{target} exists and is not a directory; remove it first")
+    return target
+
+
+def _write_model_files(
+    model_dir: Path, config_text: str, engine_args: dict[str, Any], loras: dict[str, str] | None
+) -> list[Path]:
+    """The model's files written under ``model_dir``: config.pbtxt, model.json, multi_lora.json with adapters."""
+    version_dir = model_dir / VERSION
+    version_dir.mkdir(parents=True)
+    files = [model_dir / "config.pbtxt", version_dir / "model.json"]
+    _write(files[0], config_text)
+    _write(files[1], _dump_json(engine_args))
+    if loras:
+        files.append(version_dir / "multi_lora.json")
+        _write(files[-1], _dump_json(loras))
+    return files
 
 
 def _parse_gpu(gpu: str | None) -> tuple[str | None, int | None]:

@@ -9,8 +9,12 @@
   claims.py: what two servers on one machine could both take (ports, Triton's /tmp/python_env_*), claimed for one;
 - shm_watch.py and guardian.py: shared memory the group leaves, and a watchdog that stops it if launch is killed;
 - ray_cluster.py: launch --ray-address's check that a Ray cluster holds the placement groups vLLM will ask for;
+  ray_placement.py: the pure part, where the engines go and what the other hosts run;
+- probes/: the scripts run by path in the serving Python (python_probe.py, ray_probe.py) and run_probe;
 - docker.py: the same repository in the NGC container whose vLLM matches (releases/ngc.py);
-- infer.py: a streaming client of Triton's generate endpoint;
+- triton_client.py: the client of Triton's HTTP API (health, readiness, the repository index, model control,
+  generate_stream, also on asyncio) and of its gRPC stream with the vLLM backend's inputs, typed;
+- infer.py: `vllm-repo infer`, one completion streamed through triton_client.py;
 - openai/: the OpenAI API in front of Triton (launch --openai-port, vllm-repo openai), answered by vLLM's own
   OpenAI layer inside each model's backend.
 """

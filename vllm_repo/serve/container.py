@@ -46,20 +46,22 @@ class ContainerChoice:
         origin = f"vLLM {self.wanted} from {self.origin}" if self.wanted else self.origin
         return f"container {self.image}: {self.match.reason} ({origin})"
 
-    def findings(self) -> list[str]:
-        """What a user should hear about the choice: a container whose vLLM is not the repository's release, and one
-        the bundled backend cannot drive."""
-        out = []
-        if self.wanted is not None and not self.match.exact:
-            out.append(
-                f"the repository targets vLLM {self.wanted} ({self.origin}) but {self.match.release.release} carries "
-                f"vLLM {self.vllm}: it is validated against {self.vllm}, the release that will run it"
-            )
-        if not self.bundled_backend:
-            from vllm_repo.releases.backend_support import backend_support
+    def other_release(self) -> str | None:
+        """Why the container's vLLM is not the repository's release, where it is not (None where it is)."""
+        if self.wanted is None or self.match.exact:
+            return None
+        return (
+            f"the repository targets vLLM {self.wanted} ({self.origin}) but {self.match.release.release} carries "
+            f"vLLM {self.vllm}: it is validated against {self.vllm}, the release that will run it"
+        )
 
-            out.append(backend_support(self.vllm)[1])
-        return out
+    def own_backend(self) -> str | None:
+        """Why the bundled backend cannot drive the container's vLLM, where it cannot (None where it can)."""
+        if self.bundled_backend:
+            return None
+        from vllm_repo.releases.backend_support import backend_support
+
+        return backend_support(self.vllm)[1]
 
 
 def choose_container(vllm_version: str | None, repository: str | Path | None = None) -> ContainerChoice:

@@ -24,7 +24,8 @@ from vllm_repo.serve.container import CONTAINER_REPOSITORY, choose_container
 from vllm_repo.serve.container import server_args as container_server_args
 from vllm_repo.serve.errors import DockerError
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
-from vllm_repo.serve.ray_cluster import RAY_ADDRESS_ENV, RAY_HEAD_PORT, given_address
+from vllm_repo.serve.ray_cluster import RAY_ADDRESS_ENV, given_address
+from vllm_repo.serve.ray_placement import RAY_HEAD_PORT
 
 # vLLM's multiprocessing executor puts segments of 160 and 240 MiB in /dev/shm; Docker's default is 64 MiB.
 SHM_SIZE = "2g"

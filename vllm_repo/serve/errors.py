@@ -27,3 +27,24 @@ class DockerError(VllmRepoError):
 
 class InferError(VllmRepoError):
     """No answer from the server, or an error answer: the message is the server's own words where it sent some."""
+
+
+class TritonUnreachable(InferError):
+    """Nothing answers at ``url``: the connection was refused, the name does not resolve, it timed out, or it dropped
+    before an answer came (``reason`` says which, in the operating system's words)."""
+
+    def __init__(self, url: str, reason: str, hint: str | None = None):
+        super().__init__(
+            f"no Triton server answers at {url} ({reason})",
+            hint or "start one with `vllm-repo launch REPO`, or give the address it listens on",
+        )
+        self.url, self.reason = url, reason
+
+
+class TritonAnswerError(InferError):
+    """The server answered with an error: an HTTP status (``status``), or an error event in a stream (``status``
+    None). ``server_message`` is its own words, without their JSON or server-sent-event framing."""
+
+    def __init__(self, message: str, hint: str | None = None, *, url: str, status: int | None, server_message: str):
+        super().__init__(message, hint)
+        self.url, self.status, self.server_message = url, status, server_message

@@ -1,25 +1,31 @@
 """infer: send one prompt to a model served by Triton's vLLM backend and stream the completion as it arrives.
 
-Uses Triton's HTTP generate extension: ``POST /v2/models/<model>/generate_stream`` answers with server-sent events, one
-``data: {...}`` line per response, each carrying only the new text. ``max_tokens`` is always sent: vLLM's own default
-is 16 tokens, which silently cuts completions short.
+Uses Triton's HTTP generate extension through serve/triton_client.py: ``POST /v2/models/<model>/generate_stream``
+answers with server-sent events, one ``data: {...}`` line per response, each carrying only the new text.
+``max_tokens`` is always sent: vLLM's own default is 16 tokens, which silently cuts completions short.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import json
 import re
-import socket
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from vllm_repo.errors import UsageError
-from vllm_repo.serve.errors import InferError
+from vllm_repo.serve.errors import InferError, TritonAnswerError, TritonUnreachable
 from vllm_repo.serve.ports import DEFAULT_URL
+from vllm_repo.serve.triton_client import (
+    RETURNED_OUTPUTS,
+    GenerateRequest,
+    GenerateResponse,
+    ModelEntry,
+    TritonHttp,
+    answers_openai_api,
+    ready_names,
+)
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -64,104 +70,41 @@ def parse_param(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def request_body(
-    prompt: str, *, stream: bool, max_tokens: int, params: dict[str, Any] | None = None, outputs: bool = True
-) -> dict[str, Any]:
+def generate_request(
+    prompt: str, *, stream: bool, max_tokens: int, params: dict[str, Any] | None = None
+) -> GenerateRequest:
+    """The request infer sends: the completion alone (the prompt is the caller's own text), with its finish reason and
+    token counts."""
     sampling = {"max_tokens": max_tokens, **(params or {})}
-    body: dict[str, Any] = {
-        "text_input": prompt,
-        "stream": stream,
-        # The prompt is the caller's own text; only the completion comes back.
-        "exclude_input_in_output": True,
-        # The backend takes sampling parameters as one JSON string.
-        "sampling_parameters": json.dumps(sampling),
-    }
-    if outputs:
-        body.update(return_finish_reason=True, return_num_input_tokens=True, return_num_output_tokens=True)
-    return body
+    return GenerateRequest(prompt, sampling, stream=stream, exclude_input_in_output=True, returned=RETURNED_OUTPUTS)
 
 
-def _first(value: Any) -> Any:
-    while isinstance(value, list):
-        if not value:
-            return None
-        value = value[0]
-    return value
-
-
-def _merge(completion: Completion, event: dict[str, Any]) -> str:
+def _merge(completion: Completion, response: GenerateResponse) -> str:
     """Fold one response into the completion; returns its new text."""
-    piece = _first(event.get("text_output")) or ""
-    completion.text += piece
+    completion.text += response.text
     completion.responses += 1
-    reason = _first(event.get("finish_reason"))
-    if reason not in (None, "None", ""):
-        completion.finish_reason = str(reason)
-    if event.get("num_input_tokens") is not None:
-        completion.num_input_tokens = int(_first(event["num_input_tokens"]))
-    if event.get("num_output_tokens") is not None:
+    if response.finish_reason is not None:
+        completion.finish_reason = response.finish_reason
+    if response.num_input_tokens is not None:
+        completion.num_input_tokens = response.num_input_tokens
+    if response.num_output_tokens is not None:
         # Each response counts only its own new tokens.
-        completion.num_output_tokens = (completion.num_output_tokens or 0) + int(_first(event["num_output_tokens"]))
-    return piece
+        completion.num_output_tokens = (completion.num_output_tokens or 0) + response.num_output_tokens
+    return response.text
 
 
-def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
-    parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise InferError(f"--url {url} is not an http(s) URL", hint=f"e.g. --url {DEFAULT_URL}")
-    cls = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
-    return cls(parsed.hostname, parsed.port, timeout=timeout), parsed.path.rstrip("/")
-
-
-def _error_text(raw: bytes) -> str:
-    """The server's own words from an error answer: generate_stream frames even its error as an SSE event."""
-    text = raw.decode("utf-8", "replace").strip()
-    if text.startswith("data:"):
-        text = text[5:].strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text
-    return str(data.get("error", data)) if isinstance(data, dict) else text
-
-
-def _request(url: str, path: str, method: str = "GET", timeout: float = 5.0) -> tuple[int, bytes]:
-    """One request to the server; (0, b"") when nothing answers (refused, unresolvable, timed out)."""
-    conn, prefix = _connect(url, timeout)
-    try:
-        conn.request(method, prefix + path, body=None)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    except OSError:
-        return 0, b""
-    finally:
-        conn.close()
-
-
-def _is_openai_api(url: str) -> bool:
-    """Whether ``url`` answers as an OpenAI API (vllm-repo openai, launch --openai-port, vllm serve): a model list at
-    /v1/models. Asked only after Triton's route was not found there."""
-    status, raw = _request(url, "/v1/models")
-    try:
-        return status in (200, 401) and (status == 401 or json.loads(raw).get("object") == "list")
-    except (ValueError, AttributeError):
-        return False
-
-
-def repository_index(url: str) -> list[dict[str, Any]]:
+def repository_index(url: str) -> list[ModelEntry]:
     """Every model of the server's repository with its state ("READY", "UNAVAILABLE", ...) and the reason Triton gives
     for it (Triton's repository index), [] when it can't say."""
-    status, raw = _request(url, "/v2/repository/index", "POST")
     try:
-        index = json.loads(raw) if status == 200 else []
-    except ValueError:
+        return TritonHttp(url).repository_index()
+    except InferError:
         return []
-    return [m for m in index if isinstance(m, dict) and "name" in m] if isinstance(index, list) else []
 
 
 def loaded_models(url: str) -> list[str]:
     """The models the server has ready (Triton's repository index), [] when it can't say."""
-    return sorted(m["name"] for m in repository_index(url) if m.get("state") == "READY")
+    return ready_names(repository_index(url))
 
 
 def wait_until_ready(
@@ -170,17 +113,22 @@ def wait_until_ready(
     """Wait up to ``wait`` seconds for ``model`` to be ready: while launch is still loading it, Triton answers
     nothing (its endpoints open once the models are loaded) or says the model is not ready yet."""
     deadline = time.monotonic() + wait
-    path = f"/v2/models/{urllib.parse.quote(model, safe='')}/ready"
+    server = TritonHttp(url)
     said = False
     while True:
-        status, _ = _request(url, path)
-        if status == 200:
-            return
-        if status and _request(url, "/v2/health/ready")[0] == 200:
+        answered = done_loading = False
+        try:
+            if server.model_ready(model):
+                return
+            answered = True
+            done_loading = server.server_ready()
+        except TritonUnreachable:
+            pass
+        if done_loading:
             # The server is up and done loading, and this model is not among its models.
             raise unknown_model(url, model)
         if time.monotonic() >= deadline:
-            what = f"no Triton server answers at {url}" if not status else f"model '{model}' is not ready at {url}"
+            what = f"no Triton server answers at {url}" if not answered else f"model '{model}' is not ready at {url}"
             raise InferError(f"{what} after waiting {wait:g} s", hint=NO_SERVER_HINT)
         if on_wait and not said:
             on_wait(f"waiting up to {wait:g} s for model '{model}' at {url} to be ready ...")
@@ -196,17 +144,17 @@ NO_SERVER_HINT = (
 
 def unknown_model(url: str, model: str, detail: str = "") -> InferError:
     index = repository_index(url)
-    entry = next((m for m in index if m["name"] == model), None)
-    if entry is not None and entry.get("state") != "READY":
+    entry = next((m for m in index if m.name == model), None)
+    if entry is not None and not entry.ready:
         # In the repository but not loaded: Triton's own answer is the same "unknown model" as for a typo.
-        state = ", ".join(str(entry[k]) for k in ("state", "reason") if entry.get(k)) or "not ready"
+        state = ", ".join(v for v in (entry.state, entry.reason) if v) or "not ready"
         return InferError(
             f"model '{model}' at {url} is not loaded (Triton: {state})",
             hint=f"a vLLM model whose engine died is unloaded when its config.pbtxt sets ENABLE_VLLM_HEALTH_CHECK: "
             f"`vllm-repo doctor --url {url}` reads why from the server log; load it again (POST "
             f"{url.rstrip('/')}/v2/repository/models/{model}/load) or restart the server",
         )
-    names = sorted(m["name"] for m in index if m.get("state") == "READY")
+    names = ready_names(index)
     return InferError(
         f"the server at {url} has no model '{model}'" + (f": {detail}" if detail else ""),
         hint=f"its models: {', '.join(names)}" if names else "the model names are the directories of the repository",
@@ -215,41 +163,29 @@ def unknown_model(url: str, model: str, detail: str = "") -> InferError:
 
 def stream_events(
     url: str, model: str, body: dict[str, Any], *, stream: bool, timeout: float = 600.0
-) -> Iterator[dict[str, Any]]:
-    """POST the request and yield each response's JSON (one for generate, one per SSE event for generate_stream)."""
-    conn, prefix = _connect(url, timeout)
+) -> Iterator[GenerateResponse]:
+    """POST the request and yield each response (one for generate, one per SSE event for generate_stream); an error
+    answer is explained in the terms of infer (which address to give, which model is missing and why)."""
+    server = TritonHttp(url)
     endpoint = "generate_stream" if stream else "generate"
-    path = f"{prefix}/v2/models/{urllib.parse.quote(model, safe='')}/{endpoint}"
     try:
-        try:
-            conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-        except (TimeoutError, ConnectionRefusedError, socket.gaierror, OSError) as exc:
-            raise InferError(f"no Triton server answers at {url} ({exc.strerror or exc})", hint=NO_SERVER_HINT) from exc
-        if resp.status != 200:
-            message = _error_text(resp.read())
-            if resp.status == 404 and _is_openai_api(url):
-                raise InferError(
-                    f"{url} is the OpenAI API, not Triton's HTTP endpoint ({endpoint} is Triton's)",
-                    hint="give --url Triton's HTTP port (launch prints it: HTTP http://127.0.0.1:8000 by default), "
-                    "or use an OpenAI client on this one (e.g. curl {url}/v1/completions)".replace("{url}", url),
-                )
-            if resp.status in (400, 404) and ("unknown model" in message or "not found" in message):
-                raise unknown_model(url, model, message)
-            raise InferError(f"{endpoint} failed with HTTP {resp.status}: {message}")
-        if not stream:
-            yield json.loads(resp.read())
-            return
-        for raw in resp:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data:"):
-                continue
-            event = json.loads(line[5:].strip())
-            if "error" in event:
-                raise InferError(f"the server reported an error mid-stream: {event['error']}")
-            yield event
-    finally:
-        conn.close()
+        if stream:
+            yield from server.generate_stream(model, body, timeout)
+        else:
+            yield server.generate(model, body, timeout)
+    except TritonUnreachable as exc:
+        raise TritonUnreachable(url, exc.reason, hint=NO_SERVER_HINT) from None
+    except TritonAnswerError as exc:
+        if exc.status == 404 and answers_openai_api(url):
+            raise InferError(
+                f"{url} is the OpenAI API, not Triton's HTTP endpoint ({endpoint} is Triton's)",
+                hint="give --url Triton's HTTP port (launch prints it: HTTP http://127.0.0.1:8000 by default), "
+                "or use an OpenAI client on this one (e.g. curl {url}/v1/completions)".replace("{url}", url),
+            ) from None
+        words = exc.server_message
+        if exc.status in (400, 404) and ("unknown model" in words or "not found" in words):
+            raise unknown_model(url, model, words) from None
+        raise
 
 
 def infer(
@@ -272,12 +208,12 @@ def infer(
         raise InferError(f"--max-tokens must be at least 1, not {max_tokens}")
     if params and "max_tokens" in params:
         raise InferError("give max_tokens with --max-tokens, not --param")
-    body = request_body(prompt, stream=stream, max_tokens=max_tokens, params=params)
+    body = generate_request(prompt, stream=stream, max_tokens=max_tokens, params=params).http_body()
     if wait > 0:
         wait_until_ready(url, model, wait, on_wait)
     completion = Completion()
-    for event in stream_events(url, model, body, stream=stream, timeout=timeout):
-        piece = _merge(completion, event)
+    for response in stream_events(url, model, body, stream=stream, timeout=timeout):
+        piece = _merge(completion, response)
         if piece and on_text:
             on_text(piece)
     return completion

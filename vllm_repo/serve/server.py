@@ -20,10 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -36,12 +33,13 @@ from vllm_repo.serve.claims import (
     release_ports,
     remove_python_env,
 )
-from vllm_repo.serve.errors import TritonServerError
+from vllm_repo.serve.errors import TritonServerError, TritonUnreachable
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_ports, port_is_free
 from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group, unique_shm_prefix
 from vllm_repo.serve.python_env import PythonInfo, probe_python
 from vllm_repo.serve.server_files import TritonHome, cache_dir, layout_backend_directory
+from vllm_repo.serve.triton_client import TritonHttp
 
 
 def serving_env(
@@ -270,18 +268,16 @@ class TritonServer:
         return self.process is not None and self.process.poll() is None
 
     def is_ready(self) -> bool:
-        return self._answers(f"{self.http_url}/v2/health/ready")
+        return self._answers(lambda triton: triton.server_ready())
 
     def model_ready(self, name: str) -> bool:
         """Whether Triton says model ``name`` is ready (its backend unloads a model whose engine died)."""
-        return self._answers(f"{self.http_url}/v2/models/{urllib.parse.quote(name, safe='')}/ready")
+        return self._answers(lambda triton: triton.model_ready(name))
 
-    @staticmethod
-    def _answers(url: str) -> bool:
+    def _answers(self, ready: Callable[[TritonHttp], bool]) -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
+            return ready(TritonHttp(self.http_url, timeout=2))
+        except TritonUnreachable:
             return False
 
     def wait_ready(self, timeout: float = 300.0, poll_s: float = 0.5) -> TritonServer:

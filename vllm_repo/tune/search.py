@@ -11,9 +11,9 @@ The search measures as few points as it can, one axis at a time from the best ca
 5. the layouts (tensor parallelism against more instances) with the best settings, where the host has the GPUs;
 6. the best measured again (``confirmations`` times at most), its score the mean of its measurements. The best of a
    set of noisy measurements is the luckiest of them: measured once, a winner's figure is higher than the same
-   settings give the next time (on the H200, five measurements of one engine's work spread from 15.3 to 21.0 req/s,
-   and the winner of a search was the 21.0). Where the mean drops it below another candidate measured once, that
-   one is measured again too, while confirmations are left.
+   settings give the next time (the measurements that showed it: bench/results/tune.md, "Why the search measures
+   its best again"). Where the mean drops it below another candidate measured once, that one is measured again
+   too, while confirmations are left.
 
 ``grid()`` measures every candidate of the same space instead (what a brute-force tuner does), to check the search
 against. A candidate is better than another when its goodput is higher, or equal with a lower p99 latency. A

@@ -16,15 +16,14 @@ import os
 import shutil
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE
+from vllm_repo.serve.errors import TritonAnswerError, TritonUnreachable
 from vllm_repo.serve.launch_plan import LaunchPlan
 from vllm_repo.serve.server import TritonServer
+from vllm_repo.serve.triton_client import TritonHttp
 from vllm_repo.tune.errors import TuneError
 
 COPIED = (CONFIG_FILE, ENGINE_ARGS_FILE)
@@ -74,38 +73,38 @@ class ModelServer:
     def grpc_url(self) -> str:
         return self.server.grpc_url
 
-    def _post(self, path: str, timeout: float) -> tuple[int, str]:
-        request = urllib.request.Request(
-            f"{self.server.http_url}{path}", data=b"{}", method="POST", headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.status, response.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError) as exc:
-            if not self.server.is_running():
-                raise TuneError(
-                    f"the Triton server stopped (exit status {self.server.started.poll()})",
-                    hint=f"the end of its log:\n{self.server.log_tail()}",
-                ) from None
-            return 0, str(exc)
+    def _triton(self) -> TritonHttp:
+        return TritonHttp(self.server.http_url)
+
+    def _unreachable(self, exc: TritonUnreachable) -> str:
+        """Why the server did not answer: a server that stopped ends the search, anything else is the request's."""
+        if not self.server.is_running():
+            raise TuneError(
+                f"the Triton server stopped (exit status {self.server.started.poll()})",
+                hint=f"the end of its log:\n{self.server.log_tail()}",
+            ) from None
+        return exc.reason
 
     def state(self) -> str | None:
         """The model's state in Triton's repository index (READY, UNLOADING, UNAVAILABLE...), None when absent."""
-        status, body = self._post("/v2/repository/index", 10)
-        if status != 200:
-            return None
-        entries: list[dict[str, Any]] = json.loads(body or "[]")
-        states = [e.get("state") for e in entries if e.get("name") == self.model]
-        return states[0] if states else None
+        try:
+            return self._triton().model_state(self.model, timeout=10)
+        except TritonUnreachable as exc:
+            self._unreachable(exc)
+        except TritonAnswerError:
+            pass
+        return None
 
     def reload(self, timeout: float) -> str | None:
         """Unload the model (when loaded) and load it from its files as they are now. Returns None when it is ready,
         else Triton's reason it could not be loaded."""
-        name = urllib.parse.quote(self.model, safe="")
         if self.loaded:
-            self._post(f"/v2/repository/models/{name}/unload", 60)
+            try:
+                self._triton().unload_model(self.model, timeout=60)
+            except TritonUnreachable as exc:
+                self._unreachable(exc)
+            except TritonAnswerError:
+                pass  # the state below says whether it went
             deadline = time.monotonic() + UNLOAD_TIMEOUT_S
             while self.state() in ("READY", "UNLOADING") and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -117,14 +116,15 @@ class ModelServer:
                 self.server.stop()
                 self.server = self._new_server()
                 self.start(timeout)
-        status, body = self._post(f"/v2/repository/models/{name}/load", timeout)
-        if status == 200:
+        try:
+            self._triton().load_model(self.model, timeout=timeout)
+        except TritonUnreachable as exc:
+            reason = self._unreachable(exc)
+        except TritonAnswerError as exc:
+            reason = exc.server_message or f"HTTP {exc.status}"
+        else:
             self.loaded = True
             return None
-        try:
-            reason = str(json.loads(body).get("error", body))
-        except ValueError:
-            reason = body or f"HTTP {status}"
         self.loaded = self.state() == "READY"
         return reason.strip()
 

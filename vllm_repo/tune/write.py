@@ -13,8 +13,10 @@ from pathlib import Path
 
 from vllm_repo.files import write_atomic
 from vllm_repo.repository import ENGINE_ARGS_FILE
-from vllm_repo.tune import evidence as ev
-from vllm_repo.tune.run import TuneResult, candidate_args, config_for, instance_count
+from vllm_repo.tune.candidates import candidate_args, config_for, instance_count
+from vllm_repo.tune.evidence import TUNE_FILE
+from vllm_repo.tune.evidence import Written as WrittenSettings
+from vllm_repo.tune.run import TuneResult
 from vllm_repo.tune.space import BATCHING
 
 
@@ -50,8 +52,8 @@ def file_changes(result: TuneResult) -> dict[Path, tuple[str, str]]:
 
 def write(result: TuneResult) -> Written:
     """Write the winner (when there is one) and tune.json; returns the diff and the files written."""
-    from vllm_repo.validate.diagnostics import display_path
-    from vllm_repo.validate.fixes import FixPlan
+    from vllm_repo.diagnostics.diagnostic import display_path
+    from vllm_repo.diagnostics.fixes import FixPlan
 
     changes = file_changes(result)
     plan: FixPlan[None] = FixPlan(texts=changes)
@@ -59,12 +61,12 @@ def write(result: TuneResult) -> Written:
     if result.winner is not None:
         new_args = candidate_args(result.original_args, result.winner)
         tuned = sorted(set(BATCHING) | set(result.winner.settings))
-        result.evidence["written"] = {
-            "version": result.version.path.name,
-            "settings": {key: new_args.get(key) for key in tuned},
-            "instances": result.winner.instances,
-        }
+        result.evidence.written = WrittenSettings(
+            version=result.version.path.name,
+            settings={key: new_args.get(key) for key in tuned},
+            instances=result.winner.instances,
+        )
     plan.write()
-    tune_path = result.model.path / ev.TUNE_FILE
-    write_atomic(tune_path, ev.dumps(result.evidence))
+    tune_path = result.model.path / TUNE_FILE
+    write_atomic(tune_path, result.evidence.dumps())
     return Written(diff, [*sorted(changes), tune_path])

@@ -1,7 +1,7 @@
 """`vllm-repo upgrade`: carry a repository's model.json files to another vLLM release (or to the release an NGC
 container carries), say which defaults change under them, and whether the bundled backend drives that release.
 
-The edits go through validate's fix machinery (vllm_repo.validate.fixes): the files keep their layout, are written
+The edits go through validate's fix machinery (vllm_repo.diagnostics.fixes): the files keep their layout, are written
 atomically, and a file that does not parse is never touched. What is left afterwards is what validate reports for
 the target release.
 """
@@ -19,7 +19,7 @@ from vllm_repo.repository import discover
 from vllm_repo.upgrade.migrate import DefaultChange, KeyChange, Migration, plan_migration, written_for
 
 if TYPE_CHECKING:
-    from vllm_repo.validate.fixes import FixPlan
+    from vllm_repo.diagnostics.fixes import FixPlan
     from vllm_repo.validate.runner import ValidationResult
 
 __all__ = [
@@ -80,8 +80,8 @@ def upgrade_paths(
     """Migrate every model.json of the vLLM-backend models under ``paths`` to the target release (``write``; else
     only plan it, for a diff). ``from_version``: the release the files were written for, else, per file, the newest
     release that knows its keys."""
+    from vllm_repo.diagnostics.fixes import plan
     from vllm_repo.schema.loader import choose_schema_version, load_schema
-    from vllm_repo.validate.fixes import plan
     from vllm_repo.validate.runner import validate_paths
 
     target, reason = resolve_target(to, to_container)

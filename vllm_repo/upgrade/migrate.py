@@ -12,10 +12,10 @@ import dataclasses
 import json
 from typing import Any
 
+from vllm_repo.diagnostics.fixes import Fix, TextEdit, remove_json_keys
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.history import Replacement, explain_deprecated_key, releases_with, replacement_for
 from vllm_repo.schema.loader import EngineArgsSchema, bundled_release_key, bundled_versions
-from vllm_repo.validate.fixes import Fix, TextEdit, remove_json_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,86 +84,119 @@ def plan_migration(
 ) -> Migration:
     """The migration of one parsed model.json (a JSON object without repeated keys) from ``source`` to ``target``."""
     data: dict[str, Any] = doc.data
-    changes: list[KeyChange] = []
-    edits: list[TextEdit] = []
-    removed: list[str] = []
-    nested: dict[str, list[tuple[str, Replacement]]] = {}
     to = target.vllm_version
+    keys = _KeyMigration(doc, target)
     for key, value in data.items():
-        if key in target.fields:
-            note = explain_deprecated_key(key, to)
-            if note:
-                changes.append(KeyChange(key, "note", note))
-            continue
-        found = releases_with(key)
-        if not found:
-            continue  # in no bundled release: a typo, which validate reports with a suggestion
-        if all(bundled_release_key(v) > bundled_release_key(to) for v in found):
-            changes.append(KeyChange(key, "manual", f"exists only from vLLM {found[0]}; remove it to run vLLM {to}"))
-            continue
-        replacement = replacement_for(key)
-        if replacement is None or replacement.new not in target.fields:
-            removed.append(key)
-            changes.append(KeyChange(key, "removed", f"vLLM {to} has no `{key}` and nothing replaces it"))
-            continue
-        new = replacement.new
-        if replacement.nest is not None:
-            nested.setdefault(new, []).append((key, replacement))
-            continue
-        if replacement.values is not None:
-            listed, mapped = replacement.carried(value)
-            if not listed:
-                changes.append(KeyChange(key, "manual", f"use `{new}` ({replacement.how}); no rule for {value!r}"))
-            elif mapped is None:
-                removed.append(key)
-                changes.append(KeyChange(key, "removed", f"{json.dumps(value)} was the default; `{new}` needs none"))
-            elif new in data:
-                changes.append(KeyChange(key, "manual", f"becomes `{new}`, which the file already sets"))
-            else:
-                spans = doc.key_spans[key]
-                edits.append(TextEdit(doc.path, spans[0], json.dumps(new)))
-                edits.append(TextEdit(doc.path, spans[1], json.dumps(mapped)))
-                changes.append(KeyChange(key, "rewritten", f'"{new}": {json.dumps(mapped)} ({replacement.how})'))
-            continue
-        if not replacement.plain:
-            changes.append(KeyChange(key, "manual", f"use `{new}` ({replacement.how})"))
-        elif new in data:
-            if data[new] == value:
-                removed.append(key)
-                changes.append(KeyChange(key, "removed", f"`{new}` already says the same"))
-            else:
-                changes.append(KeyChange(key, "manual", f"renamed `{new}`, which the file already sets differently"))
-        else:
-            edits.append(TextEdit(doc.path, doc.key_spans[key][0], json.dumps(new)))
-            changes.append(KeyChange(key, "renamed", f"renamed `{new}`"))
-    for new, olds in nested.items():
-        merged, problem = _merged_object(data, new, olds)
-        if problem:
-            changes.extend(KeyChange(old, "manual", problem) for old, _ in olds)
-            continue
-        if new in data:  # written into the object the file has, the old keys go
-            edits.append(TextEdit(doc.path, doc.key_spans[new][1], json.dumps(merged)))
-            removed.extend(old for old, _ in olds)
-        else:  # the first old key becomes the new one, the others go
-            first = olds[0][0]
-            edits.append(TextEdit(doc.path, doc.key_spans[first][0], json.dumps(new)))
-            edits.append(TextEdit(doc.path, doc.key_spans[first][1], json.dumps(merged)))
-            removed.extend(old for old, _ in olds[1:])
-        for old, replacement in olds:
-            changes.append(KeyChange(old, "moved", f'into `{new}` as "{replacement.nest}"'))
-    edits.extend(remove_json_keys(doc, removed))
+        keys.carry(key, value)
+    keys.merge_nested()
+    edits = [*keys.edits, *remove_json_keys(doc, keys.removed)]
     fix = None
     if edits:
-        fix = Fix(f"migrate to vLLM {to}: " + ", ".join(c.key for c in changes if c.action != "note"), tuple(edits))
+        fix = Fix(
+            f"migrate to vLLM {to}: " + ", ".join(c.key for c in keys.changes if c.action != "note"), tuple(edits)
+        )
     return Migration(
         doc=doc,
         source=source.vllm_version,
         source_reason=source_reason,
         target=to,
-        changes=changes,
+        changes=keys.changes,
         defaults=changed_defaults(data, source, target),
         fix=fix,
     )
+
+
+@dataclasses.dataclass
+class _KeyMigration:
+    """The keys of one model.json carried to ``target``: what happens to each, the edits, the keys to remove."""
+
+    doc: JsonDocument
+    target: EngineArgsSchema
+    changes: list[KeyChange] = dataclasses.field(default_factory=list)
+    edits: list[TextEdit] = dataclasses.field(default_factory=list)
+    removed: list[str] = dataclasses.field(default_factory=list)
+    # By new key, the old keys that move into its object (merged once every key is read).
+    nested: dict[str, list[tuple[str, Replacement]]] = dataclasses.field(default_factory=dict)
+
+    def change(self, key: str, action: str, detail: str) -> None:
+        self.changes.append(KeyChange(key, action, detail))
+
+    def remove(self, key: str, detail: str) -> None:
+        self.removed.append(key)
+        self.change(key, "removed", detail)
+
+    def carry(self, key: str, value: Any) -> None:
+        """One key of the file: kept, or carried over by the key history."""
+        to = self.target.vllm_version
+        if key in self.target.fields:
+            note = explain_deprecated_key(key, to)
+            if note:
+                self.change(key, "note", note)
+            return
+        found = releases_with(key)
+        if not found:
+            return  # in no bundled release: a typo, which validate reports with a suggestion
+        if all(bundled_release_key(v) > bundled_release_key(to) for v in found):
+            self.change(key, "manual", f"exists only from vLLM {found[0]}; remove it to run vLLM {to}")
+            return
+        replacement = replacement_for(key)
+        if replacement is None or replacement.new not in self.target.fields:
+            self.remove(key, f"vLLM {to} has no `{key}` and nothing replaces it")
+        elif replacement.nest is not None:
+            self.nested.setdefault(replacement.new, []).append((key, replacement))
+        elif replacement.values is not None:
+            self._map_value(key, value, replacement)
+        else:
+            self._rename(key, value, replacement)
+
+    def _map_value(self, key: str, value: Any, replacement: Replacement) -> None:
+        """A key replaced by another whose values the history maps from the old ones."""
+        new, data = replacement.new, self.doc.data
+        listed, mapped = replacement.carried(value)
+        if not listed:
+            self.change(key, "manual", f"use `{new}` ({replacement.how}); no rule for {value!r}")
+        elif mapped is None:
+            self.remove(key, f"{json.dumps(value)} was the default; `{new}` needs none")
+        elif new in data:
+            self.change(key, "manual", f"becomes `{new}`, which the file already sets")
+        else:
+            spans = self.doc.key_spans[key]
+            self.edits.append(TextEdit(self.doc.path, spans[0], json.dumps(new)))
+            self.edits.append(TextEdit(self.doc.path, spans[1], json.dumps(mapped)))
+            self.change(key, "rewritten", f'"{new}": {json.dumps(mapped)} ({replacement.how})')
+
+    def _rename(self, key: str, value: Any, replacement: Replacement) -> None:
+        """A key renamed (plainly, or in a way the user carries over)."""
+        new, data = replacement.new, self.doc.data
+        if not replacement.plain:
+            self.change(key, "manual", f"use `{new}` ({replacement.how})")
+        elif new in data:
+            if data[new] == value:
+                self.remove(key, f"`{new}` already says the same")
+            else:
+                self.change(key, "manual", f"renamed `{new}`, which the file already sets differently")
+        else:
+            self.edits.append(TextEdit(self.doc.path, self.doc.key_spans[key][0], json.dumps(new)))
+            self.change(key, "renamed", f"renamed `{new}`")
+
+    def merge_nested(self) -> None:
+        """The old keys that move into one new key's object, written as that object."""
+        doc, data = self.doc, self.doc.data
+        for new, olds in self.nested.items():
+            merged, problem = _merged_object(data, new, olds)
+            if problem:
+                self.changes.extend(KeyChange(old, "manual", problem) for old, _ in olds)
+                continue
+            if new in data:  # written into the object the file has, the old keys go
+                self.edits.append(TextEdit(doc.path, doc.key_spans[new][1], json.dumps(merged)))
+                self.removed.extend(old for old, _ in olds)
+            else:  # the first old key becomes the new one, the others go
+                first = olds[0][0]
+                self.edits.append(TextEdit(doc.path, doc.key_spans[first][0], json.dumps(new)))
+                self.edits.append(TextEdit(doc.path, doc.key_spans[first][1], json.dumps(merged)))
+                self.removed.extend(old for old, _ in olds[1:])
+            for old, replacement in olds:
+                self.change(old, "moved", f'into `{new}` as "{replacement.nest}"')
 
 
 def _merged_object(

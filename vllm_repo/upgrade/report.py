@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_repo.validate.diagnostics import display_path
+from vllm_repo.diagnostics.diagnostic import display_path
 
 if TYPE_CHECKING:
     from vllm_repo.upgrade import UpgradeResult

@@ -2,7 +2,7 @@
 
 The pipeline, one module a step: vllm_repo.repository finds and loads the files, rules/ (registered in
 rules/__init__.py, one module per code family) check them, runner.py collects the findings into a
-ValidationResult, reporters.py prints it as text, JSON or GitHub annotations. Usable from Python::
+ValidationResult, vllm_repo.diagnostics.reporters prints it as text, JSON or GitHub annotations. Usable from Python::
 
     from vllm_repo.validate import validate_paths
     result = validate_paths(["model_repository"], vllm_version="0.32.0")
@@ -10,7 +10,6 @@ ValidationResult, reporters.py prints it as text, JSON or GitHub annotations. Us
 """
 
 from vllm_repo.repository import PathError
-from vllm_repo.validate.diagnostics import Diagnostic, Severity
 from vllm_repo.validate.runner import ValidationResult, fix_paths, validate_paths
 
-__all__ = ["Diagnostic", "PathError", "Severity", "ValidationResult", "fix_paths", "validate_paths"]
+__all__ = ["PathError", "ValidationResult", "fix_paths", "validate_paths"]

@@ -9,12 +9,12 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from vllm_repo.diagnostics.diagnostic import Diagnostic, Severity, count_by_severity, display_path
+from vllm_repo.diagnostics.fixes import FixPlan, plan
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelRepository, discover
 from vllm_repo.schema.loader import VersionChoice, choose_schema_version, load_schema
 from vllm_repo.settings import resolve_settings
-from vllm_repo.validate.diagnostics import Diagnostic, Severity, display_path
-from vllm_repo.validate.fixes import FixPlan, plan
 from vllm_repo.validate.rules import CheckContext, Finding, Rule, all_rules
 
 
@@ -29,12 +29,9 @@ class ValidationResult:
         return any(d.severity is Severity.ERROR for d in self.diagnostics)
 
     def counts(self) -> dict[str, int]:
-        counts = {s.value: 0 for s in Severity}
-        for d in self.diagnostics:
-            counts[d.severity.value] += 1
-        return counts
+        return count_by_severity(self.diagnostics)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {
             **self.counts(),
             "models": len(self.models),
@@ -42,6 +39,22 @@ class ValidationResult:
             "vllm_version_reason": self.vllm_version.reason,
             "vllm_version_note": self.vllm_version.note,
         }
+
+    def summary_lines(self, brief: bool) -> list[str]:
+        c = self.counts()
+        if brief:
+            return [
+                f"vllm-repo: {c['error']} error(s), {c['warning']} warning(s) (vLLM {self.vllm_version.schema_version})"
+            ]
+        models = len(self.models)
+        lines = [
+            f"vllm-repo: {models} model{'s' if models != 1 else ''} checked against vLLM "
+            f"{self.vllm_version.schema_version} EngineArgs ({self.vllm_version.reason}): "
+            f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info"
+        ]
+        if self.vllm_version.note:
+            lines.append(f"vllm-repo: note: {self.vllm_version.note}")
+        return lines
 
 
 def validate_paths(

@@ -2,6 +2,22 @@
 (vLLM's engine arguments), ``<version>/multi_lora.json`` (the LoRA adapters), and the GPUs the instance gets.
 
 Every problem is a BackendConfigError naming the file, the key and what to do, before any engine starts.
+
+config.pbtxt parameters:
+  REPORT_CUSTOM_METRICS     "true": vLLM's metrics (vllm:*) on Triton's metrics endpoint, unless model.json says
+                            "disable_log_stats": true; a histogram's series as counters, reported a bounded number of
+                            times a second (metrics_report.py)
+  REPORT_HISTOGRAMS_PER_VALUE  "true": the histograms as Triton histogram metrics, one round trip to the server per
+                            value (as Triton's own vLLM backend: its `# TYPE ... histogram` lines, a cost that grows
+                            with the tokens per second)
+  ENABLE_VLLM_HEALTH_CHECK  "true": unload the model when the engine dies (needs explicit model control)
+  STREAM_ONE_RESPONSE_PER_TOKEN  "true": a stream's merged outputs split into one response per token
+  DEFAULT_MAX_TOKENS        max_tokens when a request gives none (default: the rest of the context window,
+                            never vLLM's silent 16)
+  ENGINE_PROCESS            "true": vLLM's AsyncLLM (and its OpenAI app) in a process of its own, the stub relaying
+                            (engine_link.py): for many concurrent streams; everything else as without it. Left out:
+                            on for a KIND_GPU instance, off for KIND_CPU and KIND_MODEL (engine_link.wanted)
+  GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
 """
 
 from __future__ import annotations
@@ -13,9 +29,37 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from . import contract
 from .contract import ENGINE_ARGS_FILE, LORA_FILE
 from .errors import BackendConfigError, RequestError, did_you_mean
 from .native import parse_bool
+
+
+def auto_complete(auto_complete_model_config: Any) -> Any:
+    """Fill the backend's contract into a minimal config.pbtxt: inputs and outputs that are missing, decoupled
+    transaction policy, max_batch_size 0 (vLLM batches by itself). Listed tensors with a contradicting type are
+    an error naming the tensor."""
+    config = auto_complete_model_config.as_dict()
+    for kind, tensors, existing, add in (
+        ("input", contract.INPUTS, config.get("input", []), auto_complete_model_config.add_input),
+        ("output", contract.OUTPUTS, config.get("output", []), auto_complete_model_config.add_output),
+    ):
+        listed = {t["name"]: t for t in existing}
+        for name, data_type, dims, optional in tensors:
+            if name in listed:
+                have = listed[name].get("data_type")
+                if have not in (None, "TYPE_INVALID", data_type):
+                    raise ValueError(
+                        f"config.pbtxt {kind} '{name}' has data_type {have}; the vLLM backend needs {data_type}"
+                    )
+                continue
+            entry: dict[str, Any] = {"name": name, "data_type": data_type, "dims": list(dims)}
+            if kind == "input":
+                entry["optional"] = optional
+            add(entry)
+    auto_complete_model_config.set_model_transaction_policy({"decoupled": True})
+    auto_complete_model_config.set_max_batch_size(0)
+    return auto_complete_model_config
 
 
 def config_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:

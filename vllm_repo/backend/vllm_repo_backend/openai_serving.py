@@ -4,6 +4,25 @@ model's engine: in the stub's process (model.py) or, with ENGINE_PROCESS, in the
 Where an answer's bytes go is the caller's: they collect in the request's joiner (openai_wire.SseJoiner) and
 ``pump(job)`` sends what is pending, one Triton response in flight at a time. A streamed 200 answer whose gateway
 named its stream socket goes there instead, in frames, and only its status goes through Triton at the end.
+
+OpenAI requests (what an OpenAI gateway forwards, one Triton request per HTTP request):
+  input   openai_request (STRING [1]): UTF-8 JSON {"endpoint": one of OPENAI_ENDPOINTS ("/v1/chat/completions",
+          "/v1/completions", "/v1/responses", "/v1/messages", "/tokenize", ..., or OPENAI_ID_ENDPOINTS'
+          "/v1/responses/ID"; a query string may follow "?"), "body": {...}, "headers": [[NAME, VALUE], ...]} (body:
+          the client's JSON object, or a string of its raw body; none for a GET; headers: the client's). With it,
+          every other input is ignored (text_input is still required: send "").
+  outputs openai_status (INT32 [1], the HTTP status, on every response), openai_response (STRING [1], bytes to write
+          to the HTTP body as they are)
+  vLLM's own OpenAI app answers them, built as ``vllm serve`` builds it (its argument parser, build_app,
+  init_app_state) on this model's engine at load (with openai.json, or VLLM_REPO_OPENAI_AT_LOAD=1 in the server's
+  environment, which launch --openai-port sets), else when the first one arrives: the served model is its name,
+  the LoRA adapters of multi_lora.json are its lora_modules, and ``<version>/openai.json`` ({vllm serve frontend
+  option: value}, e.g. chat_template, relative to the version directory, tool_call_parser, response_role) is checked
+  with vLLM's parser at load. A complete answer is one final response; a stream (``"stream": true``) sends the SSE
+  bytes as vLLM yields them, joining chunks that wait while a response is in flight, the final flag on the last.
+  With ``"stream_to": {"socket": PATH, "id": N}`` in the envelope (a gateway on this host), a streamed 200 answer's
+  bytes go to that Unix socket as frames of stream N instead, and the final response carries the status alone;
+  a socket that cannot be reached, or that does not say the gateway's hello first, is not written to.
 """
 
 from __future__ import annotations
@@ -17,7 +36,10 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from . import contract, environment, jobs, log, openai_app, openai_wire
+from . import contract, environment, hops, jobs, log, openai_app, openai_wire
+
+# The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
+_hop, _no_hop = hops.hop, hops.off
 
 # How long vLLM's app has to end an OpenAI request after it was told the client went away, before its task is
 # cancelled.
@@ -132,6 +154,8 @@ class OpenAIServing:
     async def serve(self, job: jobs.OpenAIJob) -> None:
         """Answer ``job`` with vLLM's app; its bytes go out through ``pump(job)``, or to its gateway's stream socket."""
         sent_body = False
+        if _hop is not _no_hop:
+            _hop("B2", job.stream_to.id if job.stream_to is not None else -1)
 
         async def receive() -> dict[str, Any]:
             nonlocal sent_body
@@ -145,6 +169,8 @@ class OpenAIServing:
             if job.cancel_reason is not None:
                 return  # what the app answers once the client went away goes nowhere
             if message["type"] == "http.response.start":
+                if _hop is not _no_hop:
+                    _hop("B3", job.stream_to.id if job.stream_to is not None else -1)
                 job.status = int(message["status"])
                 headers = dict(message.get("headers") or ())
                 job.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
@@ -187,35 +213,47 @@ class OpenAIServing:
                     raise asyncio.CancelledError
         except asyncio.CancelledError:
             # The app ended at the disconnect, or its task was cancelled: vLLM's generator closed, aborting the request.
-            reason = job.cancel_reason or "request was cancelled"
-            code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
-            if code == "CANCELLED":
-                log.info(f"[vllm] request {job.request_id} cancelled by the client: aborted in the engine")
-                log.info(f"[vllm] Successfully cancelled the request {job.request_id}")
-            job.error = (reason, code)
-            job.joiner.pending.clear()
+            self._ended_by_cancel(job)
         except Exception as exc:
             # vLLM's app answers its own errors; this is one it let through (e.g. a failing middleware).
-            log.error(f"[vllm] OpenAI request {job.endpoint} failed: {traceback.format_exc()}")
-            message = f"{type(exc).__name__}: {exc}"
-            if job.status is None:
-                job.status = 500
-                job.joiner.push(openai_wire.openai_error_body(message, 500, "InternalServerError"))
-            elif job.streaming and not job.body_complete:
-                self._end_failed_stream(job, message)
+            self._ended_by_error(job, exc)
         finally:
-            job.disconnected.set()
-            if job.status is None:
-                job.status = 500
-                job.joiner.push(
-                    openai_wire.openai_error_body("vLLM's OpenAI layer gave no response", 500, "InternalServerError")
-                )
-            job.joiner.finish()
-            if job.stream_link is not None:
-                job.stream_link.flush()  # the stream's last frames go before its final response
-            if link is not None:
-                link.detach(stream_id)
-            self.pump(job)
+            self._close(job, link, stream_id if link is not None else None)
+
+    @staticmethod
+    def _ended_by_cancel(job: jobs.OpenAIJob) -> None:
+        reason = job.cancel_reason or "request was cancelled"
+        code = "CANCELLED" if reason == "request was cancelled" else "UNAVAILABLE"
+        if code == "CANCELLED":
+            log.info(f"[vllm] request {job.request_id} cancelled by the client: aborted in the engine")
+            log.info(f"[vllm] Successfully cancelled the request {job.request_id}")
+        job.error = (reason, code)
+        job.joiner.pending.clear()
+
+    def _ended_by_error(self, job: jobs.OpenAIJob, exc: Exception) -> None:
+        log.error(f"[vllm] OpenAI request {job.endpoint} failed: {traceback.format_exc()}")
+        message = f"{type(exc).__name__}: {exc}"
+        if job.status is None:
+            job.status = 500
+            job.joiner.push(openai_wire.openai_error_body(message, 500, "InternalServerError"))
+        elif job.streaming and not job.body_complete:
+            self._end_failed_stream(job, message)
+
+    def _close(self, job: jobs.OpenAIJob, link: openai_wire.StreamLink | None, stream_id: int | None) -> None:
+        """The answer's end, whatever ended it: a status (500 where the app gave none), the stream's last frames, the
+        final response."""
+        job.disconnected.set()
+        if job.status is None:
+            job.status = 500
+            job.joiner.push(
+                openai_wire.openai_error_body("vLLM's OpenAI layer gave no response", 500, "InternalServerError")
+            )
+        job.joiner.finish()
+        if job.stream_link is not None:
+            job.stream_link.flush()  # the stream's last frames go before its final response
+        if link is not None and stream_id is not None:
+            link.detach(stream_id)
+        self.pump(job)
 
     def _end_failed_stream(self, job: jobs.OpenAIJob, message: str) -> None:
         """A streamed answer whose app failed after it began ends as vLLM's own generators end a failing stream
@@ -233,6 +271,8 @@ class OpenAIServing:
     ) -> None:
         """A streamed response's bytes to the gateway's socket (``job.stream_link``, ``job.stream_to.id``): a frame,
         no round trip. The Triton final response (the status, no bytes) follows the END frame once the app returns."""
+        if _hop is not _no_hop:
+            _hop("B4", stream_id)
         if link.closed:  # the gateway went away: nobody reads this stream any more
             self.cancel(job, "the OpenAI gateway's stream socket closed")
             return

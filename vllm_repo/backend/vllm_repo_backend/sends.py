@@ -15,15 +15,15 @@ import numpy as np
 from . import log, native, stub
 
 # Threads that send the responses between a native request's first and its final (SendThread), each request on one
-# of them. The server answers sends from a pool of threads, but on the H200 two or four of these gave no more than one
-# (0.92-0.93x raw at 256 streams either way): each is one more thread for the GIL. A request's first and final
-# responses go out from threads of their own (EDGE_SEND_THREADS), never queued behind other streams' tokens: a client
-# waits on each.
+# of them. The server answers sends from a pool of threads, but two or four of these gave no more than one: each is
+# one more thread for the GIL (bench/results/backend.md, "The backend's settings, measured"). A request's first and
+# final responses go out from threads of their own (EDGE_SEND_THREADS), never queued behind other streams' tokens: a
+# client waits on each.
 STREAM_SEND_THREADS = 1
 
 # Threads that send requests' first and final responses, each request's on one of them. With one, a burst of requests
-# queued their first responses behind each other, one round trip and one wait for the GIL apiece: on the H200 the
-# 512th stream's first token waited about half a second for it. Several overlap their round trips to the server, and
+# queued their first responses behind each other, one round trip and one wait for the GIL apiece, and the last
+# streams' first tokens waited for all of them (same section). Several overlap their round trips to the server, and
 # one that gets the GIL back finds the others' sends ready to go.
 EDGE_SEND_THREADS = 4
 
@@ -35,10 +35,10 @@ SETTLE_BATCH = 16
 class SendThread:
     """The thread that sends responses off the engine loop, each after every one submitted before it.
 
-    A send is a synchronous round trip to the server (0.2-0.5 ms on the H200 under load) in which the calling thread
-    can do nothing else. Made on the engine loop, every send stalled every stream; worse, vLLM's output handler yields
-    to the loop between chunks of VLLM_V1_OUTPUT_PROC_CHUNK_SIZE (128) outputs, so above 128 streams each stream woke
-    for each token, and each token cost a send: 0.36x raw AsyncLLM's throughput at 256 streams on the H200. Here the
+    A send is a synchronous round trip to the server in which the calling thread can do nothing else. Made on the
+    engine loop, every send stalled every stream; worse, vLLM's output handler yields to the loop between chunks of
+    VLLM_V1_OUTPUT_PROC_CHUNK_SIZE (128) outputs, so above 128 streams each stream woke for each token, and each token
+    cost a send (the figures: bench/results/backend.md, "The backend's settings, measured"). Here the
     loop only queues. A native stream reads its next output from vLLM once its last response is sent (``done``), and
     vLLM's collector merges whatever the engine made meanwhile into that output, so responses per request fall as the
     load rises, whatever vLLM's chunk size. A request has one send in flight at a time, so its responses keep their

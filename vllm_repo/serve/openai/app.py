@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import secrets
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -21,6 +22,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from vllm_repo.backend.vllm_repo_backend import hops
 from vllm_repo.backend.vllm_repo_backend.contract import (
     OPENAI_MODEL_ENDPOINTS,
     STREAM_FRAME_DATA,
@@ -31,6 +33,9 @@ from vllm_repo.serve.openai.catalog import ModelCatalog
 from vllm_repo.serve.openai.cors import NO_CORS, CorsPolicy
 from vllm_repo.serve.openai.stream_socket import StreamInbox, StreamSocket
 from vllm_repo.serve.openai.triton import Chunk, TritonOpenAIClient, TritonUnavailable
+
+# The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
+_hop, _no_hop = hops.hop, hops.off
 
 # The paths vllm serve's --api-key guards (its AuthenticationMiddleware): everything under /v1, never /health.
 GUARDED_PREFIX = "/v1"
@@ -372,6 +377,8 @@ class OpenAIGateway:
         return web.json_response({"object": "list", "data": self.catalog.cards})
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
+        if _hop is not _no_hop:
+            request["hops_handler_ns"] = time.monotonic_ns()
         raw = await request.read()
         try:
             body: Any = json.loads(raw)
@@ -454,6 +461,9 @@ class OpenAIGateway:
         complete once Triton's final response is in and, if the bytes took the socket, its END frame too."""
 
         shared = model in self._socket_readers
+        if _hop is not _no_hop:
+            _hop("G0", inbox.id, relay.request.get("hops_handler_ns", 0))
+            _hop("G1", inbox.id)
 
         async def from_triton() -> None:
             try:
@@ -486,7 +496,11 @@ class OpenAIGateway:
                     await relay.begin()
                 elif kind == STREAM_FRAME_DATA:
                     socket_used = True
+                    if _hop is not _no_hop:
+                        _hop("G3", inbox.id)
                     await relay.from_socket(item)
+                    if _hop is not _no_hop:
+                        _hop("G4", inbox.id)
                 elif kind == STREAM_FRAME_END:
                     socket_used = socket_done = True
         finally:

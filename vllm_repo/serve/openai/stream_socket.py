@@ -30,6 +30,7 @@ import shutil
 import struct
 import tempfile
 
+from vllm_repo.backend.vllm_repo_backend import hops
 from vllm_repo.backend.vllm_repo_backend.contract import (
     STREAM_FRAME_CANCEL,
     STREAM_FRAME_DATA,
@@ -40,6 +41,8 @@ from vllm_repo.backend.vllm_repo_backend.contract import (
 )
 
 FRAME_HEADER = struct.Struct(STREAM_FRAME_HEADER)
+# The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
+_hop, _no_hop = hops.hop, hops.off
 # Cancelled stream ids told again to each backend that connects later: one whose request was already on its way.
 RECENT_CANCELS_KEPT = 256
 
@@ -129,6 +132,8 @@ class StreamSocket:
             while True:
                 stream_id, kind, size = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
                 payload = await reader.readexactly(size) if size else b""
+                if _hop is not _no_hop and kind == STREAM_FRAME_DATA:
+                    _hop("GR", stream_id)
                 inbox = self._inboxes.get(stream_id)
                 if inbox is not None and kind in (STREAM_FRAME_START, STREAM_FRAME_DATA, STREAM_FRAME_END):
                     inbox.queue.put_nowait((kind, payload))

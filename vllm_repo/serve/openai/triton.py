@@ -26,12 +26,15 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from vllm_repo.backend.vllm_repo_backend import hops
 from vllm_repo.backend.vllm_repo_backend.contract import (
     OPENAI_REQUEST_INPUT,
     OPENAI_RESPONSE_OUTPUT,
     OPENAI_STATUS_OUTPUT,
 )
 
+# The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
+_hop, _no_hop = hops.hop, hops.off
 # Seconds a readiness or index query may take before Triton counts as unreachable.
 QUERY_TIMEOUT_S = 5.0
 # How soon the channel tries again to reach a Triton it could not connect to (gRPC's default grows to 2 minutes).
@@ -137,6 +140,8 @@ class SharedStream:
         the request goes on in Triton until its backend ends it."""
         stream = self._stream()
         request.id = f"{self._prefix}-{next(self._ids)}"
+        if _hop is not _no_hop:
+            _hop("GI", request.id)
         inbox: asyncio.Queue = asyncio.Queue()
         stream.waiting[request.id] = inbox
         stream.outbox.put_nowait(request)
@@ -171,7 +176,10 @@ class _StreamCall:
 
     async def _requests(self) -> AsyncIterator[Any]:
         while True:
-            yield await self.outbox.get()
+            request = await self.outbox.get()
+            if _hop is not _no_hop:
+                _hop("G2", request.id)
+            yield request
 
     async def _read(self) -> None:
         failure = TritonUnavailable(f"Triton at {self.address} ended the gateway's shared stream")

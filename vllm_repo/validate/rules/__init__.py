@@ -3,8 +3,9 @@
 A rule looks at one model directory (scope "model") or at a whole repository (scope "repository") and yields
 Findings; the runner stamps each with the rule's code and turns it into a Diagnostic. Codes never change meaning,
 and each family has its module: VR1xx layout (vr1_layout), VR2xx config.pbtxt (vr2_config_pbtxt), VR3xx model.json
-(vr3_model_json), VR4xx the model's Hugging Face config (vr4_hf_config), VR5xx across files and models
-(vr5_cross_file), VR6xx memory fit (vr6_memory_fit), VR7xx openai.json (vr7_openai_json).
+(vr3_model_json), VR4xx the model's Hugging Face config (vr4_hf_config), VR5xx across files and models (one module
+per subject: vr5_lora, vr5_placement for the GPUs, vr5_serving), VR6xx memory fit (vr6_memory_fit), VR7xx
+openai.json (vr7_openai_json).
 
 A rule's docstring is its documentation: the first line is the summary `vllm-repo rules` lists (and the table in
 docs/rules.md), the rest what `vllm-repo rules CODE` explains, ending with an example that triggers it.
@@ -24,7 +25,9 @@ def all_rules() -> list[Rule]:
         vr2_config_pbtxt,
         vr3_model_json,
         vr4_hf_config,
-        vr5_cross_file,
+        vr5_lora,
+        vr5_placement,
+        vr5_serving,
         vr6_memory_fit,
         vr7_openai_json,
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.repository import ModelDirectory, VersionDirectory
-from vllm_repo.repository.documents import JsonDocument
+from vllm_repo.repository.documents import JsonDocument, PbtxtDocument
 from vllm_repo.schema.loader import json_type
 from vllm_repo.validate.rules.registry import Finding
 
@@ -26,6 +26,15 @@ def engine_args_objects(model: ModelDirectory) -> Iterator[JsonDocument]:
             yield doc
 
 
+def engine_args_and_config(model: ModelDirectory) -> tuple[JsonDocument, dict[str, Any], PbtxtDocument] | None:
+    """(model.json document, its data, the parsed config.pbtxt document), or None when either is unusable."""
+    doc = model.checked_engine_args()
+    cfg = model.config
+    if doc is None or cfg is None or cfg.config is None:
+        return None
+    return doc, doc.data, cfg
+
+
 def not_one_json_object(doc: JsonDocument, hint: str, example: str) -> Iterator[Finding]:
     """The Finding for a JSON file that does not parse, or holds something other than one object (``example`` shows
     what it should hold)."""
@@ -36,8 +45,8 @@ def not_one_json_object(doc: JsonDocument, hint: str, example: str) -> Iterator[
 
 
 def fixes() -> Any:
-    """vllm_repo.validate.fixes, imported when a finding has a fix to offer: a clean run never pays for it."""
-    from vllm_repo.validate import fixes as module
+    """vllm_repo.diagnostics.fixes, imported when a finding has a fix to offer: a clean run never pays for it."""
+    from vllm_repo.diagnostics import fixes as module
 
     return module
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository.documents import Position
-from vllm_repo.validate.diagnostics import Severity
 
 if TYPE_CHECKING:  # the GPU catalog is imported only when a GPU is named, the fixes only when a finding has one
+    from vllm_repo.diagnostics.fixes import Fix
     from vllm_repo.estimate.gpus import Gpu
     from vllm_repo.schema.loader import EngineArgsSchema
-    from vllm_repo.validate.fixes import Fix
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE, LORA_FILE, ModelDirectory, is_version_name
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import did_you_mean, fixes
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 

@@ -7,9 +7,9 @@ import re
 from collections.abc import Iterator
 
 from vllm_repo.backend.vllm_repo_backend import contract
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import PbtxtDocument
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import did_you_mean, fixes
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 

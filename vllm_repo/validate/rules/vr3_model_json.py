@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from vllm_repo import hf
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import JsonDocument
 from vllm_repo.schema.history import explain_missing_key, replacement_for
 from vllm_repo.schema.loader import EngineArgsSchema, accepts, json_type
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import (
     did_you_mean,
     engine_args_objects,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vllm_repo import hf
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository.engine_settings import read_engine_settings
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import engine_args_objects
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 

@@ -7,15 +7,18 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from vllm_repo import hf
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.errors import UsageError
 from vllm_repo.repository import ModelDirectory, ModelRepository, placement
 from vllm_repo.repository.engine_settings import read_engine_settings
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import count_text, engine_args_objects, vllm_engine_args
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 
 if TYPE_CHECKING:
     from vllm_repo.estimate import MemoryEstimate
+    from vllm_repo.estimate.gpus import Gpu
+    from vllm_repo.estimate.packing import Footprint
+    from vllm_repo.releases.memory_budget import Release
 
 
 @rule("VR601", "does-not-fit", Severity.ERROR)
@@ -227,28 +230,10 @@ def shared_gpu_does_not_fit(repo: ModelRepository, ctx: CheckContext) -> Iterato
     placed = placement.all_instances(repo.models, ctx.schema.default_gpu_memory_utilization)
     if len(placed) < 2 or not any(i.settings.kv_cache_memory_bytes for i in placed):
         return  # fractions only: VR504 adds them up
-    from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
-    from vllm_repo.estimate.pack_advice import packing_advice
-    from vllm_repo.estimate.packing import Footprint, footprint
     from vllm_repo.releases.memory_budget import resolve_release
 
     release, _ = resolve_release(ctx.schema.vllm_version)
-    sizes: dict[tuple[str, int, int], Footprint | None] = {}
-
-    def size(instance: placement.Instance) -> Footprint | None:
-        key = (instance.model.name, instance.group, instance.index)
-        if key not in sizes:
-            settings = instance.settings
-            try:
-                facts = load_model_facts(
-                    settings.model or "", offline=True, revision=settings.revision, base=instance.model.path
-                )
-                facts.arch.check_decoder_shape()
-                sizes[key] = footprint(settings, facts, ctx.gpu, release)  # type: ignore[arg-type]
-            except (ModelFactsError, ArchitectureError, UsageError, ArithmeticError):
-                sizes[key] = None  # VR602 says why it can't be sized; VR601 what vLLM refuses
-        return sizes[key]
-
+    footprints = _Footprints(ctx.gpu, release)
     gpu_ids = set().union(*(i.gpus for i in placed if i.gpus)) | {0}
     reported: set[tuple[str, ...]] = set()
     for gpu in sorted(gpu_ids):
@@ -256,27 +241,70 @@ def shared_gpu_does_not_fit(repo: ModelRepository, ctx: CheckContext) -> Iterato
         names = tuple(sorted(f"{i.model.name}/{i.group}/{i.index}" for i in on_gpu))
         if len(on_gpu) < 2 or names in reported or not any(repo.is_selected(i.model) for i in on_gpu):
             continue
-        sized = [(i, size(i)) for i in on_gpu]
+        sized = [(i, footprints.of(i)) for i in on_gpu]
         known = [(i, f) for i, f in sized if f is not None]
-        total = sum(f.total_bytes for _, f in known)
-        if total <= ctx.gpu.total_bytes or not any(f.absolute for _, f in known):
+        if sum(f.total_bytes for _, f in known) <= ctx.gpu.total_bytes or not any(f.absolute for _, f in known):
             continue
         reported.add(names)
-        first = next(i for i in on_gpu if repo.is_selected(i.model))
-        parts = ", ".join(
-            f"{i.model.name} {f.total_bytes / 2**30:.1f} (KV {f.kv_bytes / 2**30:.1f}"
-            f"{' set' if f.absolute else ' from its fraction'})"
-            for i, f in known
-        )
-        unsized = [i.model.name for i, f in sized if f is None]
-        gpus = ctx.num_gpus or max(gpu_ids) + 1
-        advice = packing_advice(repo.root, ctx.gpu, gpus, ctx.schema.vllm_version)
-        yield Finding(
-            first.engine_args.path,
-            f"GPU {gpu} is shared by {len(on_gpu)} engines whose footprints add up to {total / 2**30:.1f} GiB, more "
-            f"than the {ctx.gpu.name}'s {ctx.gpu.total_bytes / 2**30:.1f} GiB (GiB each: {parts})"
-            + (f"; not counted, unsized: {', '.join(unsized)}" if unsized else "")
-            + ": the last one to load runs out of memory",
-            first.engine_args.position_of("kv_cache_memory_bytes") or first.engine_args.position_of("model"),
-            hint=f"{advice}; or lower kv_cache_memory_bytes, or place the models on different GPUs",
-        )
+        yield _shared_gpu_finding(repo, ctx, gpu, sized, gpus=ctx.num_gpus or max(gpu_ids) + 1)
+
+
+class _Footprints:
+    """Each engine's footprint on a GPU, sized once (None where it can't be sized)."""
+
+    def __init__(self, gpu: Gpu, release: Release) -> None:
+        self.gpu, self.release = gpu, release
+        self._sized: dict[tuple[str, int, int], Footprint | None] = {}
+
+    def of(self, instance: placement.Instance) -> Footprint | None:
+        key = (instance.model.name, instance.group, instance.index)
+        if key not in self._sized:
+            self._sized[key] = self._size(instance)
+        return self._sized[key]
+
+    def _size(self, instance: placement.Instance) -> Footprint | None:
+        from vllm_repo.estimate import ArchitectureError, ModelFactsError, load_model_facts
+        from vllm_repo.estimate.packing import footprint
+
+        settings = instance.settings
+        try:
+            facts = load_model_facts(
+                settings.model or "", offline=True, revision=settings.revision, base=instance.model.path
+            )
+            facts.arch.check_decoder_shape()
+            return footprint(settings, facts, self.gpu, self.release)
+        except (ModelFactsError, ArchitectureError, UsageError, ArithmeticError):
+            return None  # VR602 says why it can't be sized; VR601 what vLLM refuses
+
+
+def _shared_gpu_finding(
+    repo: ModelRepository,
+    ctx: CheckContext,
+    gpu: int,
+    sized: list[tuple[placement.Instance, Footprint | None]],
+    *,
+    gpus: int,
+) -> Finding:
+    """VR603 on the first selected engine of those sharing ``gpu``: the footprints that add up to too much."""
+    from vllm_repo.estimate.pack_advice import packing_advice
+
+    assert ctx.gpu is not None  # the rule runs with a GPU named
+    known = [(i, f) for i, f in sized if f is not None]
+    total = sum(f.total_bytes for _, f in known)
+    first = next(i for i, _ in sized if repo.is_selected(i.model))
+    parts = ", ".join(
+        f"{i.model.name} {f.total_bytes / 2**30:.1f} (KV {f.kv_bytes / 2**30:.1f}"
+        f"{' set' if f.absolute else ' from its fraction'})"
+        for i, f in known
+    )
+    unsized = [i.model.name for i, f in sized if f is None]
+    advice = packing_advice(repo.root, ctx.gpu, gpus, ctx.schema.vllm_version)
+    return Finding(
+        first.engine_args.path,
+        f"GPU {gpu} is shared by {len(sized)} engines whose footprints add up to {total / 2**30:.1f} GiB, more "
+        f"than the {ctx.gpu.name}'s {ctx.gpu.total_bytes / 2**30:.1f} GiB (GiB each: {parts})"
+        + (f"; not counted, unsized: {', '.join(unsized)}" if unsized else "")
+        + ": the last one to load runs out of memory",
+        first.engine_args.position_of("kv_cache_memory_bytes") or first.engine_args.position_of("model"),
+        hint=f"{advice}; or lower kv_cache_memory_bytes, or place the models on different GPUs",
+    )

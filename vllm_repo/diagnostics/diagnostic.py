@@ -1,4 +1,5 @@
-"""The one result type every check produces and every reporter consumes.
+"""The one result type every check produces (validate's rules, doctor's causes, export's findings, init's and
+launch's refusals) and every reporter consumes.
 
 A plain frozen dataclass rather than a pydantic model: validate runs in pre-commit on every commit, and importing
 pydantic would be about a third of its start-up."""
@@ -8,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:  # only the annotation needs it: diagnostics stays a leaf module that every check imports
-    from vllm_repo.validate.fixes import Fix
+    from vllm_repo.diagnostics.fixes import Fix
 
 
 class Severity(str, enum.Enum):
@@ -66,6 +68,14 @@ class Diagnostic:
         """The JSON form (validate --format json)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return {**fields, "severity": self.severity.value, "fix": self.fix.description if self.fix else None}
+
+
+def count_by_severity(diagnostics: Iterable[Diagnostic]) -> dict[str, int]:
+    """How many findings of each severity, every severity named (``{"error": 0, "warning": 2, "info": 0}``)."""
+    counts = {s.value: 0 for s in Severity}
+    for d in diagnostics:
+        counts[d.severity.value] += 1
+    return counts
 
 
 @overload
