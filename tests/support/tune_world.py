@@ -33,10 +33,11 @@ def point(goodput: float) -> dict[str, Any]:
 @pytest.fixture
 def fake_world(tmp_path, monkeypatch):
     """A repository of a config-only model, and the server, launch plan and bench tune uses replaced by stand-ins;
-    returns what they recorded (servers started, bench calls) and the knobs (failures: bench calls that fail)."""
+    returns what they recorded (servers started, bench calls) and the knobs (failures: bench calls that fail; slumps:
+    the goodput a bench call gives instead of its own, by call number)."""
     repo = tmp_path / "repo"
     init_model(repo, str(write_hf_config(tmp_path / "m")), name="llm", max_model_len=512)
-    world: dict[str, Any] = {"servers": 0, "calls": 0, "failures": set(), "clock": Clock()}
+    world: dict[str, Any] = {"servers": 0, "calls": 0, "failures": set(), "slumps": {}, "clock": Clock()}
 
     class Server:
         def __init__(self, *args: Any) -> None:
@@ -57,7 +58,8 @@ def fake_world(tmp_path, monkeypatch):
         world["clock"].now += 60
         if world["calls"] in world["failures"]:
             raise BenchError("the server stopped answering")
-        return types.SimpleNamespace(points=[point(1.0 + world["calls"] / 10)], notes=[], interrupted=False)
+        goodput = world["slumps"].get(world["calls"], 1.0 + world["calls"] / 10)
+        return types.SimpleNamespace(points=[point(goodput)], notes=[], interrupted=False)
 
     plan = types.SimpleNamespace(python=types.SimpleNamespace(vllm_version="0.32.0"), notes=[], env={})
     monkeypatch.setattr("vllm_repo.serve.launch_plan.prepare_launch", lambda *a, **k: plan)

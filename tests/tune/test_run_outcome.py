@@ -24,6 +24,25 @@ def test_a_best_the_budget_left_unconfirmed_is_not_written_and_the_run_says_so(f
     assert json.loads(written.paths[0].read_text())["written"] is None
 
 
+def test_a_best_left_unconfirmed_when_the_confirmations_are_spent_is_not_written_and_the_run_says_why(fake_world):
+    measured = tune_run.tune(spec(fake_world)).evidence.measurements  # the last of them is the confirmation
+    fake_world["calls"] = 0
+    # The best measured again falls below the next best, which was measured once: --confirm 1 is spent.
+    fake_world["slumps"] = {measured: 0.5}
+    result = tune_run.tune(spec(fake_world))
+    assert result.evidence.stopped is None and result.winner is None and result.evidence.confirmed is False
+    (note,) = [n for n in result.evidence.notes if "measured once" in n]
+    assert "confirmation(s) of --confirm 1 were spent" in note and "--confirm 2 measures it again" in note
+    assert "budget" not in note
+    assert "the confirmations were spent before the best was measured again" in to_text(result.evidence)
+    # What the note says to do does it: with one more confirmation the new best is measured again and written.
+    fake_world["calls"] = 0
+    result = tune_run.tune(spec(fake_world, confirm=2))
+    assert result.evidence.confirmed is True and result.winner is not None
+    (record,) = [c for c in result.evidence.candidates if c.name == result.winner.name]
+    assert len(record.runs) == 2
+
+
 def test_a_confirmed_best_is_written(fake_world):
     result = tune_run.tune(spec(fake_world))
     assert result.evidence.confirmed is True and result.winner is not None

@@ -102,6 +102,8 @@ def to_text(evidence: TuneEvidence) -> str:
         lines.append("the time budget was spent: the search stopped there, the winner is the best measured")
     elif evidence.stopped == "interrupted":
         lines.append("interrupted: the candidates above are those measured before the stop; nothing was written")
+    elif evidence.winner is not None and not evidence.confirmed:
+        lines.append("the confirmations were spent before the best was measured again: --write does not take it")
     return "\n".join(lines)
 
 

@@ -342,14 +342,26 @@ class TuneRun:
             not search.confirmations or len(search.repeats.get(winner.key(), ())) > 1
         )
         if winner is not None and not evidence.confirmed:
-            evidence.notes.append(
-                f"the best, {winner.name}, was measured once: the {stopped or 'search'} ended the run before it was "
-                f"measured again (--confirm {self.spec.confirm}); not written, model.json is kept (more "
-                "--budget-minutes confirms it; --confirm 0 takes a best measured once)"
-            )
+            evidence.notes.append(self._unconfirmed_note(winner.name, stopped))
             winner = None
         interrupted = stopped == "interrupted"
         return TuneResult(evidence, self.model, self.version, winner, self.original, interrupted=interrupted)
+
+    def _unconfirmed_note(self, name: str, stopped: str | None) -> str:
+        confirm = self.spec.confirm
+        if stopped == "budget":
+            why = f"the time budget ended the run before it was measured again (--confirm {confirm})"
+            fix = "more --budget-minutes confirms it"
+        else:  # the confirmations were spent: a best measured again fell below it
+            why = (
+                f"the {confirm} confirmation(s) of --confirm {confirm} were spent on candidates whose mean of two "
+                "measurements fell below it"
+            )
+            fix = f"--confirm {confirm + 1} measures it again"
+        return (
+            f"the best, {name}, was measured once: {why}; not written, model.json is kept ({fix}; --confirm 0 takes "
+            "a best measured once)"
+        )
 
     def _evidence(self, search: Search, stopped: str | None) -> TuneEvidence:
         candidates = list(self.records.values())
