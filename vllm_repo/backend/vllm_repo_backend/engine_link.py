@@ -7,7 +7,9 @@ The stub's threads, each with one job, none of them waiting on another:
   sampling parameters, LoRA adapter, as in-process) and passes it on to the engine's process;
 - receiving: reads the engine process's messages, one per loop turn there, and queues each turn's outputs for the
   sender;
-- sending: sends a turn's responses, then tells the engine process which requests may read their next output;
+- sending (SEND_THREADS of them, each request's responses on one, picked by its id): send their part of a turn's
+  responses, then tell the engine process which requests may read their next output; and the final responses that
+  waited for their stats;
 - watching: asks Triton, at most WATCH_CHECKS_PER_S times a second in turn, whether a request was cancelled (the
   engine process then aborts it in the engine), and sees the engine process exit.
 
@@ -54,6 +56,11 @@ def wanted(params: dict[str, str], instance_kind: str) -> bool:
 READY_TIMEOUT_S = 1800.0
 WATCH_INTERVAL_S = 0.1
 WATCH_CHECKS_PER_S = 250  # as in the stub's own watcher (model.py says why)
+# Threads that send the responses. A send is a round trip to the server, answered from its pool of threads, and the
+# stub lets the GIL go while it waits: with one thread a turn's responses went out one after another, and a stream's
+# first and final responses waited behind every other stream's (bench/results/backend.md, "The backend's settings,
+# measured"). Here, unlike the stub's own shape, no engine loop contends for the GIL.
+SEND_THREADS = 4
 # How long finalize waits for the engine's process to stop vLLM before it is killed.
 STOP_TIMEOUT_S = 30.0
 
@@ -105,9 +112,12 @@ class ProcessEngine:
         self.closing = False
         self.dead_reason: str | None = None
         self.sends = 0
+        self._sends_lock = threading.Lock()
         self._post_lock = threading.Lock()
         self._admissions: queue.SimpleQueue = queue.SimpleQueue()
-        self._turns: queue.SimpleQueue = queue.SimpleQueue()
+        # Each send thread's work: a part of a turn (its requests' outputs, in order) or a final response to send.
+        self._send_queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(SEND_THREADS)]
+        self._send_threads: list[threading.Thread] = []
         self._stop_watching = threading.Event()
         self._death_lock = threading.Lock()
         self._log_start = environment.log_size(environment.server_log_file())
@@ -144,14 +154,18 @@ class ProcessEngine:
                 self.accumulator = accumulator
             except Exception as exc:  # e.g. the server runs with metrics off
                 log.warn(f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")
-        threads = (
+        threads = [
             ("vllm-admit", self._admit_loop),
             ("vllm-receive", self._receive_loop),
-            ("vllm-sends", self._send_loop),
             ("vllm-watch", self._watch_loop),
-        )
+        ]
+        for index, work in enumerate(self._send_queues):
+            threads.append((f"vllm-sends-{index}", functools.partial(self._send_loop, work)))
         for name, target in threads:
-            threading.Thread(target=target, name=name, daemon=True).start()
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            if name.startswith("vllm-sends"):
+                self._send_threads.append(thread)
         return answer
 
     def _connect(self, address: str, authkey: bytes) -> Connection:
@@ -193,10 +207,13 @@ class ProcessEngine:
         except subprocess.TimeoutExpired:
             log.warn(f"[vllm] the engine's process had not stopped after {STOP_TIMEOUT_S:g} s: killed")
             self._kill()
-        self._turns.put(None)
-        self.conn.close()
         if self.metrics is not None:
-            self.metrics.stop()  # after the final responses it holds (released without stats now)
+            self.metrics.stop()  # the final responses it holds go to the send threads (without stats now)
+        for work in self._send_queues:
+            work.put(None)  # after what is queued
+        for thread in self._send_threads:
+            thread.join(timeout=10)
+        self.conn.close()
         shutil.rmtree(self._dir, ignore_errors=True)
         log.info(f"[vllm] {self.sends} responses sent")
 
@@ -275,18 +292,39 @@ class ProcessEngine:
                 if message[2] is not None and self.accumulator is not None:
                     self.accumulator.merge(message[2])  # before the turn's final responses are held for them
                 if message[1]:
-                    self._turns.put(message[1])
+                    self._dispatch(message[1])
             elif message[0] == "dead":
                 self._on_dead()
         if not self.closing:
             self._on_dead(gone=True)
 
-    def _send_loop(self) -> None:
-        log.name_os_thread("vllm-sends")
-        while (turn := self._turns.get()) is not None:
-            sent = [key for key, output, end in turn if self._deliver(key, output, end)]
+    def _send_queue(self, key: str) -> queue.SimpleQueue:
+        """The queue of the send thread that sends request ``key``'s responses: always the same one, so they keep
+        their order (the engine's process has one output of a request in flight, but an end can follow it)."""
+        return self._send_queues[hash(key) % len(self._send_queues)]
+
+    def _dispatch(self, turn: list) -> None:
+        """A turn's outputs, each to its request's send thread."""
+        parts: dict[int, tuple[queue.SimpleQueue, list]] = {}
+        for item in turn:
+            work = self._send_queue(item[0])
+            parts.setdefault(id(work), (work, []))[1].append(item)
+        for work, part in parts.values():
+            work.put(part)
+
+    def _send_loop(self, work: queue.SimpleQueue) -> None:
+        log.name_os_thread(threading.current_thread().name)
+        while (part := work.get()) is not None:
+            if callable(part):  # a final response that waited for its stats
+                part()
+                continue
+            sent = [key for key, output, end in part if self._deliver(key, output, end)]
             if sent and not self.closing:
                 self._post(("sent", sent))
+
+    def _counted(self) -> None:
+        with self._sends_lock:
+            self.sends += 1
 
     def _deliver(self, key: str, output: Any, end: tuple[str, str] | None) -> bool:
         """Send one output's response, or a request's end; True where the request goes on."""
@@ -315,11 +353,13 @@ class ProcessEngine:
         try:
             response = sends.native_response(job.options, output, first)
             if final and self.accumulator is not None:
-                # Sent by the metrics thread once this request's stats are reported (metrics.py says why).
-                self.accumulator.send_final_after_stats(key, functools.partial(self._send_final, job, response))
+                # Sent once this request's stats are reported (metrics.py says why): the metrics thread hands it to
+                # this request's send thread, and goes on reporting.
+                send = functools.partial(self._send_final, job, response)
+                self.accumulator.send_final_after_stats(key, functools.partial(self._send_queue(key).put, send))
                 return False
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
-            self.sends += 1
+            self._counted()
         except Exception as exc:  # the client is gone: the engine's process aborts the request
             log.warn(f"[vllm] could not send a response: {exc}")
             if not final:
@@ -336,7 +376,7 @@ class ProcessEngine:
                 sends.openai_response(output.status, output.data),
                 flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.final else 0,
             )
-            self.sends += 1
+            self._counted()
         except Exception as exc:  # the client may be gone: stop generating for it
             log.warn(f"[vllm] could not send an OpenAI response: {exc}")
             if not output.final:
@@ -347,7 +387,7 @@ class ProcessEngine:
     def _send_final(self, job: jobs.Job | jobs.OpenAIJob, response: Any) -> None:
         try:
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            self.sends += 1
+            self._counted()
         except Exception as exc:  # the client is gone: the request has finished anyway
             log.warn(f"[vllm] could not send a final response: {exc}")
 

@@ -1,0 +1,136 @@
+"""ENGINE_PROCESS's send threads, without Triton or vLLM: a turn's responses go out from several threads at once, each
+request's from one thread in order, the engine's process is told which requests may read on, and a final response
+held for its stats goes out from its request's send thread (not the metrics thread), also when the model unloads."""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from typing import Any
+
+import pytest
+
+from vllm_repo.backend.vllm_repo_backend import engine_link, jobs, metrics, native, sends, stub
+
+FINAL = 1
+
+
+class Sender:
+    """A response sender whose send is a round trip that lets the GIL go, as the stub's does."""
+
+    def __init__(self, log: list, in_flight: list[int], lock: threading.Lock) -> None:
+        self.log, self.in_flight, self.lock = log, in_flight, lock
+
+    def send(self, response: Any, flags: int = 0) -> None:
+        with self.lock:
+            self.in_flight[0] += 1
+            self.in_flight[1] = max(self.in_flight[1], self.in_flight[0])
+        time.sleep(0.003)
+        with self.lock:
+            self.in_flight[0] -= 1
+            self.log.append((threading.current_thread().name, response, flags))
+
+
+class Conn:
+    def __init__(self) -> None:
+        self.messages: list[tuple] = []
+
+    def send(self, message: tuple) -> None:
+        self.messages.append(message)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    logged: list[str] = []
+    logger = types.SimpleNamespace(log_info=logged.append, log_warn=logged.append, log_error=logged.append)
+    pb_utils = types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=FINAL, Logger=logger)
+    monkeypatch.setattr(stub, "pb_utils", pb_utils)
+    monkeypatch.setattr(sends, "native_response", lambda options, output, first: (output.key, output.index, first))
+    made = engine_link.ProcessEngine("m", "/nonexistent", None, False)  # type: ignore[arg-type]
+    made.conn = Conn()
+    made.child = types.SimpleNamespace(wait=lambda timeout=None: 0, poll=lambda: 0)
+    made._dir = "/nonexistent"
+    made.log, made.in_flight, made.lock = [], [0, 0], threading.Lock()
+    for index, work in enumerate(made._send_queues):
+        thread = threading.Thread(target=made._send_loop, args=(work,), name=f"vllm-sends-{index}", daemon=True)
+        thread.start()
+        made._send_threads.append(thread)
+    yield made
+    for work in made._send_queues:
+        work.put(None)
+
+
+def start(engine: engine_link.ProcessEngine, key: str) -> jobs.Job:
+    sender = Sender(engine.log, engine.in_flight, engine.lock)  # type: ignore[attr-defined]
+    job = jobs.Job(None, sender, key, {}, None, None, native.OutputOptions(stream=True, prepend_prompt=False))
+    engine.live[key] = job
+    return job
+
+
+def output(key: str, index: int, finished: bool = False) -> Any:
+    return types.SimpleNamespace(key=key, index=index, finished=finished)
+
+
+def wait_for(condition: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_a_turns_responses_go_out_from_several_threads_at_once_and_each_requests_in_order_from_one(engine):
+    keys = [f"r{i}" for i in range(32)]
+    for key in keys:
+        start(engine, key)
+    # Three turns, each with every request's next output; the engine's process waits for "sent" between them.
+    for index in range(3):
+        engine._dispatch([(key, output(key, index, finished=index == 2), None) for key in keys])
+        wait_for(lambda expected=32 * (index + 1): len(engine.log) == expected)
+    by_key: dict[str, list[tuple[str, int, bool, int]]] = {}
+    for thread, (key, index, first), flags in engine.log:
+        by_key.setdefault(key, []).append((thread, index, first, flags))
+    for sent in by_key.values():
+        assert [index for _, index, _, _ in sent] == [0, 1, 2]
+        assert [first for _, _, first, _ in sent] == [True, False, False]
+        assert [flags for *_, flags in sent] == [0, 0, FINAL]
+        assert len({thread for thread, *_ in sent}) == 1  # one thread per request
+    assert len({thread for thread, *_ in engine.log}) > 1
+    assert engine.in_flight[1] > 1  # round trips overlapped
+    told = [key for kind, sent in engine.conn.messages if kind == "sent" for key in sent]
+    assert sorted(told) == sorted(keys * 2)  # after the first two turns; the final ends the request
+    assert engine.live == {} and engine.sends == 96
+
+
+def test_a_final_held_for_its_stats_goes_out_from_its_requests_send_thread_and_at_unload(engine):
+    engine.accumulator = metrics.MetricsAccumulator()
+    held, released = start(engine, "held"), start(engine, "released")
+    for job in (held, released):
+        engine.accumulator.expect(job.request_id, 1)
+    engine._dispatch([("released", output("released", 0), None), ("held", output("held", 0), None)])
+    wait_for(lambda: len(engine.log) == 2)
+    engine._dispatch([("released", output("released", 1, True), None), ("held", output("held", 1, True), None)])
+    wait_for(lambda: "released" not in engine.live and "held" not in engine.live)
+    assert len(engine.log) == 2  # both finals wait for their stats
+    # The stats of one request come; the metrics thread (here: this one) hands its final to its send thread.
+    engine.accumulator.merge({**engine.accumulator.take(), "finished_ids": ["released"]})
+    for send in engine.accumulator.take()["ready_finals"]:
+        send()
+    wait_for(lambda: len(engine.log) == 3)
+    thread, (key, index, _), flags = engine.log[-1]
+    assert (key, index, flags) == ("released", 1, FINAL)
+    assert thread == next(t for t, (k, _, _), _ in engine.log if k == "released")
+    # Unloading: the final still held goes out, from the send threads, before finalize returns.
+    engine.metrics = types.SimpleNamespace(stop=lambda: [send() for send in _release(engine.accumulator)])
+    engine._admissions = types.SimpleNamespace(put=lambda item: None)
+    engine.finalize()
+    assert engine.log[-1][1][:2] == ("held", 1) and engine.log[-1][2] == FINAL
+    assert engine.log[-1][0].startswith("vllm-sends-")
+
+
+def _release(accumulator: metrics.MetricsAccumulator) -> list:
+    accumulator.release_held()
+    return accumulator.take()["ready_finals"]
