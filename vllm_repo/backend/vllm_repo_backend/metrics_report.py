@@ -1,8 +1,8 @@
 """vLLM's metrics reported to Triton (REPORT_CUSTOM_METRICS): the metric families, and the thread that reports what
 the accumulator (metrics.py) summed and then sends the final responses that waited for it.
 
-Each Triton metric call from the stub is a round trip to the server, answered by the same server thread that passes
-the stub's responses on, so the reporting is bounded: a report makes one call per series that changed (a counter's
+Each Triton metric call from the stub is a round trip to the server, answered by one server thread (the one that also
+answers cancellation checks, log lines and the release of finished requests), so the reporting is bounded: a report makes one call per series that changed (a counter's
 increment, a gauge's new value, a histogram's changed buckets, sum and count: its series as counters,
 ``CountedHistogram``), however many values came in, and reports follow one another, never overlapping: what comes
 in while one is under way goes in the next. A final response waits for the report that holds its request's stats,
