@@ -2,12 +2,18 @@
 tests/support/ and imported from there; no test module imports another.
 
 Run in parallel (pytest-xdist, ``-n 2 --dist loadgroup``, as scripts/test.sh does), the tests that start servers
-stay on one worker, in file order: their checks that a stopped server left nothing behind look at the whole machine
-(its /dev/shm, the Python backend's /tmp/python_env_* directories), where another server starting meanwhile would be
-counted; and a module's or the session's server, started once, serves the tests that share it. The other tests
-spread over the workers."""
+go in two groups, each on one worker, in file order, both started first (xdist hands out the largest first): a
+module's or the session's server, started once, serves the tests of its folder. Their checks that a stopped server
+left nothing behind count only what is theirs: each worker has a temporary directory of its own (work directories,
+vLLM's sockets), a /dev/shm segment counts only when no live process maps it, and a python_env directory only when
+no live server holds it (claims.py). The other tests spread over the workers once a group is done."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +21,14 @@ from tests.support.serving import SERVING_SKIP_REASON
 
 pytest_plugins = ["tests.support.fixtures"]
 
-# The xdist group of the tests that start servers: the end-to-end tests and the others that need the serving
-# environment (Triton and vLLM; a launch that fails to load a model, say). One worker runs them all, in file order.
+# The xdist groups of the tests that start servers: the end-to-end tests and the others that need the serving
+# environment (Triton and vLLM; a launch that fails to load a model, say). Each folder's go in one group (its
+# session servers are started once); the folders below in the second, about half of the time.
 SERVING_GROUP = "serving"
+SECOND_SERVING_GROUP = "serving-2"
+SECOND_GROUP_FOLDERS = ("backend", "benchmark", "openai")
+# Where a worker's own temporary directory is kept (pytest_configure).
+_OWN_TMPDIR = pytest.StashKey[Path]()
 
 
 def starts_servers(item: pytest.Item) -> bool:
@@ -29,7 +40,10 @@ def starts_servers(item: pytest.Item) -> bool:
 def pytest_itemcollected(item: pytest.Item) -> None:
     # As each test is collected: xdist reads the groups in its pytest_collection_modifyitems, after collection.
     if starts_servers(item) and not item.get_closest_marker("xdist_group"):
-        item.add_marker(pytest.mark.xdist_group(SERVING_GROUP))
+        folder = item.path.parent.name
+        item.add_marker(
+            pytest.mark.xdist_group(SECOND_SERVING_GROUP if folder in SECOND_GROUP_FOLDERS else SERVING_GROUP)
+        )
 
 
 @pytest.hookimpl(trylast=True)
@@ -53,3 +67,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
         if names and "@" not in item.nodeid:
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker gets a temporary directory of its own (TMPDIR, for it and the servers it starts): the checks
+    that a stopped server left no work directory or IPC socket count what appeared in it, never the other worker's."""
+    worker, run = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:8]
+    if worker and run:
+        own = Path(tempfile.gettempdir()) / f"vllm-repo-tests-{run}-{worker}"
+        own.mkdir(exist_ok=True)
+        os.environ["TMPDIR"] = str(own)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+        config.stash[_OWN_TMPDIR] = own
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_OWN_TMPDIR, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)

@@ -121,3 +121,37 @@ def test_a_port_held_twice_by_one_process_is_one_lock_let_go_with_the_last(lock_
     assert claims.held_here(port) and (lock_dir / f"port-{port}.lock").exists()
     claims.release_port(port)
     assert not claims.held_here(port) and not (lock_dir / f"port-{port}.lock").exists()
+
+
+PYTHON_ENV_HOLDER = textwrap.dedent(
+    """
+    import sys
+    from vllm_repo.serve import claims
+    claims.hold_python_env(sys.argv[1])
+    print("held", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_python_env_directory_counts_as_left_behind_only_once_no_live_server_holds_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims, "PYTHON_ENV_DIRS", str(tmp_path / "python_env_*"))
+    old, theirs, mine = (str(tmp_path / f"python_env_{name}") for name in ("old", "theirs", "mine"))
+    for path in (old, theirs, mine):
+        (tmp_path / path).mkdir()
+    before = {old}
+    other = subprocess.Popen(
+        [sys.executable, "-c", PYTHON_ENV_HOLDER, theirs], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        # Another process's server holds its own: only ours, which no one holds, was left behind.
+        assert claims.unclaimed_python_envs(before) == {mine}
+        claims.hold_python_env(mine)
+        assert claims.unclaimed_python_envs(before) == set()
+    finally:
+        let_go(other)
+    # That process is gone (a killed launch lets go the same way): its directory was left behind.
+    assert claims.unclaimed_python_envs(before) == {theirs}
+    claims.release_python_env(mine)
+    assert claims.unclaimed_python_envs(before) == {theirs, mine}

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.echo_backend import ECHO_BACKEND, make_repo
 from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
-from vllm_repo.serve.claims import python_env_dirs
+from vllm_repo.serve.claims import python_env_dirs, unclaimed_python_envs
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.processes import process_group_members
 from vllm_repo.serve.server import TritonServer
@@ -56,8 +56,9 @@ def test_a_server_that_failed_or_stopped_leaves_the_other_servers_python_env_alo
         b.wait_ready(120)
         with pytest.raises(TritonServerError, match="refuses to load"):
             failing.wait_ready(120)
-        # Each claimed the directory its own backend made: three, none shared.
+        # Each claimed the directory its own backend made: three, none shared, each held while its server lives.
         assert len({a.python_env, b.python_env, failing.python_env} - {None}) == 3
+        assert unclaimed_python_envs(before) == set()
         failing.stop()
         assert os.path.isdir(a.python_env) and os.path.isdir(b.python_env)
         assert a.stop() == 0, a.log_tail()  # its backend removed its own directory as it shut down
@@ -66,7 +67,7 @@ def test_a_server_that_failed_or_stopped_leaves_the_other_servers_python_env_alo
         assert b.stop() == 0, b.log_tail()
         for server in (a, b):
             assert server.escalated_to is None and "fts_read" not in server.log_text(), server.log_tail()
-        assert python_env_dirs() - before == set()
+        assert unclaimed_python_envs(before) == set()
     finally:
         for server in (a, b, failing):
             server.stop()
@@ -88,7 +89,7 @@ def test_a_server_killed_before_its_shutdown_has_only_its_own_python_env_removed
         assert process_group_members(a.started.pid) == []
         assert not os.path.exists(mine) and os.path.isdir(theirs)
         assert b.stop() == 0 and "fts_read" not in b.log_text(), b.log_tail()
-        assert python_env_dirs() - before == set()
+        assert unclaimed_python_envs(before) == set()
     finally:
         for server in (a, b):
             server.stop()

@@ -4,7 +4,6 @@ it stopped: no process of its group, no /dev/shm segment, no IPC socket, no pyth
 from __future__ import annotations
 
 import dataclasses
-import glob
 import itertools
 import os
 import re
@@ -19,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.serving import SERVING_PYTHON, vllm_repo_cli
+from vllm_repo.serve.claims import python_env_dirs, unclaimed_python_envs
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_ports
 from vllm_repo.serve.processes import process_group_members
-from vllm_repo.serve.server import PYTHON_ENV_DIRS
 
 READY_TIMEOUT = 300
 
@@ -103,7 +102,7 @@ class Launched:
     lines: list[str]
     shm_before: set[str]
     ipc_before: set[str] = dataclasses.field(default_factory=ipc_sockets)
-    python_envs_before: set[str] = dataclasses.field(default_factory=lambda: set(glob.glob(PYTHON_ENV_DIRS)))
+    python_envs_before: set[str] = dataclasses.field(default_factory=python_env_dirs)
     server_pid: int | None = None
     # Stops launch's group (launch then stops its server) should this test process die first.
     guardian: Guardian | None = None
@@ -234,8 +233,9 @@ def assert_nothing_left(launched: Launched) -> None:
     # vLLM's sockets go in the server's work directory, not the temporary directory, where a killed engine left them.
     # Only the orphaned ones count: other vLLMs on this machine (a CI runner's, the tests' reference) keep theirs.
     assert orphaned_ipc_sockets(launched.ipc_before) == set()
-    # Triton's Python backend makes a /tmp/python_env_* directory per server and leaves it: the server's own go.
-    assert set(glob.glob(PYTHON_ENV_DIRS)) - launched.python_envs_before == set()
+    # Triton's Python backend makes a /tmp/python_env_* directory per server and leaves it: the server's own go. One
+    # that a live server holds is another server's (claims.py), started on this machine meanwhile.
+    assert unclaimed_python_envs(launched.python_envs_before) == set()
     for port in launched.ports:  # nothing listens there any more
         with socket.socket() as s, pytest.raises(ConnectionRefusedError):
             s.connect(("127.0.0.1", port))

@@ -9,7 +9,9 @@
   already gone. A server killed before it shut down leaves it; only that server's own may then be removed. Which one
   is its own is known by making it under a lock: a server starts while it holds the machine's python_env lock, and
   the one directory that appears before the lock is let go is its own. Two appearing at once (a Triton server that
-  vllm-repo did not start): none is claimed, and none removed.
+  vllm-repo did not start): none is claimed, and none removed. A claimed directory is held (a lock file named after
+  it) until its server has stopped, so that any vllm-repo process can tell a live server's directory from one left
+  behind (``unclaimed_python_envs``).
 """
 
 from __future__ import annotations
@@ -195,6 +197,43 @@ def claim_python_env(before: set[str], settled: Callable[[], bool], wait_s: floa
                 new = python_env_dirs() - before  # made just before the server exited
             return new.pop() if len(new) == 1 else None
         time.sleep(0.02)
+
+
+# This process's holds on the python_env directories of its servers: directory -> the lock file's descriptor.
+_held_python_envs: dict[str, int] = {}
+
+
+def _python_env_claim(path: str) -> Path:
+    return lock_directory() / f"{os.path.basename(path)}.claim"
+
+
+def hold_python_env(path: str) -> None:
+    """Hold ``path`` for this process's server until release_python_env (taken under the python_env lock, at once
+    after the claim: no other process can hold a directory that has just appeared)."""
+    if path not in _held_python_envs:
+        fd = _try_lock(_python_env_claim(path))
+        if fd is not None:
+            _held_python_envs[path] = fd
+
+
+def release_python_env(path: str | None) -> None:
+    fd = _held_python_envs.pop(path, None) if path is not None else None
+    if path is not None and fd is not None:
+        _unlock(_python_env_claim(path), fd)
+
+
+def unclaimed_python_envs(since: set[str]) -> set[str]:
+    """The python_env directories made after ``since`` (python_env_dirs() then) that no live vllm-repo server holds:
+    what a stopped server left behind. Taken under the python_env lock, so that no server is between making its
+    directory and claiming it."""
+    with python_env_lock():
+        left = set()
+        for path in python_env_dirs() - since:
+            fd = None if path in _held_python_envs else _try_lock(_python_env_claim(path))
+            if fd is not None:
+                _unlock(_python_env_claim(path), fd)
+                left.add(path)
+        return left
 
 
 def remove_python_env(path: str | None) -> bool:

@@ -28,9 +28,11 @@ from vllm_repo.serve.claims import (
     PYTHON_ENV_DIRS,
     claim_python_env,
     hold_ports,
+    hold_python_env,
     python_env_dirs,
     python_env_lock,
     release_ports,
+    release_python_env,
     remove_python_env,
 )
 from vllm_repo.serve.errors import TritonServerError, TritonUnreachable
@@ -236,6 +238,8 @@ class TritonServer:
                 if self._guard:
                     self.guardian = Guardian(self.process.pid, self.shm_prefix, remove=[self._own_workdir])
                 self.python_env = claim_python_env(before, self._settled)
+                if self.python_env is not None:
+                    hold_python_env(self.python_env)
             if self.python_env is not None and self.guardian is not None:
                 self.guardian.remove_too(Path(self.python_env))
         except BaseException:
@@ -353,6 +357,7 @@ class TritonServer:
         # The Python backend's own directory, should the server have died before its shutdown removed it; never
         # another server's (claims.py). Then the ports: the server that held them is gone.
         remove_python_env(self.python_env)
+        release_python_env(self.python_env)
         self.python_env = None
         release_ports(self._held_ports)
         self._held_ports = []
