@@ -5,9 +5,9 @@ Each Triton metric call from the stub is a round trip to the server, answered by
 answers cancellation checks, log lines and the release of finished requests), so the reporting is bounded: a report
 makes one call per series that changed (a counter's increment, a gauge's new value, a histogram's changed buckets,
 sum and count: its series as counters, ``CountedHistogram``), however many values came in, and reports follow one
-another, never overlapping: what comes in while one is under way goes in the next. A final response waits for the report that holds its request's stats,
-so that report starts at once: every millisecond a final waits is one its stream's client does not send its next
-request.
+another, never overlapping: what comes in while one is under way goes in the next. A final response waits for the
+report that holds its request's stats, so that report starts at once: every millisecond a final waits is one its
+stream's client does not send its next request.
 ``REPORT_HISTOGRAMS_PER_VALUE "true"`` makes the histograms Triton histogram metrics instead, one call per value
 (``ObservedHistogram``: the ``# TYPE ... histogram`` line of Triton's own vLLM backend, for collectors that read it,
 at a cost that grows with the tokens per second).
