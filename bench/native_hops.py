@@ -12,8 +12,9 @@ the same): the backend's hop hook (vllm_repo/backend/vllm_repo_backend/hops.py) 
 per event, `TAG KEY NANOSECONDS` (time.monotonic_ns(), one clock for every process of the host), to HOPS_DIR/hops.<pid>.
 A --backend-variant directory records too when its code has the hook. The backend's events, per request: X execute()
 called (the stub's main thread), A admitted on the engine loop, E handed to vLLM, O an output read from vLLM, S a
-response sent (the send returned), F the final response sent. The benchmark's: R PATH:STREAMS START END around each
-measurement.
+response sent (the send returned), F the final response sent. With ENGINE_PROCESS, A is the stub's admission thread
+passing the request on, and E and O come from the engine's process (one clock for every process of the host). The
+benchmark's: R PATH:STREAMS START END around each measurement.
 
 `report` takes each measurement of a Triton path and sums, over its requests, the time inside vLLM (E to the final
 output), in the stub before vLLM (X to E) and after it (final output to F): as a share of the streams' time (streams x

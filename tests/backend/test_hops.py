@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import os
-from vllm_repo.backend.vllm_repo_backend import hops, openai_serving
+from vllm_repo.backend.vllm_repo_backend import engine_link, engine_process, hops, openai_serving
 from vllm_repo.backend import model
 from vllm_repo.serve.openai import app, stream_socket, triton
-sites = (model, openai_serving, app, stream_socket, triton)
+sites = (model, engine_link, engine_process, openai_serving, app, stream_socket, triton)
 print("same hook everywhere:", all(m._hop is hops.hop and m._no_hop is hops.off for m in sites))
 print("off:", hops.hop is hops.off)
 request = object()

@@ -38,10 +38,12 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import environment, errors, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
+from . import environment, errors, hops, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
 from .configuration import bool_parameter
 
 PARAMETER = "ENGINE_PROCESS"
+# The hop benchmarks' timestamps (hops.py): X, A, S and F here, E and O in the engine's process.
+_hop, _no_hop = hops.hop, hops.off
 
 
 def wanted(params: dict[str, str], instance_kind: str) -> bool:
@@ -243,6 +245,8 @@ class ProcessEngine:
     def execute(self, requests: Sequence[Any]) -> None:
         # Triton hands the next execute() only once this returns: the requests are read on the admission thread.
         # Their response senders are taken here, on the stub's main thread, while Triton's call is still in progress.
+        if _hop is not _no_hop:
+            hops.executed(requests)
         self._admissions.put([(request, request.get_response_sender()) for request in requests])
 
     def _admit_loop(self) -> None:
@@ -263,6 +267,8 @@ class ProcessEngine:
         if job is None:
             return
         self.live[job.request_id] = job
+        if _hop is not _no_hop:
+            hops.admitted(job.request_id, job.request)
         if self.accumulator is not None:
             self.accumulator.expect(job.request_id, job.options.n)
         split_tokens = job.token_history is not None  # the engine's process splits them
@@ -360,6 +366,8 @@ class ProcessEngine:
                 return False
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
             self._counted()
+            if _hop is not _no_hop:
+                _hop("F" if final else "S", key)
         except Exception as exc:  # the client is gone: the engine's process aborts the request
             log.warn(f"[vllm] could not send a response: {exc}")
             if not final:
@@ -389,6 +397,8 @@ class ProcessEngine:
         try:
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             self._counted()
+            if _hop is not _no_hop:
+                _hop("F", job.request_id)
         except Exception as exc:  # the client is gone: the request has finished anyway
             log.warn(f"[vllm] could not send a final response: {exc}")
 

@@ -53,6 +53,7 @@ from . import (
     engine_stop,
     environment,
     errors,
+    hops,
     jobs,
     log,
     metrics,
@@ -61,6 +62,8 @@ from . import (
     per_token,
 )
 
+# The hop benchmarks' timestamps (hops.py), E and O here, the others in the stub (engine_link.py).
+_hop, _no_hop = hops.hop, hops.off
 # How often the engine is checked for death (the stub's own watcher does it every 0.1 s in process).
 DEATH_CHECK_S = 0.1
 # How long finalize's stop waits for vLLM's engine to stop in order before killing what is left (engine_stop.py).
@@ -127,11 +130,15 @@ class EngineFrontend:
     async def generate(self, key: str, prompt: Any, params: Any, lora_request: Any, split_tokens: bool) -> None:
         try:
             engine_input = prompt if self.render is None else await self.render(prompt)
+            if _hop is not _no_hop:
+                _hop("E", key)
             stream = self.engine.generate(engine_input, params, key, lora_request=lora_request)
             decode = per_token.decoder(self.engine, params) if split_tokens else None
             history: dict[int, list[int]] = {}
             try:
                 async for output in stream:
+                    if _hop is not _no_hop:
+                        _hop("O", key)
                     if decode is None:
                         self.put(key, output)
                     else:
