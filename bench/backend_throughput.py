@@ -21,7 +21,7 @@ process and per thread of the backend's stub (the load generator shares the mach
 own CPU shows whether it is the limit), and responses per request (what vLLM merged into one response).
 --backend-variant NAME=DIR serves one more model with another backend directory, model.py and its package (e.g.
 `git archive REV vllm_repo/backend | tar -x -C /tmp/REV`, then /tmp/REV/vllm_repo/backend) in the same server, driven
-as triton_http_NAME: a before/after in one run; --once
+as triton_http_NAME, with the model's --parameters: a before/after in one run; --once
 NAME,... measures those paths in the first round only. --py-spy-at C,... records each Triton path's stub with py-spy
 (raw stacks per thread, idle included) in one more pass after the rounds, at those concurrencies.
 Metrics: by default both sides run as `vllm-repo init` writes a model, which is what users run: config.pbtxt's
@@ -245,6 +245,13 @@ def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen | None
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(f"{out}.log", "w"))
 
 
+def served_parameters(metrics_on: bool, parameters: dict[str, str]) -> dict[str, str]:
+    """The config.pbtxt parameters of the model, and under each variant's own (--variants) those of every other
+    model the server loads (a --backend-variant's too): an A/B changes only what it names. The model as init writes
+    it: vLLM's metrics on Triton's metrics port (or, --metrics off, not asked for)."""
+    return {**({"REPORT_CUSTOM_METRICS": "true"} if metrics_on else {}), **parameters}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_server_options(parser, "model directory (default on the CPU: a tiny model built offline)")
@@ -302,12 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     bench = prepare(parser, args, "backend-bench-", stats=metrics_on)
     work, settings, repo = bench.work, bench.settings, bench.repo
     kind = args.instance_kind or ("KIND_CPU" if args.device == "cpu" else "KIND_GPU")
-    # The model as init writes it: vLLM's metrics on Triton's metrics port (or, --metrics off, not asked for).
-    base_parameters = {"REPORT_CUSTOM_METRICS": "true"} if metrics_on else {}
-    write_model(repo, settings, kind, parameters={**base_parameters, **json.loads(args.parameters)})
+    model_parameters = served_parameters(metrics_on, json.loads(args.parameters))
+    write_model(repo, settings, kind, parameters=model_parameters)
     variants = json.loads(args.variants)
     for name, parameters in variants.items():
-        write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters={**base_parameters, **parameters})
+        write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters={**model_parameters, **parameters})
     backend_directory = None
     if args.backend_variant:
         from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
@@ -324,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             name, _, source = variant.partition("=")
             variants[name] = {}
             write_model(
-                repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=base_parameters, backend=f"vllm_{name}"
+                repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=model_parameters, backend=f"vllm_{name}"
             )
             # A backend directory (model.py with its package beside it), or a model.py alone, which then imports the
             # package of this tree's backend.
@@ -351,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": args.device,
         "instance_kind": kind,
         "metrics": args.metrics,
-        "model_parameters": {**base_parameters, **json.loads(args.parameters)},
+        "model_parameters": model_parameters,
         "variants": variants,
         "engine_args": settings,
         "host": platform.node(),

@@ -97,3 +97,12 @@ def test_children_of_finds_every_process_below(tmp_path):
             os.kill(pid, 9)
         child.kill()
         child.wait()
+
+
+def test_every_model_of_a_backend_run_takes_the_models_parameters_and_a_variant_changes_only_what_it_names():
+    from bench.backend_throughput import served_parameters
+
+    model = served_parameters(True, {"ENGINE_PROCESS": "true", "REPORT_CUSTOM_METRICS": "false"})
+    assert model == {"REPORT_CUSTOM_METRICS": "false", "ENGINE_PROCESS": "true"}  # what was given wins
+    assert served_parameters(True, {}) == {"REPORT_CUSTOM_METRICS": "true"}  # as init writes a model
+    assert served_parameters(False, {"ENGINE_PROCESS": "true"}) == {"ENGINE_PROCESS": "true"}
