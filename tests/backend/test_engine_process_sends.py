@@ -4,6 +4,7 @@ held for its stats goes out from its request's send thread (not the metrics thre
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import types
@@ -45,6 +46,7 @@ class Conn:
 
 @pytest.fixture
 def engine(monkeypatch):
+    monkeypatch.setattr(engine_link, "available_cpus", lambda: 16)  # a GPU host's: four send threads
     logged: list[str] = []
     logger = types.SimpleNamespace(log_info=logged.append, log_warn=logged.append, log_error=logged.append)
     pb_utils = types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=FINAL, Logger=logger)
@@ -134,3 +136,9 @@ def test_a_final_held_for_its_stats_goes_out_from_its_requests_send_thread_and_a
 def _release(accumulator: metrics.MetricsAccumulator) -> list:
     accumulator.release_held()
     return accumulator.take()["ready_finals"]
+
+
+def test_a_host_of_few_cores_sends_from_one_thread_and_a_gpu_hosts_from_several():
+    assert engine_link.send_threads(2) == engine_link.send_threads(engine_link.SEND_THREADS_MIN_CPUS - 1) == 1
+    assert engine_link.send_threads(engine_link.SEND_THREADS_MIN_CPUS) == engine_link.send_threads(128) > 1
+    assert 1 <= engine_link.available_cpus() <= (os.cpu_count() or 1)

@@ -7,7 +7,7 @@ The stub's threads, each with one job, none of them waiting on another:
   sampling parameters, LoRA adapter, as in-process) and passes it on to the engine's process;
 - receiving: reads the engine process's messages, one per loop turn there, and queues each turn's outputs for the
   sender;
-- sending (SEND_THREADS of them, each request's responses on one, picked by its id): send their part of a turn's
+- sending (send_threads() of them, each request's responses on one, picked by its id): send their part of a turn's
   responses, then tell the engine process which requests may read their next output; and the final responses that
   waited for their stats;
 - watching: asks Triton, at most WATCH_CHECKS_PER_S times a second in turn, whether a request was cancelled (the
@@ -58,11 +58,28 @@ def wanted(params: dict[str, str], instance_kind: str) -> bool:
 READY_TIMEOUT_S = 1800.0
 WATCH_INTERVAL_S = 0.1
 WATCH_CHECKS_PER_S = 250  # as in the stub's own watcher (model.py says why)
-# Threads that send the responses. A send is a round trip to the server, answered from its pool of threads, and the
-# stub lets the GIL go while it waits: with one thread a turn's responses went out one after another, and a stream's
-# first and final responses waited behind every other stream's (bench/results/backend.md, "The backend's settings,
-# measured"). Here, unlike the stub's own shape, no engine loop contends for the GIL.
+# Threads that send the responses, on a host of at least SEND_THREADS_MIN_CPUS cores. A send is a round trip to the
+# server, answered from its pool of threads, and the stub lets the GIL go while it waits: with one thread a turn's
+# responses went out one after another, and a stream's first and final responses waited behind every other stream's
+# (bench/results/backend.md, "The backend's settings, measured"). Here, unlike the stub's own shape, no engine loop
+# contends for the GIL. On fewer cores one thread: on 2, four sent more responses per request for no more tokens.
 SEND_THREADS = 4
+SEND_THREADS_MIN_CPUS = 8
+
+
+def send_threads(cpus: int) -> int:
+    """How many threads send the responses, on a host (or a container's share of it) of ``cpus`` cores."""
+    return SEND_THREADS if cpus >= SEND_THREADS_MIN_CPUS else 1
+
+
+def available_cpus() -> int:
+    """The cores this process may run on (its affinity: a container's or taskset's share, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 # How long finalize waits for the engine's process to stop vLLM before it is killed.
 STOP_TIMEOUT_S = 30.0
 
@@ -118,7 +135,8 @@ class ProcessEngine:
         self._post_lock = threading.Lock()
         self._admissions: queue.SimpleQueue = queue.SimpleQueue()
         # Each send thread's work: a part of a turn (its requests' outputs, in order) or a final response to send.
-        self._send_queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(SEND_THREADS)]
+        senders = send_threads(available_cpus())
+        self._send_queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(senders)]
         self._send_threads: list[threading.Thread] = []
         self._stop_watching = threading.Event()
         self._death_lock = threading.Lock()
