@@ -82,6 +82,8 @@ def available_cpus() -> int:
 
 # How long finalize waits for the engine's process to stop vLLM before it is killed.
 STOP_TIMEOUT_S = 30.0
+# How long finalize waits for the send threads to send what is queued (the final responses held for their stats).
+SENDS_DRAIN_S = 10.0
 
 
 def engine_death(model_name: str, health_check: bool, cause: str) -> str:
@@ -231,8 +233,9 @@ class ProcessEngine:
             self.metrics.stop()  # the final responses it holds go to the send threads (without stats now)
         for work in self._send_queues:
             work.put(None)  # after what is queued
+        deadline = time.monotonic() + SENDS_DRAIN_S
         for thread in self._send_threads:
-            thread.join(timeout=10)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.conn.close()
         shutil.rmtree(self._dir, ignore_errors=True)
         log.info(f"[vllm] {self.sends} responses sent")
