@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from vllm_repo.serve.claims import python_env_dirs, unclaimed_python_envs
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.processes import process_group_members
 from vllm_repo.serve.server import TritonServer
+from vllm_repo.serve.triton_client import TritonHttp
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
@@ -93,3 +95,32 @@ def test_a_server_killed_before_its_shutdown_has_only_its_own_python_env_removed
     finally:
         for server in (a, b):
             server.stop()
+
+
+def test_a_server_started_with_no_model_claims_the_python_env_its_first_load_makes(tmp_path, echo_backend):
+    before = python_env_dirs()
+    kwargs = {"serving_python": SERVING_PYTHON, "triton_home": TRITON_HOME, "backend_source": echo_backend}
+    server = TritonServer(make_repo(tmp_path / "a", "echo"), extra_args=["--model-control-mode=explicit"], **kwargs)
+    try:
+        server.start()
+        server.wait_ready(120)
+        # No Python model loaded: the backend has made no directory yet.
+        assert server.python_env is None and python_env_dirs() - before == set()
+        server.load_model("echo", timeout=120)
+        made = server.python_env
+        assert made is not None and python_env_dirs() - before == {made}
+        assert unclaimed_python_envs(before) == set()  # held while the server lives
+        # Unloaded and loaded again (tune's reload): whichever directory the backend has then is held.
+        TritonHttp(server.http_url).unload_model("echo", timeout=60)
+        deadline = time.monotonic() + 60
+        while server.model_ready("echo") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        server.load_model("echo", timeout=120)
+        made = server.python_env
+        assert made is not None and os.path.isdir(made) and unclaimed_python_envs(before) == set()
+        os.killpg(server.pgid, signal.SIGKILL)  # no shutdown: its backend cannot remove its directory
+        server.started.wait(10)
+        server.stop()
+        assert not os.path.exists(made) and unclaimed_python_envs(before) == set()
+    finally:
+        server.stop()

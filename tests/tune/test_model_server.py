@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.fake_triton import Answer, FakeTriton, fake_triton
 from vllm_repo.serve.ports import free_port
+from vllm_repo.serve.triton_client import TritonHttp
 from vllm_repo.tune.errors import TuneError
 from vllm_repo.tune.server import ModelServer
 
@@ -26,6 +27,9 @@ class Server:
 
     def is_running(self) -> bool:
         return self.running
+
+    def load_model(self, model: str, timeout: float) -> None:
+        TritonHttp(self.http_url).load_model(model, timeout=timeout)
 
     def log_tail(self) -> str:
         return "the end of the log"

@@ -8,10 +8,11 @@
   it does not read TMPDIR) and removes it as the server shuts down, aborting the server (``fts_read error``) when it is
   already gone. A server killed before it shut down leaves it; only that server's own may then be removed. Which one
   is its own is known by making it under a lock: a server starts while it holds the machine's python_env lock, and
-  the one directory that appears before the lock is let go is its own. Two appearing at once (a Triton server that
-  vllm-repo did not start): none is claimed, and none removed. A claimed directory is held (a lock file named after
-  it) until its server has stopped, so that any vllm-repo process can tell a live server's directory from one left
-  behind (``unclaimed_python_envs``).
+  the one directory that appears before the lock is let go is its own (a server started with no model loaded makes
+  it at its first load, which TritonServer.load_model starts under the lock the same way). Two appearing at once (a
+  Triton server that vllm-repo did not start): none is claimed, and none removed. A claimed directory is held (a
+  lock file named after it) until its server has stopped, so that any vllm-repo process can tell a live server's
+  directory from one left behind (``unclaimed_python_envs``).
 """
 
 from __future__ import annotations

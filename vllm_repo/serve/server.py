@@ -13,6 +13,7 @@ another's.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -256,6 +257,28 @@ class TritonServer:
             self._log_path = None if logged else self._log_path
             raise
         return self
+
+    def load_model(self, model: str, timeout: float) -> None:
+        """Load ``model`` through Triton's model-control API (``--model-control-mode=explicit``). A server started
+        with no model loaded makes the Python backend's /tmp/python_env_* directory at its first load (and again
+        should the backend have gone with the last model unloaded): that load starts under the machine's python_env
+        lock, and the directory it makes is claimed for this server, as at start. Raises what the client raises."""
+        client = TritonHttp(self.http_url)
+        if self.python_env is not None and os.path.isdir(self.python_env):
+            client.load_model(model, timeout=timeout)  # the backend is up: its directory is claimed already
+            return
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triton-load") as pool:
+            with python_env_lock():
+                before = python_env_dirs()
+                loading = pool.submit(client.load_model, model, timeout)
+                made = claim_python_env(before, loading.done)
+            if made is not None:
+                release_python_env(self.python_env)
+                self.python_env = made
+                hold_python_env(made)
+                if self.guardian is not None:
+                    self.guardian.remove_too(Path(made))
+            loading.result()
 
     def _settled(self) -> bool:
         """Whether the server got as far as it will without a python_env directory: it exited, or is ready."""

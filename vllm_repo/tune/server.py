@@ -117,7 +117,7 @@ class ModelServer:
                 self.server = self._new_server()
                 self.start(timeout)
         try:
-            self._triton().load_model(self.model, timeout=timeout)
+            self.server.load_model(self.model, timeout)  # its Python backend's directory claimed, as at start
         except TritonUnreachable as exc:
             reason = self._unreachable(exc)
         except TritonAnswerError as exc:
