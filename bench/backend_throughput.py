@@ -245,11 +245,17 @@ def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen | None
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(f"{out}.log", "w"))
 
 
-def served_parameters(metrics_on: bool, parameters: dict[str, str]) -> dict[str, str]:
-    """The config.pbtxt parameters of the model, and under each variant's own (--variants) those of every other
-    model the server loads (a --backend-variant's too): an A/B changes only what it names. The model as init writes
-    it: vLLM's metrics on Triton's metrics port (or, --metrics off, not asked for)."""
-    return {**({"REPORT_CUSTOM_METRICS": "true"} if metrics_on else {}), **parameters}
+def served_parameters(
+    metrics_on: bool, parameters: dict[str, str], variants: dict[str, dict[str, str]], backend_variants: list[str]
+) -> dict[str, dict[str, str]]:
+    """The config.pbtxt parameters of each model the server loads, by name suffix ("" for the model itself): the
+    model as init writes it (vLLM's metrics on Triton's metrics port, or with --metrics off not asked for) with
+    --parameters on top; a --variants model changes only what it names, and a --backend-variant model takes the
+    model's own (an A/B of two backends runs them with the same settings)."""
+    model = {**({"REPORT_CUSTOM_METRICS": "true"} if metrics_on else {}), **parameters}
+    served = {"": model, **{name: {**model, **own} for name, own in variants.items()}}
+    served.update((variant.partition("=")[0], model) for variant in backend_variants)
+    return served
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,11 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     bench = prepare(parser, args, "backend-bench-", stats=metrics_on)
     work, settings, repo = bench.work, bench.settings, bench.repo
     kind = args.instance_kind or ("KIND_CPU" if args.device == "cpu" else "KIND_GPU")
-    model_parameters = served_parameters(metrics_on, json.loads(args.parameters))
-    write_model(repo, settings, kind, parameters=model_parameters)
     variants = json.loads(args.variants)
-    for name, parameters in variants.items():
-        write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters={**model_parameters, **parameters})
+    served = served_parameters(metrics_on, json.loads(args.parameters), variants, args.backend_variant)
+    write_model(repo, settings, kind, parameters=served[""])
+    for name in variants:
+        write_model(repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=served[name])
     backend_directory = None
     if args.backend_variant:
         from vllm_repo.serve.server_files import TritonHome, layout_backend_directory
@@ -330,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             name, _, source = variant.partition("=")
             variants[name] = {}
             write_model(
-                repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=model_parameters, backend=f"vllm_{name}"
+                repo, settings, kind, name=f"{MODEL_NAME}_{name}", parameters=served[name], backend=f"vllm_{name}"
             )
             # A backend directory (model.py with its package beside it), or a model.py alone, which then imports the
             # package of this tree's backend.
@@ -357,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": args.device,
         "instance_kind": kind,
         "metrics": args.metrics,
-        "model_parameters": model_parameters,
+        "model_parameters": served[""],
         "variants": variants,
         "engine_args": settings,
         "host": platform.node(),

@@ -57,10 +57,7 @@ def engine(monkeypatch):
     made.child = types.SimpleNamespace(wait=lambda timeout=None: 0, poll=lambda: 0)
     made._dir = "/nonexistent"
     made.log, made.in_flight, made.lock = [], [0, 0], threading.Lock()
-    for index, work in enumerate(made._send_queues):
-        thread = threading.Thread(target=made._send_loop, args=(work,), name=f"vllm-sends-{index}", daemon=True)
-        thread.start()
-        made._send_threads.append(thread)
+    made._start_send_threads()
     yield made
     for work in made._send_queues:
         work.put(None)

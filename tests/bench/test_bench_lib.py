@@ -102,7 +102,11 @@ def test_children_of_finds_every_process_below(tmp_path):
 def test_every_model_of_a_backend_run_takes_the_models_parameters_and_a_variant_changes_only_what_it_names():
     from bench.backend_throughput import served_parameters
 
-    model = served_parameters(True, {"ENGINE_PROCESS": "true", "REPORT_CUSTOM_METRICS": "false"})
-    assert model == {"REPORT_CUSTOM_METRICS": "false", "ENGINE_PROCESS": "true"}  # what was given wins
-    assert served_parameters(True, {}) == {"REPORT_CUSTOM_METRICS": "true"}  # as init writes a model
-    assert served_parameters(False, {"ENGINE_PROCESS": "true"}) == {"ENGINE_PROCESS": "true"}
+    served = served_parameters(
+        True, {"ENGINE_PROCESS": "true"}, {"stub": {"ENGINE_PROCESS": "false"}}, ["one_thread=/tmp/before"]
+    )
+    assert served[""] == {"REPORT_CUSTOM_METRICS": "true", "ENGINE_PROCESS": "true"}  # as init writes, and what's given
+    assert served["stub"] == {"REPORT_CUSTOM_METRICS": "true", "ENGINE_PROCESS": "false"}
+    # The other backend runs with the model's settings (it ran without --parameters: the stub's shape on the CPU).
+    assert served["one_thread"] == served[""]
+    assert served_parameters(False, {}, {}, []) == {"": {}}  # --metrics off: not asked for

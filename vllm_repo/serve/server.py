@@ -238,11 +238,7 @@ class TritonServer:
                 )
                 if self._guard:
                     self.guardian = Guardian(self.process.pid, self.shm_prefix, remove=[self._own_workdir])
-                self.python_env = claim_python_env(before, self._settled)
-                if self.python_env is not None:
-                    hold_python_env(self.python_env)
-            if self.python_env is not None and self.guardian is not None:
-                self.guardian.remove_too(Path(self.python_env))
+                self._take_python_env(claim_python_env(before, self._settled))
         except BaseException:
             if self.process is not None:  # interrupted while it started: stopped, as a started server would be
                 self.stop()
@@ -271,14 +267,19 @@ class TritonServer:
             with python_env_lock():
                 before = python_env_dirs()
                 loading = pool.submit(client.load_model, model, timeout)
-                made = claim_python_env(before, loading.done)
-            if made is not None:
-                release_python_env(self.python_env)
-                self.python_env = made
-                hold_python_env(made)
-                if self.guardian is not None:
-                    self.guardian.remove_too(Path(made))
+                self._take_python_env(claim_python_env(before, loading.done))
             loading.result()
+
+    def _take_python_env(self, made: str | None) -> None:
+        """The Python backend's directory claimed for this server (None: none appeared, or not only one): held while
+        the server lives, and removed by its guardian should this process die (claims.py)."""
+        if made is None:
+            return
+        release_python_env(self.python_env)  # one the backend made before and removed with its last model
+        self.python_env = made
+        hold_python_env(made)
+        if self.guardian is not None:
+            self.guardian.remove_too(Path(made))
 
     def _settled(self) -> bool:
         """Whether the server got as far as it will without a python_env directory: it exited, or is ready."""

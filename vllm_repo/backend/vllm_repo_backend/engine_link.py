@@ -176,19 +176,21 @@ class ProcessEngine:
                 self.accumulator = accumulator
             except Exception as exc:  # e.g. the server runs with metrics off
                 log.warn(f"[vllm] REPORT_CUSTOM_METRICS is on but metrics are unavailable: {exc}")
-        threads = [
+        threads = (
             ("vllm-admit", self._admit_loop),
             ("vllm-receive", self._receive_loop),
             ("vllm-watch", self._watch_loop),
-        ]
-        for index, work in enumerate(self._send_queues):
-            threads.append((f"vllm-sends-{index}", functools.partial(self._send_loop, work)))
+        )
         for name, target in threads:
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            if name.startswith("vllm-sends"):
-                self._send_threads.append(thread)
+            threading.Thread(target=target, name=name, daemon=True).start()
+        self._start_send_threads()
         return answer
+
+    def _start_send_threads(self) -> None:
+        for index, work in enumerate(self._send_queues):
+            thread = threading.Thread(target=self._send_loop, args=(work,), name=f"vllm-sends-{index}", daemon=True)
+            thread.start()
+            self._send_threads.append(thread)
 
     def _connect(self, address: str, authkey: bytes) -> Connection:
         deadline = time.monotonic() + 120
@@ -325,19 +327,18 @@ class ProcessEngine:
         if not self.closing:
             self._on_dead(gone=True)
 
-    def _send_queue(self, key: str) -> queue.SimpleQueue:
-        """The queue of the send thread that sends request ``key``'s responses: always the same one, so they keep
-        their order (the engine's process has one output of a request in flight, but an end can follow it)."""
-        return self._send_queues[hash(key) % len(self._send_queues)]
+    def _send_index(self, key: str) -> int:
+        """The send thread that sends request ``key``'s responses: always the same one, so they keep their order (the
+        engine's process has one output of a request in flight, but an end can follow it)."""
+        return hash(key) % len(self._send_queues)
 
     def _dispatch(self, turn: list) -> None:
-        """A turn's outputs, each to its request's send thread."""
-        parts: dict[int, tuple[queue.SimpleQueue, list]] = {}
+        """A turn's outputs, each to its request's send thread, in one piece per thread."""
+        parts: dict[int, list] = {}
         for item in turn:
-            work = self._send_queue(item[0])
-            parts.setdefault(id(work), (work, []))[1].append(item)
-        for work, part in parts.values():
-            work.put(part)
+            parts.setdefault(self._send_index(item[0]), []).append(item)
+        for index, part in parts.items():
+            self._send_queues[index].put(part)
 
     def _send_loop(self, work: queue.SimpleQueue) -> None:
         log.name_os_thread(threading.current_thread().name)
@@ -383,7 +384,8 @@ class ProcessEngine:
                 # Sent once this request's stats are reported (metrics.py says why): the metrics thread hands it to
                 # this request's send thread, and goes on reporting.
                 send = functools.partial(self._send_final, job, response)
-                self.accumulator.send_final_after_stats(key, functools.partial(self._send_queue(key).put, send))
+                queued = functools.partial(self._send_queues[self._send_index(key)].put, send)
+                self.accumulator.send_final_after_stats(key, queued)
                 return False
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
             self._counted()
