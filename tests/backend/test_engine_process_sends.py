@@ -1,6 +1,7 @@
 """ENGINE_PROCESS's send threads, without Triton or vLLM: a turn's responses go out from several threads at once, each
 request's from one thread in order, the engine's process is told which requests may read on, and a final response
-held for its stats goes out from its request's send thread (not the metrics thread), also when the model unloads."""
+held for its stats goes out from its request's send thread (not the metrics thread), also when the model unloads;
+and a send that failed because the client cancelled aborts its request as a cancellation (both shapes)."""
 
 from __future__ import annotations
 
@@ -139,3 +140,21 @@ def test_a_host_of_few_cores_sends_from_one_thread_and_a_gpu_hosts_from_several(
     assert engine_link.send_threads(2) == engine_link.send_threads(engine_link.SEND_THREADS_MIN_CPUS - 1) == 1
     assert engine_link.send_threads(engine_link.SEND_THREADS_MIN_CPUS) == engine_link.send_threads(128) > 1
     assert 1 <= engine_link.available_cpus() <= (os.cpu_count() or 1)
+
+
+class CancelAsking:
+    def __init__(self, cancelled: bool) -> None:
+        self.cancelled = cancelled
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+
+def test_a_send_that_failed_because_the_client_cancelled_aborts_as_a_cancellation():
+    options = native.OutputOptions(stream=True, prepend_prompt=False)
+    cancelled = jobs.Job(None, CancelAsking(True), "r1", {}, None, None, options)
+    gone = jobs.Job(None, CancelAsking(False), "r2", {}, None, None, options)
+    assert jobs.send_failure_reason(cancelled) == "request was cancelled"
+    assert jobs.send_failure_reason(gone) == "the response could not be sent"
+    cancelled.finished = True  # a finished request's factory is never asked (Triton freed it)
+    assert jobs.send_failure_reason(cancelled) == "the response could not be sent"

@@ -518,9 +518,8 @@ class TritonPythonModel:
                 job.sender.send(sends.openai_response(job.status, data), flags=0)
         except Exception as exc:  # the client may be gone: stop generating for it
             log.warn(f"[vllm] could not send an OpenAI response: {exc}")
-            if not final:  # a client that cancelled is told so, as the watcher would have (it may not have asked yet)
-                reason = "request was cancelled" if jobs.client_cancelled(job) else "the response could not be sent"
-                self._loop.call_soon(self._cancel, job, reason)
+            if not final:
+                self._loop.call_soon(self._cancel, job, jobs.send_failure_reason(job))
         finally:
             if not final:
                 self._loop.call_soon(self._openai_sent, job)

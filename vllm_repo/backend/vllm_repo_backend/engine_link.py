@@ -411,8 +411,7 @@ class ProcessEngine:
         except Exception as exc:  # the client may be gone: stop generating for it
             log.warn(f"[vllm] could not send an OpenAI response: {exc}")
             if not output.final:
-                cancelled = jobs.client_cancelled(job)  # told as the watcher would have (it may not have asked yet)
-                job.cancel_reason = "request was cancelled" if cancelled else "the response could not be sent"
+                job.cancel_reason = jobs.send_failure_reason(job)
                 self._post(("abort", job.request_id, job.cancel_reason))
         return not output.final
 

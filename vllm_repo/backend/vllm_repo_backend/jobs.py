@@ -131,3 +131,9 @@ def client_cancelled(job: Job | OpenAIJob) -> bool:
             return bool(job.sender.is_cancelled())
         except Exception:
             return False
+
+
+def send_failure_reason(job: Job | OpenAIJob) -> str:
+    """Why a request whose response could not be sent is aborted: a client that cancelled is told so, as the watcher
+    would have told it (the send can fail before the watcher asks)."""
+    return "request was cancelled" if client_cancelled(job) else "the response could not be sent"
