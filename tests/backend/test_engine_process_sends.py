@@ -1,11 +1,10 @@
-"""ENGINE_PROCESS's send threads, without Triton or vLLM: a turn's responses go out from several threads at once, each
-request's from one thread in order, the engine's process is told which requests may read on, and a final response
-held for its stats goes out from its request's send thread (not the metrics thread), also when the model unloads;
-and a send that failed because the client cancelled aborts its request as a cancellation (both shapes)."""
+"""ENGINE_PROCESS's send thread, without Triton or vLLM: a turn's responses go out in order, the engine's process is
+told which requests may read on, and a final response held for its stats goes out from the send thread (not the
+metrics thread), also when the model unloads; and a send that failed because the client cancelled aborts its request
+as a cancellation (both shapes)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import types
@@ -47,7 +46,6 @@ class Conn:
 
 @pytest.fixture
 def engine(monkeypatch):
-    monkeypatch.setattr(engine_link, "available_cpus", lambda: 16)  # a GPU host's: four send threads
     logged: list[str] = []
     logger = types.SimpleNamespace(log_info=logged.append, log_warn=logged.append, log_error=logged.append)
     pb_utils = types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=FINAL, Logger=logger)
@@ -58,10 +56,9 @@ def engine(monkeypatch):
     made.child = types.SimpleNamespace(wait=lambda timeout=None: 0, poll=lambda: 0)
     made._dir = "/nonexistent"
     made.log, made.in_flight, made.lock = [], [0, 0], threading.Lock()
-    made._start_send_threads()
+    made._start_send_thread()
     yield made
-    for work in made._send_queues:
-        work.put(None)
+    made._send_work.put(None)
 
 
 def start(engine: engine_link.ProcessEngine, key: str) -> jobs.Job:
@@ -82,13 +79,13 @@ def wait_for(condition: Any) -> None:
         time.sleep(0.005)
 
 
-def test_a_turns_responses_go_out_from_several_threads_at_once_and_each_requests_in_order_from_one(engine):
+def test_a_turns_responses_go_out_in_order_from_the_send_thread_and_the_engine_is_told_which_may_read_on(engine):
     keys = [f"r{i}" for i in range(32)]
     for key in keys:
         start(engine, key)
     # Three turns, each with every request's next output; the engine's process waits for "sent" between them.
     for index in range(3):
-        engine._dispatch([(key, output(key, index, finished=index == 2), None) for key in keys])
+        engine._send_work.put([(key, output(key, index, finished=index == 2), None) for key in keys])
         wait_for(lambda expected=32 * (index + 1): len(engine.log) == expected)
     by_key: dict[str, list[tuple[str, int, bool, int]]] = {}
     for thread, (key, index, first), flags in engine.log:
@@ -97,9 +94,8 @@ def test_a_turns_responses_go_out_from_several_threads_at_once_and_each_requests
         assert [index for _, index, _, _ in sent] == [0, 1, 2]
         assert [first for _, _, first, _ in sent] == [True, False, False]
         assert [flags for *_, flags in sent] == [0, 0, FINAL]
-        assert len({thread for thread, *_ in sent}) == 1  # one thread per request
-    assert len({thread for thread, *_ in engine.log}) > 1
-    assert engine.in_flight[1] > 1  # round trips overlapped
+    assert {thread for thread, *_ in engine.log} == {"vllm-sends"}
+    assert engine.in_flight[1] == 1  # one round trip at a time: a request's next output waits, and merges, meanwhile
     told = [key for kind, sent in engine.conn.messages if kind == "sent" for key in sent]
     assert sorted(told) == sorted(keys * 2)  # after the first two turns; the final ends the request
     assert engine.live == {} and engine.sends == 96
@@ -110,9 +106,9 @@ def test_a_final_held_for_its_stats_goes_out_from_its_requests_send_thread_and_a
     held, released = start(engine, "held"), start(engine, "released")
     for job in (held, released):
         engine.accumulator.expect(job.request_id, 1)
-    engine._dispatch([("released", output("released", 0), None), ("held", output("held", 0), None)])
+    engine._send_work.put([("released", output("released", 0), None), ("held", output("held", 0), None)])
     wait_for(lambda: len(engine.log) == 2)
-    engine._dispatch([("released", output("released", 1, True), None), ("held", output("held", 1, True), None)])
+    engine._send_work.put([("released", output("released", 1, True), None), ("held", output("held", 1, True), None)])
     wait_for(lambda: "released" not in engine.live and "held" not in engine.live)
     assert len(engine.log) == 2  # both finals wait for their stats
     # The stats of one request come; the metrics thread (here: this one) hands its final to its send thread.
@@ -122,24 +118,18 @@ def test_a_final_held_for_its_stats_goes_out_from_its_requests_send_thread_and_a
     wait_for(lambda: len(engine.log) == 3)
     thread, (key, index, _), flags = engine.log[-1]
     assert (key, index, flags) == ("released", 1, FINAL)
-    assert thread == next(t for t, (k, _, _), _ in engine.log if k == "released")
-    # Unloading: the final still held goes out, from the send threads, before finalize returns.
+    assert thread == "vllm-sends"  # not the metrics thread: it goes on reporting
+    # Unloading: the final still held goes out, from the send thread, before finalize returns.
     engine.metrics = types.SimpleNamespace(stop=lambda: [send() for send in _release(engine.accumulator)])
     engine._admissions = types.SimpleNamespace(put=lambda item: None)
     engine.finalize()
     assert engine.log[-1][1][:2] == ("held", 1) and engine.log[-1][2] == FINAL
-    assert engine.log[-1][0].startswith("vllm-sends-")
+    assert engine.log[-1][0] == "vllm-sends"
 
 
 def _release(accumulator: metrics.MetricsAccumulator) -> list:
     accumulator.release_held()
     return accumulator.take()["ready_finals"]
-
-
-def test_a_host_of_few_cores_sends_from_one_thread_and_a_gpu_hosts_from_several():
-    assert engine_link.send_threads(2) == engine_link.send_threads(engine_link.SEND_THREADS_MIN_CPUS - 1) == 1
-    assert engine_link.send_threads(engine_link.SEND_THREADS_MIN_CPUS) == engine_link.send_threads(128) > 1
-    assert 1 <= engine_link.available_cpus() <= (os.cpu_count() or 1)
 
 
 class CancelAsking:

@@ -7,9 +7,12 @@ The stub's threads, each with one job, none of them waiting on another:
   sampling parameters, LoRA adapter, as in-process) and passes it on to the engine's process;
 - receiving: reads the engine process's messages, one per loop turn there, and queues each turn's outputs for the
   sender;
-- sending (send_threads() of them, each request's responses on one, picked by its id): send their part of a turn's
-  responses, then tell the engine process which requests may read their next output; and the final responses that
-  waited for their stats;
+- sending: sends a turn's responses, then tells the engine process which requests may read their next output; and
+  the final responses that waited for their stats. One thread: a send is a round trip to the server, and while one is
+  in flight a request's next output waits in the engine's process, where vLLM merges what the engine makes meanwhile
+  into it. Four threads, each request's on one, sent 18-34 % more responses per request than one on an H100 for the
+  same tokens, took 27-32 % more of the server's CPU, and gave 0.973-0.976x raw AsyncLLM's throughput at 256-384
+  streams where one gave 0.983-0.988x (bench/results/backend.md, "The backend's settings, measured");
 - watching: asks Triton, at most WATCH_CHECKS_PER_S times a second in turn, whether a request was cancelled (the
   engine process then aborts it in the engine), and sees the engine process exit.
 
@@ -58,31 +61,9 @@ def wanted(params: dict[str, str], instance_kind: str) -> bool:
 READY_TIMEOUT_S = 1800.0
 WATCH_INTERVAL_S = 0.1
 WATCH_CHECKS_PER_S = 250  # as in the stub's own watcher (model.py says why)
-# Threads that send the responses, on a host of at least SEND_THREADS_MIN_CPUS cores. A send is a round trip to the
-# server, answered from its pool of threads, and the stub lets the GIL go while it waits: with one thread a turn's
-# responses went out one after another, and a stream's first and final responses waited behind every other stream's
-# (bench/results/backend.md, "The backend's settings, measured"). Here, unlike the stub's own shape, no engine loop
-# contends for the GIL. On fewer cores one thread: on 2, four sent more responses per request for no more tokens.
-SEND_THREADS = 4
-SEND_THREADS_MIN_CPUS = 8
-
-
-def send_threads(cpus: int) -> int:
-    """How many threads send the responses, on a host (or a container's share of it) of ``cpus`` cores."""
-    return SEND_THREADS if cpus >= SEND_THREADS_MIN_CPUS else 1
-
-
-def available_cpus() -> int:
-    """The cores this process may run on (its affinity: a container's or taskset's share, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 # How long finalize waits for the engine's process to stop vLLM before it is killed.
 STOP_TIMEOUT_S = 30.0
-# How long finalize waits for the send threads to send what is queued (the final responses held for their stats).
+# How long finalize waits for the send thread to send what is queued (the final responses held for their stats).
 SENDS_DRAIN_S = 10.0
 
 
@@ -132,14 +113,12 @@ class ProcessEngine:
         self.live: dict[str, jobs.Job | jobs.OpenAIJob] = {}
         self.closing = False
         self.dead_reason: str | None = None
-        self.sends = 0
-        self._sends_lock = threading.Lock()
+        self.sends = 0  # counted on the send thread
         self._post_lock = threading.Lock()
         self._admissions: queue.SimpleQueue = queue.SimpleQueue()
-        # Each send thread's work: a part of a turn (its requests' outputs, in order) or a final response to send.
-        senders = send_threads(available_cpus())
-        self._send_queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(senders)]
-        self._send_threads: list[threading.Thread] = []
+        # The send thread's work: a turn's outputs (in order), or a final response that waited for its stats.
+        self._send_work: queue.SimpleQueue = queue.SimpleQueue()
+        self._send_thread: threading.Thread | None = None
         self._stop_watching = threading.Event()
         self._death_lock = threading.Lock()
         self._log_start = environment.log_size(environment.server_log_file())
@@ -183,14 +162,12 @@ class ProcessEngine:
         )
         for name, target in threads:
             threading.Thread(target=target, name=name, daemon=True).start()
-        self._start_send_threads()
+        self._start_send_thread()
         return answer
 
-    def _start_send_threads(self) -> None:
-        for index, work in enumerate(self._send_queues):
-            thread = threading.Thread(target=self._send_loop, args=(work,), name=f"vllm-sends-{index}", daemon=True)
-            thread.start()
-            self._send_threads.append(thread)
+    def _start_send_thread(self) -> None:
+        self._send_thread = threading.Thread(target=self._send_loop, name="vllm-sends", daemon=True)
+        self._send_thread.start()
 
     def _connect(self, address: str, authkey: bytes) -> Connection:
         deadline = time.monotonic() + 120
@@ -232,12 +209,10 @@ class ProcessEngine:
             log.warn(f"[vllm] the engine's process had not stopped after {STOP_TIMEOUT_S:g} s: killed")
             self._kill()
         if self.metrics is not None:
-            self.metrics.stop()  # the final responses it holds go to the send threads (without stats now)
-        for work in self._send_queues:
-            work.put(None)  # after what is queued
-        deadline = time.monotonic() + SENDS_DRAIN_S
-        for thread in self._send_threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            self.metrics.stop()  # the final responses it holds go to the send thread (without stats now)
+        self._send_work.put(None)  # after what is queued
+        if self._send_thread is not None:
+            self._send_thread.join(timeout=SENDS_DRAIN_S)
         self.conn.close()
         shutil.rmtree(self._dir, ignore_errors=True)
         log.info(f"[vllm] {self.sends} responses sent")
@@ -321,38 +296,21 @@ class ProcessEngine:
                 if message[2] is not None and self.accumulator is not None:
                     self.accumulator.merge(message[2])  # before the turn's final responses are held for them
                 if message[1]:
-                    self._dispatch(message[1])
+                    self._send_work.put(message[1])
             elif message[0] == "dead":
                 self._on_dead()
         if not self.closing:
             self._on_dead(gone=True)
 
-    def _send_index(self, key: str) -> int:
-        """The send thread that sends request ``key``'s responses: always the same one, so they keep their order (the
-        engine's process has one output of a request in flight, but an end can follow it)."""
-        return hash(key) % len(self._send_queues)
-
-    def _dispatch(self, turn: list) -> None:
-        """A turn's outputs, each to its request's send thread, in one piece per thread."""
-        parts: dict[int, list] = {}
-        for item in turn:
-            parts.setdefault(self._send_index(item[0]), []).append(item)
-        for index, part in parts.items():
-            self._send_queues[index].put(part)
-
-    def _send_loop(self, work: queue.SimpleQueue) -> None:
-        log.name_os_thread(threading.current_thread().name)
-        while (part := work.get()) is not None:
-            if callable(part):  # a final response that waited for its stats
-                part()
+    def _send_loop(self) -> None:
+        log.name_os_thread("vllm-sends")
+        while (turn := self._send_work.get()) is not None:
+            if callable(turn):  # a final response that waited for its stats
+                turn()
                 continue
-            sent = [key for key, output, end in part if self._deliver(key, output, end)]
+            sent = [key for key, output, end in turn if self._deliver(key, output, end)]
             if sent and not self.closing:
                 self._post(("sent", sent))
-
-    def _counted(self) -> None:
-        with self._sends_lock:
-            self.sends += 1
 
     def _deliver(self, key: str, output: Any, end: tuple[str, str] | None) -> bool:
         """Send one output's response, or a request's end; True where the request goes on."""
@@ -382,13 +340,12 @@ class ProcessEngine:
             response = sends.native_response(job.options, output, first)
             if final and self.accumulator is not None:
                 # Sent once this request's stats are reported (metrics.py says why): the metrics thread hands it to
-                # this request's send thread, and goes on reporting.
+                # the send thread, and goes on reporting.
                 send = functools.partial(self._send_final, job, response)
-                queued = functools.partial(self._send_queues[self._send_index(key)].put, send)
-                self.accumulator.send_final_after_stats(key, queued)
+                self.accumulator.send_final_after_stats(key, functools.partial(self._send_work.put, send))
                 return False
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
-            self._counted()
+            self.sends += 1
             if _hop is not _no_hop:
                 _hop("F" if final else "S", key)
         except Exception as exc:  # the client is gone: the engine's process aborts the request
@@ -407,7 +364,7 @@ class ProcessEngine:
                 sends.openai_response(output.status, output.data),
                 flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.final else 0,
             )
-            self._counted()
+            self.sends += 1
         except Exception as exc:  # the client may be gone: stop generating for it
             log.warn(f"[vllm] could not send an OpenAI response: {exc}")
             if not output.final:
@@ -418,7 +375,7 @@ class ProcessEngine:
     def _send_final(self, job: jobs.Job | jobs.OpenAIJob, response: Any) -> None:
         try:
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            self._counted()
+            self.sends += 1
             if _hop is not _no_hop:
                 _hop("F", job.request_id)
         except Exception as exc:  # the client is gone: the request has finished anyway
