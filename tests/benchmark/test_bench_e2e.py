@@ -179,17 +179,16 @@ VLLM_BENCH = (
 # The load both clients put on the server: Poisson arrivals at RATE per second, prompts of INPUT_LEN tokens (both fit
 # them to the exact length with the model's tokenizer), OUTPUT_LEN tokens out with ignore_eos.
 RATE, REQUESTS, INPUT_LEN, OUTPUT_LEN = 4.0, 120, 256, 32
-# Output throughput agrees within 3 % (0.1-1 % measured). Median TTFT (25-50 ms here) does not hold 3 % on two cores
-# shared with other work: two bench clients side by side differed by 5-7 %, bench and vLLM's client by 9-17 % (vLLM's
-# the higher each time; its client process, which holds torch and a tokenizer, is the heavier of the two). The bound
-# is what this machine can show: a TTFT measured from another moment (a role chunk, the response headers, the
-# usage chunk) would be off by more: the headers come before the prefill, half or more of the TTFT here. That gap is
-# a few milliseconds of the heavier client's own time, so where the machine answers fast (a median of 19.5 against
-# 26.1 ms in one run) it is within a number of milliseconds rather than within a share. With the suite's other
-# serving group running beside this test (two servers on the two cores) that gap grew to 13-15 ms (34.95 against
-# 48.15, 22.92 against 37.81 ms): the bound is 35 % or 20 ms.
+# Output throughput agrees within 3 % (0.1-1 % measured). Median TTFT cannot agree closely on two cores shared with
+# other work: vLLM's client process (torch, a tokenizer) is the heavier, and its own time lands in its TTFT: 9-17 %
+# above bench's alone, 13-15 ms above with the suite's other serving group beside it, and once 29 ms (26.16 against
+# 55.42 ms). Which moment bench times is proven apart from that noise (test_openai_client_timing.py: the first text
+# chunk, not the headers or a role chunk); here bench's median may be no later than vLLM's by more than 35 % or
+# 20 ms (a bench that timed the last chunk or the usage would be, by the whole answer) and no earlier than
+# TTFT_FLOOR of it.
 TOLERANCE = {"output tokens/s": 0.03, "median TTFT ms": 0.35}
 ABSOLUTE_SLACK = {"output tokens/s": 0.0, "median TTFT ms": 20.0}
+TTFT_FLOOR = 0.3
 
 
 @pytest.mark.slow
@@ -243,4 +242,6 @@ def test_bench_agrees_with_vllms_own_benchmark_client_on_the_same_endpoint_and_l
     print(pairs)  # shown with -s: the spread between the two clients
     for name, (mine, vllms) in pairs.items():
         bound = max(TOLERANCE[name] * vllms, ABSOLUTE_SLACK[name])
-        assert abs(mine - vllms) <= bound, f"{name}: bench {mine:.2f}, vllm bench serve {vllms:.2f}"
+        late_or_early = mine - vllms if name == "median TTFT ms" else abs(mine - vllms)
+        assert late_or_early <= bound, f"{name}: bench {mine:.2f}, vllm bench serve {vllms:.2f}"
+    assert ours["ttft_ms"]["p50"] >= TTFT_FLOOR * theirs["median_ttft_ms"], pairs
