@@ -16,9 +16,9 @@ from aiohttp import web
 from vllm_repo.benchmark.clients import OpenAIClient
 
 # Seconds between the server's writes: headers, (role chunk), first text, second text, usage.
-BEFORE_ROLE, BEFORE_FIRST_TEXT, BETWEEN_TEXTS, BEFORE_USAGE = 0.15, 0.15, 0.1, 0.3
+BEFORE_ROLE, BEFORE_FIRST_TEXT, BETWEEN_TEXTS, BEFORE_USAGE = 0.3, 0.3, 0.25, 0.6
 # How late a chunk may be read after it was written, on a loaded machine: well under each gap above.
-LATE = 0.07
+LATE = 0.15
 
 
 def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:

@@ -4,7 +4,8 @@ relaying. Why, and the messages between the two: engine_process.py's docstring.
 The stub's threads, each with one job, none of them waiting on another:
 
 - admission: execute() hands over Triton's requests as they are and returns; this thread reads each (inputs,
-  sampling parameters, LoRA adapter, as in-process) and passes it on to the engine's process;
+  sampling parameters, LoRA adapter, as in-process) and passes it on to the engine's process (with only a few
+  requests in flight, execute() does that itself);
 - receiving: reads the engine process's messages, one per loop turn there, and queues each turn's outputs for the
   sender;
 - sending: sends a turn's responses, then tells the engine process which requests may read their next output; and
@@ -61,6 +62,9 @@ def wanted(params: dict[str, str], instance_kind: str) -> bool:
 READY_TIMEOUT_S = 1800.0
 WATCH_INTERVAL_S = 0.1
 WATCH_CHECKS_PER_S = 250  # as in the stub's own watcher (model.py says why)
+# Below this many requests in flight, execute() reads and posts its requests itself (ProcessEngine.execute says why);
+# from it on, the admission thread does, as measured under load.
+ADMIT_IN_EXECUTE_BELOW = 8
 # How long finalize waits for the engine's process to stop vLLM before it is killed.
 STOP_TIMEOUT_S = 30.0
 # How long finalize waits for the send thread to send what is queued (the final responses held for their stats).
@@ -116,6 +120,8 @@ class ProcessEngine:
         self.sends = 0  # counted on the send thread
         self._post_lock = threading.Lock()
         self._admissions: queue.SimpleQueue = queue.SimpleQueue()
+        self._admission_lock = threading.Lock()
+        self._queued_admissions = 0  # execute() calls whose requests the admission thread has not finished
         # The send thread's work: a turn's outputs (in order), or a final response that waited for its stats.
         self._send_work: queue.SimpleQueue = queue.SimpleQueue()
         self._send_thread: threading.Thread | None = None
@@ -241,17 +247,30 @@ class ProcessEngine:
 
     # -- requests in ----------------------------------------------------------------------------------------------
     def execute(self, requests: Sequence[Any]) -> None:
-        # Triton hands the next execute() only once this returns: the requests are read on the admission thread.
-        # Their response senders are taken here, on the stub's main thread, while Triton's call is still in progress.
+        # Triton hands the next execute() only once this returns: under load the requests are read on the admission
+        # thread. Their response senders are taken here, on the stub's main thread, while Triton's call is still in
+        # progress. With few requests in flight and none queued for that thread, they are read and posted here
+        # instead: after execute() returns, the stub holds the GIL until the server acknowledges it, so a hand-off to
+        # the admission thread waits that long, and a lone stream's first token with it.
         if _hop is not _no_hop:
             hops.executed(requests)
-        self._admissions.put([(request, request.get_response_sender()) for request in requests])
+        taken = [(request, request.get_response_sender()) for request in requests]
+        with self._admission_lock:
+            here = self._queued_admissions == 0 and len(self.live) < ADMIT_IN_EXECUTE_BELOW
+            self._queued_admissions += 0 if here else 1
+        if here:
+            for request, sender in taken:
+                self._admit(request, sender)
+        else:
+            self._admissions.put(taken)
 
     def _admit_loop(self) -> None:
         log.name_os_thread("vllm-admit")
         while (requests := self._admissions.get()) is not None:
             for request, sender in requests:
                 self._admit(request, sender)
+            with self._admission_lock:
+                self._queued_admissions -= 1
 
     def _admit(self, request: Any, sender: Any) -> None:
         openai_request = native.first_element(jobs.input_array(request, "openai_request"))
