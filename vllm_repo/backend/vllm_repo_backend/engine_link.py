@@ -256,9 +256,10 @@ class ProcessEngine:
             hops.executed(requests)
         taken = [(request, request.get_response_sender()) for request in requests]
         with self._admission_lock:
-            here = self._queued_admissions == 0 and len(self.live) < ADMIT_IN_EXECUTE_BELOW
-            self._queued_admissions += 0 if here else 1
-        if here:
+            in_execute = self._queued_admissions == 0 and len(self.live) < ADMIT_IN_EXECUTE_BELOW
+            if not in_execute:
+                self._queued_admissions += 1
+        if in_execute:  # the admission thread has nothing to read: no request can pass one taken before
             for request, sender in taken:
                 self._admit(request, sender)
         else:
