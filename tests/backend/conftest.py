@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.support.backend_server import (
     engine_args,
 )
 from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
+from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.server import TritonServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,13 +93,25 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
         settings.pop("max_lora_rank")
         settings.pop("max_loras")
         (repo / name / "1" / "model.json").write_text(json.dumps(settings, indent=2))
-    server = TritonServer(
-        repo,
-        serving_python=SERVING_PYTHON,
-        triton_home=TRITON_HOME,
-        env=SERVER_ENV,
-        log_path=tmp_path / "tritonserver.log",
-    )
-    with server:
-        server.wait_ready(timeout=600)
-        yield server
+    # Loading these two in-stub models side by side has hung (3 of 7 full-suite runs on 2 cores, none of 23 runs of
+    # this test alone): both initialize() calls returned, and Triton never reported one of them loaded. The server
+    # logs verbosely, to show where the next hang stops, and one hung start is stopped, kept and followed by another.
+    for attempt in (1, 2):
+        server = TritonServer(
+            repo,
+            serving_python=SERVING_PYTHON,
+            triton_home=TRITON_HOME,
+            env=SERVER_ENV,
+            extra_args=["--log-verbose=1"],
+            log_path=tmp_path / f"tritonserver-{attempt}.log",
+        )
+        with server:
+            try:
+                server.wait_ready(timeout=240 if attempt == 1 else 600)
+            except TritonServerError as exc:
+                if attempt == 2:
+                    raise
+                warnings.warn(f"the metrics-off server hung at load; starting it again: {exc}", stacklevel=1)
+                continue
+            yield server
+            return
