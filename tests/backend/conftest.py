@@ -93,8 +93,8 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
         settings.pop("max_lora_rank")
         settings.pop("max_loras")
         (repo / name / "1" / "model.json").write_text(json.dumps(settings, indent=2))
-    # Loading these two in-stub models side by side has hung (3 of 7 full-suite runs on 2 cores, none of 23 runs of
-    # this test alone): both initialize() calls returned, and Triton never reported one of them loaded. The server
+    # Loading these two in-stub models side by side has hung in some full-suite runs on 2 cores (never in 23 runs of
+    # this test alone): both initialize() calls returned, and Triton never reported the first one loaded. The server
     # logs verbosely, to show where the next hang stops, and one hung start is stopped, kept and followed by another.
     for attempt in (1, 2):
         server = TritonServer(
