@@ -6,11 +6,10 @@ read, they go to that thread, in order."""
 from __future__ import annotations
 
 import threading
-import time
-from typing import Any
 
 import pytest
 
+from tests.support.waiting import wait_for
 from vllm_repo.backend.vllm_repo_backend import engine_link
 
 
@@ -41,13 +40,6 @@ def engine():
     made.gate.set()  # type: ignore[attr-defined]
     made._admissions.put(None)
     thread.join(10)
-
-
-def wait_for(condition: Any) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_with_few_requests_in_flight_execute_admits_them_itself(engine):

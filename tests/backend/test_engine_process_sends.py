@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.waiting import wait_for
 from vllm_repo.backend.vllm_repo_backend import engine_link, jobs, metrics, native, sends, stub
 
 FINAL = 1
@@ -70,13 +71,6 @@ def start(engine: engine_link.ProcessEngine, key: str) -> jobs.Job:
 
 def output(key: str, index: int, finished: bool = False) -> Any:
     return types.SimpleNamespace(key=key, index=index, finished=finished)
-
-
-def wait_for(condition: Any) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_a_turns_responses_go_out_in_order_from_the_send_thread_and_the_engine_is_told_which_may_read_on(engine):

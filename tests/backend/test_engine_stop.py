@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_for
 from vllm_repo.backend.vllm_repo_backend import engine_stop
 
 # A stand-in stub: it maps a segment of its own (as the stub maps Triton's), then starts an "engine core" that maps
@@ -41,13 +42,6 @@ core = subprocess.Popen([sys.executable, "-c", engine, sys.argv[2]])
 print(core.pid, flush=True)
 time.sleep(60)
 """
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
 
 
 @pytest.fixture
