@@ -20,6 +20,7 @@ from tests.support.backend_server import (
     engine_args,
 )
 from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
+from tests.support.stacks import server_stacks
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.server import TritonServer
 
@@ -95,7 +96,8 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
         (repo / name / "1" / "model.json").write_text(json.dumps(settings, indent=2))
     # Loading these two in-stub models side by side has hung in some full-suite runs on 2 cores (never in 23 runs of
     # this test alone): both initialize() calls returned, and Triton never reported the first one loaded. The server
-    # logs verbosely, to show where the next hang stops, and one hung start is stopped, kept and followed by another.
+    # logs verbosely, and a start that hangs has its processes' stacks written down (gdb, where there is one) before
+    # it is stopped, its log kept, and the server started once more.
     for attempt in (1, 2):
         server = TritonServer(
             repo,
@@ -109,9 +111,16 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
             try:
                 server.wait_ready(timeout=240 if attempt == 1 else 600)
             except TritonServerError as exc:
-                if attempt == 2:
-                    raise
-                warnings.warn(f"the metrics-off server hung at load; starting it again: {exc}", stacklevel=1)
+                if attempt == 2 or server.process is None or server.process.poll() is not None:
+                    raise  # a second hang, or a server that exited: not what is retried
+                assert server.pgid is not None
+                stacks = tmp_path / "hung-server-stacks.txt"
+                stacks.write_text(server_stacks(server.pgid))
+                warnings.warn(
+                    f"the metrics-off server hung at load; starting it again: {exc}\n"
+                    f"its threads ({stacks}):\n{stacks.read_text()[-20000:]}",
+                    stacklevel=1,
+                )
                 continue
             yield server
             return
