@@ -34,6 +34,7 @@ from tests.support.triton_clients import (
     scrape_metrics,
     wait_metrics_flushed,
 )
+from tests.support.waiting import wait_for
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.server import TritonServer
@@ -264,8 +265,11 @@ def test_unloading_stops_the_engine_process_and_loading_starts_a_new_one(split):
     while alive(before):
         assert time.monotonic() < deadline, "the engine's process outlived its model"
         time.sleep(0.2)
+    loads = len(READY.findall(split.log_text()))
     status, text = http(split, f"/v2/repository/models/{MODEL_NAME}/load", {})
     assert status == 200, text
+    # The stub's log lines reach the server's log through a thread of its own: the load can answer first.
+    wait_for(lambda: len(READY.findall(split.log_text())) > loads)
     after = engine_pid(split)
     assert after != before and alive(after)
     status, body = generate(split, {"text_input": "Hi", "sampling_parameters": json.dumps({"max_tokens": 2})})

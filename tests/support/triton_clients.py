@@ -136,6 +136,8 @@ def sample_labels(text: str, family: str) -> list[dict[str, str]]:
 def cancel_mid_stream(server) -> str:
     """A 480-token stream cancelled by its gRPC client after three responses: waits for the backend to say it aborted
     the request in the engine, checks the log lines of Triton's own vLLM backend, and returns the request's id."""
+    aborted = r"\[vllm\] request (\w+) cancelled by the client: aborted in the engine"
+    before = set(re.findall(aborted, server.log_text()))  # earlier tests' requests (an OpenAI one, say)
     responses: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
@@ -146,13 +148,12 @@ def cancel_mid_stream(server) -> str:
     client.stop_stream(cancel_requests=True)
     client.close()
     deadline = time.monotonic() + 10
-    while "cancelled by the client: aborted in the engine" not in server.log_text():
+    while not set(re.findall(aborted, server.log_text())) - before:
         assert time.monotonic() < deadline, "the backend did not abort the cancelled request"
         time.sleep(0.1)
     log = server.log_text()
-    (request_id,) = re.findall(r"\[vllm\] request (\w+) cancelled by the client: aborted in the engine", log)
-    # The lines of Triton's own vLLM backend, which scripts grep for, name the same request.
-    assert f"[vllm] Cancelling the request {request_id}" in log
-    assert f"[vllm] Successfully cancelled the request {request_id}" in log
-    assert log.index("[vllm] Cancelling the request") < log.index("[vllm] Successfully cancelled the request")
+    (request_id,) = set(re.findall(aborted, log)) - before
+    # The lines of Triton's own vLLM backend, which scripts grep for, name the same request, in this order.
+    cancelling = log.index(f"[vllm] Cancelling the request {request_id}")
+    assert cancelling < log.index(f"[vllm] Successfully cancelled the request {request_id}")
     return request_id
