@@ -94,10 +94,13 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
         settings.pop("max_lora_rank")
         settings.pop("max_loras")
         (repo / name / "1" / "model.json").write_text(json.dumps(settings, indent=2))
-    # Loading these two in-stub models side by side has hung in some full-suite runs on 2 cores (never in 23 runs of
-    # this test alone): both initialize() calls returned, and Triton never reported the first one loaded. The server
-    # logs verbosely, and a start that hangs has its processes' stacks written down (gdb, where there is one) before
-    # it is stopped, its log kept, and the server started once more.
+    # Loading these two in-stub models side by side has hung in some full-suite runs on 2 busy cores (never in 23 runs
+    # of this test alone): both initialize() calls returned, and Triton never reported the first one loaded. The
+    # stacks of one such hang: the stub, initialized, waiting for work; Triton 2.51's Python backend waiting for that
+    # stub to exit (StubLauncher::Launch's ScopedDefer, WaitForStubProcess), which it does only where its wait for the
+    # stub's answer has failed, as its health check can when the stub goes a second unscheduled. The server logs
+    # verbosely, and a start that hangs has its processes' stacks written down (gdb, where there is one) before it is
+    # stopped, its log kept, and the server started once more.
     for attempt in (1, 2):
         server = TritonServer(
             repo,
