@@ -23,6 +23,7 @@ from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HO
 from tests.support.stacks import server_stacks
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.server import TritonServer
+from vllm_repo.serve.shm_watch import SharedMemoryWatch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,6 +111,7 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
             extra_args=["--log-verbose=1"],
             log_path=tmp_path / f"tritonserver-{attempt}.log",
         )
+        hung: SharedMemoryWatch | None = None
         with server:
             try:
                 server.wait_ready(timeout=240 if attempt == 1 else 600)
@@ -124,6 +126,10 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
                     f"its threads ({stacks}):\n{stacks.read_text()[-20000:]}",
                     stacklevel=1,
                 )
-                continue
-            yield server
-            return
+                hung = SharedMemoryWatch(server.pgid)
+                hung.poll()  # vLLM's segments (sem.mp-*, psm_*), which its killed processes leave behind
+            else:
+                yield server
+                return
+        if hung is not None:
+            hung.remove_leftovers()  # not to be counted as another test's leftovers
