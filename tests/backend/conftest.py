@@ -119,11 +119,11 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
                 if attempt == 2 or server.process is None or server.process.poll() is not None:
                     raise  # a second hang, or a server that exited: not what is retried
                 assert server.pgid is not None
-                stacks = tmp_path / "hung-server-stacks.txt"
-                stacks.write_text(server_stacks(server.pgid))
+                stacks, stacks_file = server_stacks(server.pgid), tmp_path / "hung-server-stacks.txt"
+                stacks_file.write_text(stacks)
                 warnings.warn(
                     f"the metrics-off server hung at load; starting it again: {exc}\n"
-                    f"its threads ({stacks}):\n{stacks.read_text()[-20000:]}",
+                    f"its threads ({stacks_file}):\n{stacks[-20000:]}",
                     stacklevel=1,
                 )
                 hung = SharedMemoryWatch(server.pgid)
