@@ -59,7 +59,7 @@ def engine(monkeypatch):
     made.log, made.in_flight, made.lock = [], [0, 0], threading.Lock()
     made._start_send_thread()
     yield made
-    made._send_work.put(None)
+    made._send_work.stop()
 
 
 def start(engine: engine_link.ProcessEngine, key: str) -> jobs.Job:
@@ -79,7 +79,7 @@ def test_a_turns_responses_go_out_in_order_from_the_send_thread_and_the_engine_i
         start(engine, key)
     # Three turns, each with every request's next output; the engine's process waits for "sent" between them.
     for index in range(3):
-        engine._send_work.put([(key, output(key, index, finished=index == 2), None) for key in keys])
+        engine._send_work.add_outputs([(key, output(key, index, finished=index == 2), None) for key in keys])
         wait_for(lambda expected=32 * (index + 1): len(engine.log) == expected)
     by_key: dict[str, list[tuple[str, int, bool, int]]] = {}
     for thread, (key, index, first), flags in engine.log:
@@ -100,9 +100,11 @@ def test_a_final_held_for_its_stats_goes_out_from_its_requests_send_thread_and_a
     held, released = start(engine, "held"), start(engine, "released")
     for job in (held, released):
         engine.accumulator.expect(job.request_id, 1)
-    engine._send_work.put([("released", output("released", 0), None), ("held", output("held", 0), None)])
+    engine._send_work.add_outputs([("released", output("released", 0), None), ("held", output("held", 0), None)])
     wait_for(lambda: len(engine.log) == 2)
-    engine._send_work.put([("released", output("released", 1, True), None), ("held", output("held", 1, True), None)])
+    engine._send_work.add_outputs(
+        [("released", output("released", 1, True), None), ("held", output("held", 1, True), None)]
+    )
     wait_for(lambda: "released" not in engine.live and "held" not in engine.live)
     assert len(engine.log) == 2  # both finals wait for their stats
     # The stats of one request come; the metrics thread (here: this one) hands its final to its send thread.
@@ -119,6 +121,37 @@ def test_a_final_held_for_its_stats_goes_out_from_its_requests_send_thread_and_a
     engine.finalize()
     assert engine.log[-1][1][:2] == ("held", 1) and engine.log[-1][2] == FINAL
     assert engine.log[-1][0] == "vllm-sends"
+
+
+def test_a_final_whose_stats_are_reported_goes_before_the_outputs_still_queued(engine):
+    engine.accumulator = metrics.MetricsAccumulator()
+    done = start(engine, "done")
+    engine.accumulator.expect(done.request_id, 1)
+    engine._send_work.add_outputs([("done", output("done", 0, True), None)])
+    wait_for(lambda: "done" not in engine.live)  # held for its stats
+    keys = [f"r{i}" for i in range(40)]
+    for key in keys:
+        start(engine, key)
+    engine._send_work.add_outputs([(key, output(key, 0), None) for key in keys])  # 40 round trips of 3 ms
+    wait_for(lambda: len(engine.log) >= 2)
+    engine.accumulator.merge({**engine.accumulator.take(), "finished_ids": ["done"]})
+    for send in engine.accumulator.take()["ready_finals"]:
+        send()
+    wait_for(lambda: len(engine.log) == 41)
+    order = [response[0] for _, response, _ in engine.log]
+    assert order.index("done") < 10  # right after the send in flight, not behind the 38 queued
+    assert [response[0] for _, response, _ in engine.log if response[0] != "done"] == keys
+
+
+def test_the_engine_is_told_which_requests_may_read_on_in_chunks_of_a_large_batch(engine):
+    keys = [f"r{i}" for i in range(engine_link.SENT_CHUNK + 6)]
+    for key in keys:
+        start(engine, key)
+    engine._send_work.add_outputs([(key, output(key, 0), None) for key in keys])
+    wait_for(lambda: sum(len(sent) for kind, sent in engine.conn.messages if kind == "sent") == len(keys))
+    told = [sent for kind, sent in engine.conn.messages if kind == "sent"]
+    assert [len(sent) for sent in told] == [engine_link.SENT_CHUNK, 6]
+    assert [key for sent in told for key in sent] == keys
 
 
 def _release(accumulator: metrics.MetricsAccumulator) -> list:

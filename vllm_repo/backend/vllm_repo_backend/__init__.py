@@ -22,7 +22,8 @@ The modules, one role each, import each other relatively (inside vllm-repo the p
   as metric families, a bounded number of calls a second.
 - per_token.py: a stream's merged output split into one output per token (STREAM_ONE_RESPONSE_PER_TOKEN).
 - sends.py: the thread that sends responses off the engine loop.
-- engine_link.py, engine_process.py: ENGINE_PROCESS, vLLM in a process of its own: the stub's side, and that process.
+- engine_link.py, engine_process.py: ENGINE_PROCESS, vLLM in a process of its own: the stub's side, and that process;
+  send_order.py: the stub's responses sent in the order clients wait on them.
 - engine_stop.py: vLLM's engine stopped at finalize within a bound, what is left of its processes killed.
 - jobs.py: a request in flight (native or OpenAI) and the ids vLLM knows requests by.
 - openai_wire.py: an OpenAI request's envelope, its error bodies, SSE joining and a gateway's stream socket.

@@ -8,12 +8,13 @@ The stub's threads, each with one job, none of them waiting on another:
   requests in flight, execute() does that itself);
 - receiving: reads the engine process's messages, one per loop turn there, and queues each turn's outputs for the
   sender;
-- sending: sends a turn's responses, then tells the engine process which requests may read their next output; and
-  the final responses that waited for their stats. One thread: a send is a round trip to the server, and while one is
-  in flight a request's next output waits in the engine's process, where vLLM merges what the engine makes meanwhile
-  into it. Four threads, each request's on one, sent 18-34 % more responses per request than one on an H100 for the
-  same tokens, took 27-32 % more of the server's CPU, and gave 0.973-0.976x raw AsyncLLM's throughput at 256-384
-  streams where one gave 0.983-0.988x (bench/results/backend.md, "The backend's settings, measured");
+- sending: sends the queued outputs' responses, what a client waits on first (send_order.py), telling the engine
+  process which requests may read their next output; and the final responses that waited for their stats, ahead of
+  the rest. One thread: a send is a round trip to the server, and while one is in flight a request's next output
+  waits in the engine's process, where vLLM merges what the engine makes meanwhile into it. Four threads, each
+  request's on one, sent 18-34 % more responses per request than one on an H100 for the same tokens, took 27-32 %
+  more of the server's CPU, and gave 0.973-0.976x raw AsyncLLM's throughput at 256-384 streams where one gave
+  0.983-0.988x (bench/results/backend.md, "The backend's settings, measured");
 - watching: asks Triton, at most WATCH_CHECKS_PER_S times a second in turn, whether a request was cancelled (the
   engine process then aborts it in the engine), and sees the engine process exit.
 
@@ -42,7 +43,20 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import environment, errors, hops, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
+from . import (
+    environment,
+    errors,
+    hops,
+    jobs,
+    log,
+    metrics,
+    metrics_report,
+    native,
+    openai_serving,
+    send_order,
+    sends,
+    stub,
+)
 from .configuration import bool_parameter
 
 PARAMETER = "ENGINE_PROCESS"
@@ -69,6 +83,9 @@ ADMIT_IN_EXECUTE_BELOW = 8
 STOP_TIMEOUT_S = 30.0
 # How long finalize waits for the send thread to send what is queued (the final responses held for their stats).
 SENDS_DRAIN_S = 10.0
+# Responses sent before the engine's process is told those requests may read their next output, unless the batch
+# ends first: a batch under load holds hundreds, and each request's next output waits for this word.
+SENT_CHUNK = 64
 
 
 def engine_death(model_name: str, health_check: bool, cause: str) -> str:
@@ -122,8 +139,9 @@ class ProcessEngine:
         self._admissions: queue.SimpleQueue = queue.SimpleQueue()
         self._admission_lock = threading.Lock()
         self._queued_admissions = 0  # execute() calls whose requests the admission thread has not finished
-        # The send thread's work: a turn's outputs (in order), or a final response that waited for its stats.
-        self._send_work: queue.SimpleQueue = queue.SimpleQueue()
+        # The send thread's work: the outputs, and the final responses that waited for their stats, in the order
+        # clients wait on them (send_order.py).
+        self._send_work = send_order.SendWork(self._urgency)
         self._send_thread: threading.Thread | None = None
         self._stop_watching = threading.Event()
         self._death_lock = threading.Lock()
@@ -216,7 +234,7 @@ class ProcessEngine:
             self._kill()
         if self.metrics is not None:
             self.metrics.stop()  # the final responses it holds go to the send thread (without stats now)
-        self._send_work.put(None)  # after what is queued
+        self._send_work.stop()  # after what is queued
         if self._send_thread is not None:
             self._send_thread.join(timeout=SENDS_DRAIN_S)
         self.conn.close()
@@ -316,7 +334,7 @@ class ProcessEngine:
                 if message[2] is not None and self.accumulator is not None:
                     self.accumulator.merge(message[2])  # before the turn's final responses are held for them
                 if message[1]:
-                    self._send_work.put(message[1])
+                    self._send_work.add_outputs(message[1])
             elif message[0] == "dead":
                 self._on_dead()
         if not self.closing:
@@ -324,13 +342,29 @@ class ProcessEngine:
 
     def _send_loop(self) -> None:
         log.name_os_thread("vllm-sends")
-        while (turn := self._send_work.get()) is not None:
-            if callable(turn):  # a final response that waited for its stats
-                turn()
-                continue
-            sent = [key for key, output, end in turn if self._deliver(key, output, end)]
+        work = self._send_work
+        while (batch := work.take()) is not None:
+            sent: list[str] = []
+            for key, output, end in batch:
+                if work.finals_ready:
+                    for send in work.pop_finals():
+                        send()
+                if self._deliver(key, output, end):
+                    sent.append(key)
+                    if len(sent) == SENT_CHUNK and not self.closing:
+                        self._post(("sent", sent))
+                        sent = []
+            for send in work.pop_finals():
+                send()
             if sent and not self.closing:
                 self._post(("sent", sent))
+
+    def _urgency(self, key: str, output: Any, end: tuple[str, str] | None) -> int:
+        """How soon an output's client waits on it (send_order.py)."""
+        if end is not None or output is None or getattr(output, "finished", False) or getattr(output, "final", False):
+            return send_order.ENDS
+        job = self.live.get(key)
+        return send_order.FIRST if getattr(job, "first", False) else send_order.FOLLOWING
 
     def _deliver(self, key: str, output: Any, end: tuple[str, str] | None) -> bool:
         """Send one output's response, or a request's end; True where the request goes on."""
@@ -362,7 +396,7 @@ class ProcessEngine:
                 # Sent once this request's stats are reported (metrics.py says why): the metrics thread hands it to
                 # the send thread, and goes on reporting.
                 send = functools.partial(self._send_final, job, response)
-                self.accumulator.send_final_after_stats(key, functools.partial(self._send_work.put, send))
+                self.accumulator.send_final_after_stats(key, functools.partial(self._send_work.add_final, send))
                 return False
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
             self.sends += 1
