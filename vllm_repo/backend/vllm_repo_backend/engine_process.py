@@ -42,6 +42,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 from multiprocessing.connection import Connection, Listener
 from typing import Any
@@ -84,6 +85,7 @@ class EngineFrontend:
         self.openai_jobs: dict[str, jobs.OpenAIJob] = {}
         self.outbox: list[tuple[str, Any, tuple[str, str] | None]] = []
         self.flushing = False
+        self.send_lock = threading.Lock()  # the reader thread answers too (a failed start, the death message)
 
     def start(self, engine: Any, openai: openai_serving.OpenAIServing) -> None:
         """vLLM is up: requests may come."""
@@ -91,7 +93,8 @@ class EngineFrontend:
         openai.start(self.loop, engine)
 
     def post(self, message: tuple) -> None:
-        self.conn.send(message)  # only ever on the loop
+        with self.send_lock:
+            self.conn.send(message)
 
     def put(self, key: str, output: Any, end: tuple[str, str] | None = None) -> None:
         self.outbox.append((key, output, end))
@@ -113,7 +116,7 @@ class EngineFrontend:
             del stats["ready_finals"]  # none here: the stub holds the final responses
         try:
             self.post(("outputs", batch, stats))
-        except OSError:  # the stub is gone: the reader stops the loop
+        except OSError:  # the stub is gone: the reader thread stops the loop
             pass
 
     async def report_stats(self) -> None:
@@ -302,25 +305,19 @@ def main(argv: list[str]) -> int:
         conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", "start"))
         return 1
 
-    def read_messages() -> None:
-        # On the loop itself, every message waiting: a reader thread woke the loop for each one, after waiting for
-        # the GIL that vLLM's output handler holds most of the time under load.
-        try:
-            while conn.poll():
+    def read() -> None:
+        while True:
+            try:
                 message = conn.recv()
-                if message[0] == "stop":
-                    break
-                frontend.on_message(message)
-            else:
+            except (EOFError, OSError):
+                message = ("stop",)
+            loop.call_soon_threadsafe(frontend.on_message, message)
+            if message[0] == "stop":
                 return
-        except (EOFError, OSError):  # the stub is gone
-            pass
-        loop.remove_reader(conn.fileno())
-        frontend.on_message(("stop",))
 
     description = f"vLLM {vllm.version}{environment.kv_cache_text(engine)}, process {os.getpid()}"
     frontend.post(("ready", description, engine.model_config.max_model_len))
-    loop.add_reader(conn.fileno(), read_messages)
+    threading.Thread(target=read, name="engine-process-read", daemon=True).start()
     watchers = [loop.create_task(frontend.watch_engine())]
     if accumulator is not None:
         watchers.append(loop.create_task(frontend.report_stats()))
