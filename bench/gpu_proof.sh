@@ -1,10 +1,12 @@
 #!/bin/bash
 # The steps of the GPU proof run after python -m bench.backend_throughput (bench/results/backend.md), each started by
 # `bash bench/device_backend.sh next STEP [SHAPE]` on the warm device: $PY is the device's Python with vLLM, $RUN the
-# run's directory (results under $RUN/out/STEP), the model the Llama-3-8B shape at /tmp/m with dummy weights.
+# run's directory (results under $RUN/out/STEP), the model at /tmp/m with dummy weights (the shape `unpack` made:
+# Llama-3-8B, or PRESET's).
 #   faults [PARAMETERS]  python -m bench.backend_faults: 256 streams, a quarter closed mid-stream; the engine killed under load
-#   compare [SHAPE]      vllm-repo bench REPO --compare vllm-serve at 1,32,128,256 streams, 3 rounds, on a repository
-#                        that `vllm-repo init` writes (metrics on), native and OpenAI endpoints
+#   compare [SHAPE]      vllm-repo bench REPO --compare vllm-serve at 1, 32, 128, 256 and 512 streams, ROUNDS rounds
+#                        (default 2), on a repository that `vllm-repo init` writes (metrics on), native and OpenAI
+#                        endpoints
 #   off                  python -m bench.backend_throughput with --metrics off at 1, 128, 256 and 1,024 streams: the
 #                        labelled variant (UTIL=0.27 on an 80 GB card: three engines share it)
 set -uo pipefail
@@ -32,7 +34,7 @@ add_chat_template(Path('/tmp/m/tok'))" || exit 1
   cp -r /tmp/repo "$out"/repository
   "$PY" -m vllm_repo bench /tmp/repo --model llm --compare vllm-serve --together \
     --endpoint native --endpoint openai-chat --concurrency 1,32,128,256,512 --num-prompts 12,128,512,1024,2048 \
-    --input-len 128 --output-len 128 --rounds 2 --python "$PY" --ready-timeout 900 \
+    --input-len 128 --output-len 128 --rounds "${ROUNDS:-2}" --python "$PY" --ready-timeout 900 \
     --format json --output "$out"/compare.json --plot "$out"/compare.html
   "$PY" -c "import json
 from vllm_repo.benchmark.compare_report import to_text
