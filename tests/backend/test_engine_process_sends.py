@@ -123,24 +123,41 @@ def test_a_final_held_for_its_stats_goes_out_from_its_requests_send_thread_and_a
     assert engine.log[-1][0] == "vllm-sends"
 
 
+class GatedSender(Sender):
+    """A sender whose send waits until the test opens the gate."""
+
+    def __init__(self, engine: engine_link.ProcessEngine, gate: threading.Event) -> None:
+        super().__init__(engine.log, engine.in_flight, engine.lock)  # type: ignore[attr-defined]
+        self.gate = gate
+
+    def send(self, response: Any, flags: int = 0) -> None:
+        with self.lock:
+            self.in_flight[0] += 1
+        self.gate.wait(10)
+        with self.lock:
+            self.in_flight[0] -= 1
+        super().send(response, flags)
+
+
 def test_a_final_whose_stats_are_reported_goes_before_the_outputs_still_queued(engine):
     engine.accumulator = metrics.MetricsAccumulator()
     done = start(engine, "done")
     engine.accumulator.expect(done.request_id, 1)
     engine._send_work.add_outputs([("done", output("done", 0, True), None)])
     wait_for(lambda: "done" not in engine.live)  # held for its stats
-    keys = [f"r{i}" for i in range(40)]
+    gate = threading.Event()
+    keys = [f"r{i}" for i in range(20)]
     for key in keys:
         start(engine, key)
-    engine._send_work.add_outputs([(key, output(key, 0), None) for key in keys])  # 40 round trips of 3 ms
-    wait_for(lambda: len(engine.log) >= 2)
+    engine.live["r0"].sender = GatedSender(engine, gate)
+    engine._send_work.add_outputs([(key, output(key, 0), None) for key in keys])
+    wait_for(lambda: engine.in_flight[0] == 1)  # r0's send is under way, the other 19 queued
     engine.accumulator.merge({**engine.accumulator.take(), "finished_ids": ["done"]})
     for send in engine.accumulator.take()["ready_finals"]:
-        send()
-    wait_for(lambda: len(engine.log) == 41)
-    order = [response[0] for _, response, _ in engine.log]
-    assert order.index("done") < 10  # right after the send in flight, not behind the 38 queued
-    assert [response[0] for _, response, _ in engine.log if response[0] != "done"] == keys
+        send()  # as the metrics thread does once the stats are reported
+    gate.set()
+    wait_for(lambda: len(engine.log) == 21)
+    assert [response[0] for _, response, _ in engine.log] == ["r0", "done", *keys[1:]]
 
 
 def test_the_engine_is_told_which_requests_may_read_on_in_chunks_of_a_large_batch(engine):
