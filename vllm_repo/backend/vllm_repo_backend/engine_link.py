@@ -43,21 +43,9 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import (
-    environment,
-    errors,
-    hops,
-    jobs,
-    log,
-    metrics,
-    metrics_report,
-    native,
-    openai_serving,
-    send_order,
-    sends,
-    stub,
-)
+from . import environment, errors, hops, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
 from .configuration import bool_parameter
+from .send_order import ENDS, FIRST, FOLLOWING, SendWork
 
 PARAMETER = "ENGINE_PROCESS"
 # The hop benchmarks' timestamps (hops.py): X, A, S and F here, E and O in the engine's process.
@@ -141,7 +129,7 @@ class ProcessEngine:
         self._queued_admissions = 0  # execute() calls whose requests the admission thread has not finished
         # The send thread's work: the outputs, and the final responses that waited for their stats, in the order
         # clients wait on them (send_order.py).
-        self._send_work = send_order.SendWork(self._urgency)
+        self._send_work = SendWork(self._urgency)
         self._send_thread: threading.Thread | None = None
         self._stop_watching = threading.Event()
         self._death_lock = threading.Lock()
@@ -362,9 +350,9 @@ class ProcessEngine:
     def _urgency(self, key: str, output: Any, end: tuple[str, str] | None) -> int:
         """How soon an output's client waits on it (send_order.py)."""
         if end is not None or output is None or getattr(output, "finished", False) or getattr(output, "final", False):
-            return send_order.ENDS
+            return ENDS
         job = self.live.get(key)
-        return send_order.FIRST if getattr(job, "first", False) else send_order.FOLLOWING
+        return FIRST if getattr(job, "first", False) else FOLLOWING
 
     def _deliver(self, key: str, output: Any, end: tuple[str, str] | None) -> bool:
         """Send one output's response, or a request's end; True where the request goes on."""
