@@ -1,13 +1,12 @@
 """ENGINE_PROCESS's send thread's work (engine_link.py), in the order clients wait on it.
 
 One thread sends every response, a round trip to the server apiece, so under load the outputs queue: at 1,024 streams
-on an H100 a turn's outputs waited about 100 ms to go. What a client waits on goes first:
+on an H100 a request's first output waited 93 ms (median) to go. What a client waits on goes first:
 
 - a final response that waited for its request's stats (metrics_report.py): before any output still queued, even in
-  the middle of a batch. It had gone to the back of the queue once its stats were reported, and so queued twice: 238
-  ms median from the engine's final output to its response at 1,024 streams against 97 ms for a first response. A
-  stream's client sends its next request only after the final, so each of those milliseconds is one the GPU could have
-  been serving it;
+  the middle of a batch. It had gone to the back of the queue once its stats were reported, and so queued twice: 231 ms
+  median from the engine's final output to its response at 1,024 streams against those 93 ms. A stream's client sends
+  its next request only after the final, so each of those milliseconds is one the GPU could have been serving it;
 - then the outputs that end a request (a final, an error), then requests' first outputs (time to first token), then
   the rest: a stream's next output waits, and vLLM merges what the engine makes meanwhile into it, so nothing is lost
   but a response.
