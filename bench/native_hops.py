@@ -13,8 +13,9 @@ per event, `TAG KEY NANOSECONDS` (time.monotonic_ns(), one clock for every proce
 A --backend-variant directory records too when its code has the hook. The backend's events, per request: X execute()
 called (the stub's main thread), A admitted on the engine loop, E handed to vLLM, O an output read from vLLM, S a
 response sent (the send returned), F the final response sent. With ENGINE_PROCESS, A is the stub's admission thread
-passing the request on, and E and O come from the engine's process (one clock for every process of the host). The
-benchmark's: R PATH:STREAMS START END around each measurement.
+passing the request on, and E and O come from the engine's process (one clock for every process of the host); with
+metrics on there, H the final output reached the send thread and was held for its stats, L the metrics thread let it
+go once they were reported. The benchmark's: R PATH:STREAMS START END around each measurement.
 
 `report` takes each measurement of a Triton path and sums, over its requests, the time inside vLLM (E to the final
 output), in the stub before vLLM (X to E) and after it (final output to F): as a share of the streams' time (streams x
@@ -95,9 +96,24 @@ def summarize(name: str, start: int, end: int, requests: dict[str, dict[str, lis
             "first_output_to_sent": _quantiles(first),
             "final_output_to_sent": _quantiles(after),
             "execute_spacing": _quantiles(spacing) if spacing else None,
+            **_held_finals(mine),
         },
         "first_wave_in_vllm_after_ms": round((entered[min(c, len(entered)) - 1] - start) * ms, 1),
         "responses_per_request": round(sum(len(r.get("S", ())) + 1 for r in mine) / len(mine), 1),
+    }
+
+
+def _held_finals(mine: list[dict[str, list[int]]]) -> dict[str, dict[str, float]]:
+    """Where a final response held for its stats spent its time (ENGINE_PROCESS with metrics): queued before the send
+    thread reached it (O to H), waiting for the report (H to L), and queued again until sent (L to F)."""
+    held = [r for r in mine if r.get("H") and r.get("L")]
+    if not held:
+        return {}
+    ms = 1e-6
+    return {
+        "final_output_to_held": _quantiles([(r["H"][0] - r["O"][-1]) * ms for r in held]),
+        "final_held_to_released": _quantiles([(r["L"][0] - r["H"][0]) * ms for r in held]),
+        "final_released_to_sent": _quantiles([(r["F"][0] - r["L"][0]) * ms for r in held]),
     }
 
 
@@ -115,11 +131,20 @@ def report(hops_dir: str, json_out: str | None) -> list[dict]:
             f"first send {hops['first_output_to_sent']['median']:.1f}/{hops['first_output_to_sent']['p90']:.1f}  "
             f"final send {hops['final_output_to_sent']['median']:.1f}/{hops['final_output_to_sent']['p90']:.1f}  "
             f"exec spacing {hops['execute_spacing']['median'] if hops['execute_spacing'] else 0:.2f}  "
-            f"wave in vLLM {row['first_wave_in_vllm_after_ms']:.0f} ms"
+            f"wave in vLLM {row['first_wave_in_vllm_after_ms']:.0f} ms" + _held_text(hops)
         )
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def _held_text(hops: dict) -> str:
+    if "final_output_to_held" not in hops:
+        return ""
+    parts = (
+        hops[name]["median"] for name in ("final_output_to_held", "final_held_to_released", "final_released_to_sent")
+    )
+    return "  final: queued/stats/queued {:.1f}/{:.1f}/{:.1f} ms".format(*parts)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,3 +54,22 @@ def test_the_report_splits_the_streams_time(tmp_path):
     assert row["ms"]["admitted_to_vllm"]["median"] == 70
     assert row["ms"]["first_output_to_sent"]["median"] == 20
     assert row["responses_per_request"] == 2
+    assert "final_output_to_held" not in row["ms"]  # no final was held for its stats
+
+
+def test_the_report_splits_a_held_final_into_its_queues_and_its_stats_wait(tmp_path, capsys):
+    """ENGINE_PROCESS with metrics: the final output at 810 ms reached the send thread at 830, was let go after the
+    report at 845 and sent at 860."""
+    ms = 1_000_000
+    lines = [f"R triton_http:1:1 {0}", f"R triton_http:1:1 {1000 * ms}"]
+    events = (("X", 10), ("A", 40), ("E", 110), ("O", 300), ("S", 320), ("O", 810), ("H", 830), ("L", 845), ("F", 860))
+    lines += [f"{tag} a {at * ms}" for tag, at in events]
+    hops = tmp_path / "hops"
+    hops.mkdir()
+    (hops / "hops.1").write_text("\n".join(lines) + "\n")
+    (row,) = load_tool().report(str(hops), None)
+    assert row["ms"]["final_output_to_sent"]["median"] == 50
+    assert row["ms"]["final_output_to_held"]["median"] == 20
+    assert row["ms"]["final_held_to_released"]["median"] == 15
+    assert row["ms"]["final_released_to_sent"]["median"] == 15
+    assert "final: queued/stats/queued 20.0/15.0/15.0 ms" in capsys.readouterr().out

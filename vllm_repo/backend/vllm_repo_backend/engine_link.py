@@ -48,7 +48,7 @@ from .configuration import bool_parameter
 from .send_order import ENDS, FIRST, FOLLOWING, SendWork
 
 PARAMETER = "ENGINE_PROCESS"
-# The hop benchmarks' timestamps (hops.py): X, A, S and F here, E and O in the engine's process.
+# The hop benchmarks' timestamps (hops.py): X, A, S, H, L and F here, E and O in the engine's process.
 _hop, _no_hop = hops.hop, hops.off
 
 
@@ -384,7 +384,9 @@ class ProcessEngine:
                 # Sent once this request's stats are reported (metrics.py says why): the metrics thread hands it to
                 # the send thread, and goes on reporting.
                 send = functools.partial(self._send_final, job, response)
-                self.accumulator.send_final_after_stats(key, functools.partial(self._send_work.add_final, send))
+                self.accumulator.send_final_after_stats(key, functools.partial(self._release_final, key, send))
+                if _hop is not _no_hop:
+                    _hop("H", key)
                 return False
             job.sender.send(response, flags=stub.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
             self.sends += 1
@@ -413,6 +415,12 @@ class ProcessEngine:
                 job.cancel_reason = jobs.send_failure_reason(job)
                 self._post(("abort", job.request_id, job.cancel_reason))
         return not output.final
+
+    def _release_final(self, key: str, send: Any) -> None:
+        """The metrics thread's hand-off of a final response whose stats are reported: it goes before what is queued."""
+        if _hop is not _no_hop:
+            _hop("L", key)
+        self._send_work.add_final(send)
 
     def _send_final(self, job: jobs.Job | jobs.OpenAIJob, response: Any) -> None:
         try:
