@@ -202,3 +202,42 @@ def test_validation_field_names_the_parameter():
     )
     assert native.validation_field(ValueError("top_p must be in (0, 1], got 7.0.")) == "sampling_parameters.top_p"
     assert native.validation_field(ValueError("Something odd")) == "sampling_parameters"
+
+
+def test_a_final_whose_stats_were_reported_before_it_came_goes_at_once():
+    engine, stub = metrics.MetricsAccumulator(), metrics.MetricsAccumulator()  # ENGINE_PROCESS: stats come first
+    stub.expect("r1", 1)
+    engine.record(None, _iteration(1, finished=[_finished("r1")]))
+    stub.merge(engine.take())
+    assert stub.wake.is_set()  # the report starts at once, before the send thread reaches r1's final output
+    s = stub.take()
+    assert s["complete_ids"] == ["r1"]
+    assert not stub.stats_reported("r1")  # recorded, not reported yet
+    stub.reported(s["complete_ids"])
+    assert stub.stats_reported("r1") and stub._tracked == {}
+    assert not stub.stats_reported("r1")  # answered once: the request is no longer tracked
+
+
+def test_only_a_request_with_every_completion_in_a_report_counts_as_reported():
+    stub = metrics.MetricsAccumulator()
+    stub.expect("parent", 2)
+    stub.record(None, _iteration(0, finished=[_finished("parent")]))
+    first = stub.take()
+    assert first["complete_ids"] == []
+    stub.record(None, _iteration(0, finished=[_finished("parent")]))
+    stub.reported(first["complete_ids"])
+    assert not stub.stats_reported("parent")  # its second completion is in no report yet
+    second = stub.take()
+    stub.reported(second["complete_ids"])
+    assert second["complete_ids"] == ["parent"] and stub.stats_reported("parent")
+
+
+def test_a_held_final_is_released_through_the_reporter_not_marked_reported():
+    stub = metrics.MetricsAccumulator()
+    stub.expect("r1", 1)
+    stub.send_final_after_stats("r1", "send r1")
+    stub.record(None, _iteration(0, finished=[_finished("r1")]))
+    s = stub.take()
+    assert s["ready_finals"] == ["send r1"] and s["complete_ids"] == []
+    stub.reported(s["complete_ids"])
+    assert not stub.stats_reported("r1")
