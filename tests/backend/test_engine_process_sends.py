@@ -160,19 +160,6 @@ def test_a_final_whose_stats_are_reported_goes_before_the_outputs_still_queued(e
     assert [response[0] for _, response, _ in engine.log] == ["r0", "done", *keys[1:]]
 
 
-def test_a_final_whose_stats_are_already_reported_goes_at_once_from_the_send_thread(engine):
-    engine.accumulator = metrics.MetricsAccumulator()
-    start(engine, "done")
-    engine.accumulator.expect("done", 1)
-    engine.accumulator.merge({**engine.accumulator.take(), "finished_ids": ["done"]})  # stats ahead of outputs
-    engine.accumulator.reported(engine.accumulator.take()["complete_ids"])  # what the metrics thread does
-    engine._send_work.add_outputs([("done", output("done", 0, True), None)])
-    wait_for(lambda: len(engine.log) == 1)
-    thread, (key, _, _), flags = engine.log[0]
-    assert (thread, key, flags) == ("vllm-sends", "done", FINAL)
-    assert engine.accumulator.take()["ready_finals"] == [] and engine.accumulator._tracked == {}
-
-
 def test_the_engine_is_told_which_requests_may_read_on_in_chunks_of_a_large_batch(engine):
     keys = [f"r{i}" for i in range(engine_link.SENT_CHUNK + 6)]
     for key in keys:

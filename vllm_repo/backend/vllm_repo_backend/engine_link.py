@@ -380,7 +380,7 @@ class ProcessEngine:
         first, job.first = job.first, False
         try:
             response = sends.native_response(job.options, output, first)
-            if final and self.accumulator is not None and not self.accumulator.stats_reported(key):
+            if final and self.accumulator is not None:
                 # Sent once this request's stats are reported (metrics.py says why): the metrics thread hands it to
                 # the send thread, and goes on reporting.
                 send = functools.partial(self._send_final, job, response)

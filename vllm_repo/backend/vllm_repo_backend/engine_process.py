@@ -113,7 +113,7 @@ class EngineFrontend:
         # stats are reported (MetricsAccumulator.send_final_after_stats).
         stats = self.accumulator.take() if self.accumulator is not None else None
         if stats is not None:
-            del stats["ready_finals"], stats["complete_ids"]  # none here: the stub tracks the requests
+            del stats["ready_finals"]  # none here: the stub holds the final responses
         try:
             self.post(("outputs", batch, stats))
         except OSError:  # the stub is gone: the reader thread stops the loop

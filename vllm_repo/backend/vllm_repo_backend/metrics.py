@@ -130,8 +130,6 @@ class MetricsAccumulator:
     It also holds each request's final response until that request's stats are recorded; the reporter reports them
     before it sends the response, so a client that scrapes the metrics port right after its answer sees its request
     counted. Requests are tracked by vLLM request id, from ``expect()`` to ``forget()``, all on the engine loop.
-    ENGINE_PROCESS's stats come ahead of their outputs (``merge()``), so their report starts at once, and a final whose
-    stats were reported before its output reached the send thread goes without waiting (``stats_reported()``).
     """
 
     def __init__(self, keep_values: bool = False) -> None:
@@ -142,8 +140,7 @@ class MetricsAccumulator:
         self.waiting = 0
         self.kv_cache_usage = 0.0
         self._gauges_taken: tuple | None = None  # the gauges as the last take() had them
-        # request id -> [completions not yet recorded as finished, held final send or None, when it was held,
-        # whether its stats are all reported]
+        # request id -> [completions not yet recorded as finished, held final send or None, when it was held]
         self._tracked: dict[str, list[Any]] = {}
         self.wake = threading.Event()  # set when a final response is ready to go out
 
@@ -212,31 +209,11 @@ class MetricsAccumulator:
             for request_id in taken["finished_ids"]:
                 self.finished_ids.append(request_id)
                 self._recorded(request_id)
-            if taken["finished_ids"]:
-                self.wake.set()  # reported before the send thread reaches the finals, they need not wait for it
 
     def expect(self, request_id: str, completions: int) -> None:
         """A request is starting; its final response waits for ``completions`` finished-request stats."""
         with self._lock:
-            self._tracked[request_id] = [max(completions, 1), None, 0.0, False]
-
-    def stats_reported(self, request_id: str) -> bool:
-        """Whether the request's stats are all reported already: then its final response may go now (and the request is
-        no longer tracked)."""
-        with self._lock:
-            tracked = self._tracked.get(request_id)
-            if tracked is None or not tracked[3]:
-                return False
-            del self._tracked[request_id]
-            return True
-
-    def reported(self, complete_ids: Sequence[Any]) -> None:
-        """The report of a take() is done: its ``complete_ids`` have all their stats reported."""
-        with self._lock:
-            for request_id in complete_ids:
-                tracked = self._tracked.get(request_id)
-                if tracked is not None and tracked[1] is None:
-                    tracked[3] = True
+            self._tracked[request_id] = [max(completions, 1), None, 0.0]
 
     def send_final_after_stats(self, request_id: str, send: Any) -> None:
         """Have the flusher call ``send()`` once the request's stats are recorded and reported."""
@@ -291,8 +268,6 @@ class MetricsAccumulator:
                 "waiting": self.waiting,
                 "kv_cache_usage": self.kv_cache_usage,
                 "ready_finals": self.ready_finals,
-                # Requests whose stats are all in this snapshot or an earlier one (reported once this one is).
-                "complete_ids": [rid for rid in self.finished_ids if self._tracked.get(rid, (1,))[0] <= 0],
             }
             self._gauges_taken = (self.running, self.waiting, self.kv_cache_usage)
             self._reset()

@@ -214,7 +214,6 @@ class TritonMetrics:
                 calls += series.report(s["histograms"][name])
         except Exception:  # metrics must never take the model down
             log.error(f"[vllm] reporting metrics failed: {traceback.format_exc()}")
-        self._acc.reported(s["complete_ids"])
         if calls:
             spent = time.monotonic() - started
             self.reports += 1
