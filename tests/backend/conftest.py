@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from tests.support.backend_server import (
     engine_args,
 )
 from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
-from tests.support.stacks import server_stacks
+from tests.support.stacks import note_hung_load
 from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.server import TritonServer
 from vllm_repo.serve.shm_watch import SharedMemoryWatch
@@ -116,18 +115,9 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
             try:
                 server.wait_ready(timeout=240 if attempt == 1 else 600)
             except TritonServerError as exc:
-                if attempt == 2 or server.process is None or server.process.poll() is not None:
-                    raise  # a second hang, or a server that exited: not what is retried
-                assert server.pgid is not None
-                stacks, stacks_file = server_stacks(server.pgid), tmp_path / "hung-server-stacks.txt"
-                stacks_file.write_text(stacks)
-                warnings.warn(
-                    f"the metrics-off server hung at load; starting it again: {exc}\n"
-                    f"its threads ({stacks_file}):\n{stacks[-20000:]}",
-                    stacklevel=1,
-                )
-                hung = SharedMemoryWatch(server.pgid)
-                hung.poll()  # vLLM's segments (sem.mp-*, psm_*), which its killed processes leave behind
+                if attempt == 2:
+                    raise  # a second hang: not what is retried
+                hung = note_hung_load(server, exc, tmp_path, "the metrics-off server")
             else:
                 yield server
                 return
