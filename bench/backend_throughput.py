@@ -258,6 +258,14 @@ def served_parameters(
     return served
 
 
+def _variant_label(variant: str) -> str:
+    """NAME=DIR as the results record it: DIR relative to the working directory, or its name where it lies outside,
+    so that no path of the machine it ran on goes into a published result (backend_sha256 says which code it was)."""
+    name, _, directory = variant.partition("=")
+    relative = os.path.relpath(directory)
+    return f"{name}={Path(directory).name if relative.startswith('..') else relative}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_server_options(parser, "model directory (default on the CPU: a tiny model built offline)")
@@ -370,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "tokens_per_request": args.tokens,
         "clients": clients,
-        "backend_variants": args.backend_variant,
+        "backend_variants": [_variant_label(variant) for variant in args.backend_variant],
         # Which code served: the bundled model.py (or the one that replaced it) and each variant's.
         "backend_sha256": {
             name: backend_sha256(Path(source))
