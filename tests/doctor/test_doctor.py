@@ -41,6 +41,7 @@ EXPECTED = {
     "ray-on-cpu": "VD113",
     "hf-unreachable": "VD114",
     "backend-package-missing": "VD115",
+    "load-never-finished": "VD116",
     # A warning, however often a healthy server logs it, is no cause: doctor finds nothing to report.
     "deprecation-warning": None,
 }
@@ -261,3 +262,19 @@ def test_a_memory_failure_with_the_repository_gets_estimates_advice(tmp_path):
     assert any("tensor_parallel_size" in line for line in lines[1:]), lines  # 8B in bf16 does not fit on 16 GB
     assert recommend(diagnose(ServerLog("CUDA out of memory\n")), repo)[0].endswith("pass --gpu NAME")
     assert recommend(diagnose(ServerLog("I1201 fine\n")), repo) == []
+
+
+def test_a_log_that_ends_soon_after_the_backends_ready_line_is_no_hang(tmp_path):
+    # The hang's whole log is VD116 (above); the same log cut at the ready line (a server still loading, or one stopped
+    # at once) cannot tell a hang from a load about to finish.
+    whole = (HERE / "real_logs" / "load-never-finished-1.log").read_text()
+    lines = whole.split("\n")
+    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
+    cut = tmp_path / "cut.log"
+    cut.write_text("\n".join(lines[: ready + 1]))
+    assert "VD116" not in [d.code for d in diagnose_file(cut).findings]
+    # ... nor a log whose next line came 30 s after the ready line (the hang's came 568 s after it)
+    assert lines[ready + 1].startswith("I1206 21:44:01")
+    cut.write_text("\n".join([*lines[: ready + 1], lines[ready + 1].replace("21:44:01", "21:35:04")]))
+    assert "VD116" not in [d.code for d in diagnose_file(cut).findings]
+    assert diagnose_file(HERE / "real_logs" / "load-never-finished-1.log").root.code == "VD116"

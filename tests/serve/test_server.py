@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.echo_backend import ECHO_BACKEND, make_repo
 from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
-from vllm_repo.serve.errors import TritonServerError
+from vllm_repo.serve.errors import TritonLoadHung, TritonServerError
 from vllm_repo.serve.processes import process_group_members, shm_segments
 from vllm_repo.serve.python_env import probe_python
 from vllm_repo.serve.server import TritonServer
@@ -110,6 +110,23 @@ def test_a_model_that_fails_to_load_raises_with_the_servers_reason(tmp_path, ech
             server.wait_ready(timeout=120)
     finally:
         server.stop()
+    assert process_group_members(server.pgid) == []
+
+
+def test_a_load_triton_never_finishes_after_the_backends_ready_line_is_named_and_stopped(tmp_path, echo_backend):
+    # The echo model logs the bundled backend's ready line and never returns from initialize(): in the log, what Triton
+    # 2.51's lost-stub hang leaves (load_hang.py). wait_ready names it after load_hang_s, not at its timeout.
+    repo = make_repo(tmp_path / "repo", "HANG")
+    server = TritonServer(repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend)
+    server.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(TritonLoadHung, match=r"not finished loading 'HANG' \d+ s after its backend said") as hung:
+            server.wait_ready(timeout=300, load_hang_s=2)
+        assert time.monotonic() - began < 120
+        assert "line" in str(hung.value) and "restart" in (hung.value.hint or "")
+    finally:
+        server.stop(timeout=5)
     assert process_group_members(server.pgid) == []
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 ECHO_BACKEND = """
 import os
+import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -20,6 +21,9 @@ class TritonPythonModel:
     def initialize(self, args):
         if "FAIL" in args["model_name"]:
             raise RuntimeError("this model refuses to load")
+        if "HANG" in args["model_name"]:  # the bundled backend's ready line, then a load that never returns
+            pb_utils.Logger.log_info(f"[vllm] model {args['model_name']} ready (echo)")
+            time.sleep(3600)
 
     def execute(self, requests):
         # "$NAME" answers the environment variable NAME as the server's processes have it.

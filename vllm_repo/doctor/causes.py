@@ -18,7 +18,8 @@ import signal
 from collections.abc import Callable, Iterable, Iterator
 
 from vllm_repo.backend.vllm_repo_backend import contract
-from vllm_repo.doctor.log import LogLine, ServerLog
+from vllm_repo.doctor.log import LogLine, ServerLog, file_lines
+from vllm_repo.serve.load_hang import LOAD_HANG_S, LoadTracker
 from vllm_repo.validate.rules.common import inverts_switch
 
 
@@ -408,6 +409,39 @@ def huggingface_unreachable(log: ServerLog) -> Iterator[Found]:
         "give model.json a local directory with the model's files, or download it where the server runs first "
         f"({download}, into the cache the server reads: HF_HOME); behind a proxy, give the server HTTPS_PROXY",
     )
+
+
+# Triton's header time (month, day, then h:m:s), to tell how long the log went on after a model's ready line.
+_LOG_TIME = re.compile(r"^[IWE]\d{2}(?P<day>\d{2}) (?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2}(?:\.\d+)?)\s")
+
+
+def _log_seconds(raw: str) -> float | None:
+    m = _LOG_TIME.match(raw)
+    return None if m is None else ((int(m["day"]) * 24 + int(m["h"])) * 60 + int(m["m"])) * 60 + float(m["s"])
+
+
+@cause("VD116", "load-never-finished")
+def load_never_finished(log: ServerLog) -> Iterator[Found]:
+    """Every instance of a model said ready, and Triton never said it loaded, though the log went on long after: Triton
+    2.51's Python backend lost the stub's answer on a starved CPU and waited for good (serve/load_hang.py)."""
+    raw = [text for _, text in file_lines(log.text)]
+    tracker = LoadTracker()
+    tracker.feed(raw)
+    times = [t for t in map(_log_seconds, raw) if t is not None]
+    for waiting in tracker.waiting():
+        ready_at = _log_seconds(raw[waiting.ready_line - 1])
+        if ready_at is None or not times or times[-1] - ready_at < LOAD_HANG_S:
+            continue  # the log ends too soon after it to tell a hang from a load about to finish
+        line = next(line for line in log.lines if line.number == waiting.ready_line)
+        yield Found(
+            line,
+            f"the backend said model '{waiting.model}' was ready and Triton never finished loading it "
+            f"({times[-1] - ready_at:.0f} s later the log still had not said so): Triton 2.51's Python backend "
+            "missed the stub's answer on a CPU too busy for its health check, and waited for good",
+            "nothing but a restart ends it: stop the server and start it again (`vllm-repo launch REPO`); a CPU "
+            "with cores to spare, fewer models loading at once, avoids it",
+        )
+        return
 
 
 # ---------------------------------------------------------------------------------------------- VD2xx: serving

@@ -8,6 +8,7 @@
 - ports.py: the default ports and checks; processes.py: the group's processes and segments in /proc and /dev/shm;
   claims.py: what two servers on one machine could both take (ports, Triton's /tmp/python_env_*), claimed for one;
 - shm_watch.py and guardian.py: shared memory the group leaves, and a watchdog that stops it if launch is killed;
+- load_hang.py: a load Triton 2.51 never finishes after the backend said ready, told from the log (launch, doctor);
 - ray_cluster.py: launch --ray-address's check that a Ray cluster holds the placement groups vLLM will ask for;
   ray_placement.py: the pure part, where the engines go and what the other hosts run;
 - probes/: the scripts run by path in the serving Python (python_probe.py, ray_probe.py) and run_probe;

@@ -12,6 +12,10 @@ class TritonServerError(VllmRepoError):
     """The server could not be set up, started, or did not become ready."""
 
 
+class TritonLoadHung(TritonServerError):
+    """Triton never finished a load its backend had finished (load_hang.py): a restart is the way out."""
+
+
 class LaunchError(VllmRepoError):
     """launch refused or failed. ``diagnostics`` holds validate's findings when the tree is invalid, ``log_path``
     the server's log when the server failed."""

@@ -28,6 +28,7 @@ from vllm_repo.serve.claims import hold_ports, release_ports
 from vllm_repo.serve.errors import LaunchError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.launch_plan import LaunchPlan, gateway_command
+from vllm_repo.serve.load_hang import HANG_HINT, LOAD_HANG_S, LoadHangWatch, hang_message
 from vllm_repo.serve.ports import PORT_OPTIONS
 from vllm_repo.serve.processes import signal_group
 from vllm_repo.serve.server import TritonServer
@@ -396,13 +397,22 @@ def _report_models_gone(server: TritonServer, serving: set[str], out: TextIO, lo
         )
 
 
-def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: float, watch: SharedMemoryWatch) -> float:
-    """Poll readiness, showing elapsed time; returns the seconds it took."""
+def _wait_ready(
+    server: TritonServer,
+    plan: LaunchPlan,
+    out: TextIO,
+    timeout: float,
+    watch: SharedMemoryWatch,
+    load_hang_s: float = LOAD_HANG_S,
+) -> float:
+    """Poll readiness, showing elapsed time; returns the seconds it took. A load seen hung (load_hang.py) is an error
+    at once, not at ``timeout``."""
     start = time.monotonic()
     tty = hasattr(out, "isatty") and out.isatty()
     print(f"starting {plan.server.describe()}", file=out)
     print(f"  log: {server.log_path}", file=out, flush=True)
     last_report = 0.0
+    hangs = LoadHangWatch(server.log_path, server.log_start, load_hang_s) if server.log_path is not None else None
     while True:
         elapsed = time.monotonic() - start
         if not server.is_running():
@@ -412,6 +422,13 @@ def _wait_ready(server: TritonServer, plan: LaunchPlan, out: TextIO, timeout: fl
             if tty:
                 out.write("\r\033[K")
             return elapsed
+        hung = hangs.hung() if hangs is not None else None
+        if hung is not None:
+            raise LaunchError(
+                f"{hang_message(hung)} (log line {hung.ready_line})",
+                hint=f"{HANG_HINT}; the log: {server.log_path}",
+                log_path=server.log_path,
+            )
         if elapsed > timeout:
             raise LaunchError(
                 f"tritonserver was not ready after {timeout:.0f} s",

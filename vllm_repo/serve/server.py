@@ -36,8 +36,9 @@ from vllm_repo.serve.claims import (
     release_python_env,
     remove_python_env,
 )
-from vllm_repo.serve.errors import TritonServerError, TritonUnreachable
+from vllm_repo.serve.errors import TritonLoadHung, TritonServerError, TritonUnreachable
 from vllm_repo.serve.guardian import Guardian
+from vllm_repo.serve.load_hang import HANG_HINT, LOAD_HANG_S, LoadHangWatch, hang_message
 from vllm_repo.serve.ports import free_ports, port_is_free
 from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group, unique_shm_prefix
 from vllm_repo.serve.python_env import PythonInfo, probe_python
@@ -308,12 +309,13 @@ class TritonServer:
         except TritonUnreachable:
             return False
 
-    def wait_ready(self, timeout: float = 300.0, poll_s: float = 0.5) -> TritonServer:
+    def wait_ready(self, timeout: float = 300.0, poll_s: float = 0.5, load_hang_s: float = LOAD_HANG_S) -> TritonServer:
         """Block until /v2/health/ready answers 200. Raises TritonServerError (with the end of the server log) when
-        the server exits first or ``timeout`` passes."""
+        the server exits first or ``timeout`` passes, TritonLoadHung as soon as a load is seen hung (load_hang.py)."""
         if self.process is None:
             raise TritonServerError("start() the server before waiting for it")
         deadline = time.monotonic() + timeout
+        hangs = LoadHangWatch(self._log_path, self.log_start, load_hang_s) if self._log_path is not None else None
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise TritonServerError(
@@ -322,6 +324,12 @@ class TritonServer:
                 )
             if self.is_ready():
                 return self
+            hung = hangs.hung() if hangs is not None else None
+            if hung is not None:
+                raise TritonLoadHung(
+                    f"{hang_message(hung)} (log {self._log_path}, line {hung.ready_line})",
+                    HANG_HINT,
+                )
             time.sleep(poll_s)
         raise TritonServerError(
             f"tritonserver was not ready after {timeout:.0f} s; log {self._log_path}:\n{self.log_tail()}"
