@@ -19,10 +19,8 @@ from tests.support.backend_server import (
     engine_args,
 )
 from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
-from tests.support.stacks import note_hung_load
-from vllm_repo.serve.errors import TritonServerError
+from tests.support.stacks import ready_server
 from vllm_repo.serve.server import TritonServer
-from vllm_repo.serve.shm_watch import SharedMemoryWatch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,16 +66,19 @@ def triton(tiny_model_dir, tmp_path_factory):
     # One LoRA adapter, named with a path relative to the version directory.
     shutil.copytree(f"{tiny_model_dir}-lora", repo / MODEL_NAME / "1" / "adapters" / "doll")
     (repo / MODEL_NAME / "1" / "multi_lora.json").write_text(json.dumps({"doll": "adapters/doll"}))
-    server = TritonServer(
-        repo,
-        serving_python=SERVING_PYTHON,
-        triton_home=TRITON_HOME,
-        env=SERVER_ENV,
-        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
-        log_path=tmp_path_factory.mktemp("backend-logs") / "tritonserver.log",
-    )
-    with server:
-        server.wait_ready(timeout=600)
+    logs = tmp_path_factory.mktemp("backend-logs")
+
+    def make(attempt: int) -> TritonServer:
+        return TritonServer(
+            repo,
+            serving_python=SERVING_PYTHON,
+            triton_home=TRITON_HOME,
+            env=SERVER_ENV,
+            extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
+            log_path=logs / ("tritonserver.log" if attempt == 1 else f"tritonserver-{attempt}.log"),
+        )
+
+    with ready_server(make, logs, "the backend tests' server") as server:
         yield server
 
 
@@ -94,15 +95,15 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
         settings.pop("max_lora_rank")
         settings.pop("max_loras")
         (repo / name / "1" / "model.json").write_text(json.dumps(settings, indent=2))
+
     # Loading these two in-stub models side by side has hung in some full-suite runs on 2 busy cores (never in 23 runs
     # of this test alone): both initialize() calls returned, and Triton never reported the first one loaded. The
     # stacks of one such hang: the stub, initialized, waiting for work; Triton 2.51's Python backend waiting for that
     # stub to exit (StubLauncher::Launch's ScopedDefer, WaitForStubProcess), which it does only where its wait for the
     # stub's answer has failed, as its health check can when the stub goes a second unscheduled. The server logs
-    # verbosely, and a start that hangs has its processes' stacks written down (gdb, where there is one) before it is
-    # stopped, its log kept, and the server started once more.
-    for attempt in (1, 2):
-        server = TritonServer(
+    # verbosely; ready_server notes a hung start's stacks, stops it, keeps its log and starts the server once more.
+    def make(attempt: int) -> TritonServer:
+        return TritonServer(
             repo,
             serving_python=SERVING_PYTHON,
             triton_home=TRITON_HOME,
@@ -110,16 +111,6 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
             extra_args=["--log-verbose=1"],
             log_path=tmp_path / f"tritonserver-{attempt}.log",
         )
-        hung: SharedMemoryWatch | None = None
-        with server:
-            try:
-                server.wait_ready(timeout=240 if attempt == 1 else 600)
-            except TritonServerError as exc:
-                if attempt == 2:
-                    raise  # a second hang: not what is retried
-                hung = note_hung_load(server, exc, tmp_path, "the metrics-off server")
-            else:
-                yield server
-                return
-        if hung is not None:
-            hung.remove_leftovers()  # not to be counted as another test's leftovers
+
+    with ready_server(make, tmp_path, "the metrics-off server") as server:
+        yield server

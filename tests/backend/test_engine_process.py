@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.backend_server import MODEL_NAME, SERVER_ENV, engine_args
 from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.stacks import ready_server
 from tests.support.triton_clients import (
     cancel_mid_stream,
     generate,
@@ -77,16 +78,19 @@ def split(tiny_model_dir, tmp_path_factory):
     (repo / IN_STUB / "1").mkdir(parents=True)
     (repo / IN_STUB / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { count: 1, kind: KIND_CPU } ]\n')
     (repo / IN_STUB / "1" / "model.json").write_text(json.dumps(settings, indent=2))
-    server = TritonServer(
-        repo,
-        serving_python=SERVING_PYTHON,
-        triton_home=TRITON_HOME,
-        env=SERVER_ENV,
-        extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}", f"--load-model={IN_STUB}"],
-        log_path=tmp_path_factory.mktemp("engine-process-logs") / "tritonserver.log",
-    )
-    with server:
-        server.wait_ready(timeout=600)
+    logs = tmp_path_factory.mktemp("engine-process-logs")
+
+    def make(attempt: int) -> TritonServer:
+        return TritonServer(
+            repo,
+            serving_python=SERVING_PYTHON,
+            triton_home=TRITON_HOME,
+            env=SERVER_ENV,
+            extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}", f"--load-model={IN_STUB}"],
+            log_path=logs / ("tritonserver.log" if attempt == 1 else f"tritonserver-{attempt}.log"),
+        )
+
+    with ready_server(make, logs, "the engine-process server") as server:
         yield server
 
 

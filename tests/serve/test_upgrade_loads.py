@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON, TRITON_HOME
-from tests.support.stacks import note_hung_load
+from tests.support.stacks import ready_server
 from vllm_repo.doctor import diagnose_file
 from vllm_repo.schema.loader import serving_python_vllm_version
-from vllm_repo.serve.errors import TritonServerError
 from vllm_repo.serve.server import TritonServer
 from vllm_repo.upgrade import upgrade_paths
 
@@ -61,21 +60,13 @@ def test_the_official_sample_loads_after_upgrade(tiny_model, tmp_path):
     assert not result.needs_user and not result.remaining.has_errors
     assert "disable_log_requests" not in engine_args.read_text()
 
-    after = serve(repo, tmp_path / "after.log").start()
-    try:
-        try:
-            after.wait_ready(timeout=240)
-        except TritonServerError as exc:  # the Python backend's load hang on busy CPUs (tests/support/stacks.py)
-            hung = note_hung_load(after, exc, tmp_path, "the upgraded sample's server")
-            after.stop()
-            hung.remove_leftovers()
-            after = serve(repo, tmp_path / "after-2.log").start()
-            after.wait_ready(timeout=600)
+    # the Python backend's load hang on busy CPUs is met by starting it once more (tests/support/stacks.py)
+    with ready_server(
+        lambda attempt: serve(repo, tmp_path / f"after-{attempt}.log"), tmp_path, "the upgraded sample"
+    ) as after:
         body = json.dumps({"text_input": "Hello", "stream": False, "sampling_parameters": '{"max_tokens": 4}'})
         request = urllib.request.Request(
             f"{after.http_url}/v2/models/vllm_model/generate", data=body.encode(), method="POST"
         )
         with urllib.request.urlopen(request, timeout=120) as response:
             assert json.loads(response.read())["text_output"]
-    finally:
-        after.stop()
