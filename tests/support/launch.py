@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from vllm_repo.serve.ports import free_ports
 from vllm_repo.serve.processes import process_group_members
 
 READY_TIMEOUT = 300
+# What launch says of Triton 2.51's load hang (vllm_repo/serve/load_hang.py hang_message)
+HUNG_LOAD = "has not finished loading"
 
 
 DEV_SHM = Path("/dev/shm")
@@ -153,6 +156,19 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 
 def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | None = None) -> Launched:
+    """`vllm-repo launch REPO EXTRA...` on free ports, followed until Triton is ready (with ``wait_ready``). A launch
+    that stops on Triton 2.51's load hang (serve/load_hang.py: its server is gone with it) is started once more."""
+    launched = _start_launch(repo, *extra, wait_ready=wait_ready, env=env)
+    if wait_ready and launched.proc.poll() is not None and HUNG_LOAD in launched.output:
+        warnings.warn(f"launch stopped on Triton's load hang; starting it again:\n{launched.output}", stacklevel=2)
+        launched.release_guardian()
+        launched = _start_launch(repo, *extra, wait_ready=wait_ready, env=env)
+    if wait_ready and launched.proc.poll() is not None:
+        pytest.fail(f"launch exited with {launched.proc.returncode}:\n{launched.output}")
+    return launched
+
+
+def _start_launch(repo: Path, *extra: str, wait_ready: bool, env: dict | None) -> Launched:
     # Distinct, and none a port the caller picked for the command (--openai-port).
     given = [int(value) for flag, value in itertools.pairwise(extra) if flag.endswith("-port")]
     ports = tuple(free_ports(3, avoid=given))
@@ -202,7 +218,7 @@ def start_launch(repo: Path, *extra: str, wait_ready: bool = True, env: dict | N
     while "Triton is ready" not in launched.output:
         if launched.proc.poll() is not None:
             reader.join(5)
-            pytest.fail(f"launch exited with {launched.proc.returncode}:\n{launched.output}")
+            return launched  # start_launch says why
         if time.monotonic() > deadline:
             launched.kill_everything()
             pytest.fail(f"not ready after {READY_TIMEOUT} s:\n{launched.output}")
