@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -303,6 +304,46 @@ def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_ru
 
     assert process_group_members(server.pgid) == []
     assert shm_segments(server.shm_prefix) == []
+
+
+@NEEDS_SERVING
+def test_a_load_triton_never_finishes_is_started_once_more_then_reported(repo, tmp_path, monkeypatch):
+    """A backend that logs the bundled backend's ready line and never returns from initialize(): what Triton 2.51's
+    lost-stub hang leaves in the log (load_hang.py). launch names it, starts Triton once more, and reports the second;
+    both servers' groups and shared memory are gone."""
+    backend = tmp_path / "hanging_model.py"
+    backend.write_text(
+        "import time\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        pb_utils.Logger.log_info(f\"[vllm] model {args['model_name']} ready (test)\")\n"
+        "        time.sleep(3600)\n"
+        "    def execute(self, requests):\n"
+        "        return []\n"
+    )
+    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
+    plan.backend_source = backend
+    servers = []
+    real_server_for = launch.server_for
+
+    def remember(plan, log_path=None):
+        servers.append(real_server_for(plan, log_path))
+        return servers[-1]
+
+    monkeypatch.setattr(launch, "server_for", remember)
+    out = io.StringIO()
+    with pytest.raises(LaunchError, match=r"not finished loading 'tiny' \d+ s after its backend said") as err:
+        launch.run_server(plan, out=out, ready_timeout=300, load_hang_s=2)
+    assert len(servers) == 2 and "starting Triton once more" in out.getvalue(), out.getvalue()
+    assert "restart" in (err.value.hint or "")
+    from vllm_repo.serve.processes import process_group_members, shm_segments
+
+    for server in servers:
+        assert process_group_members(server.pgid) == []
+        assert shm_segments(server.shm_prefix) == []
+    assert err.value.log_path is not None and err.value.log_path.read_text().count("ready (test)") == 2
+    err.value.log_path.unlink()
 
 
 def _free() -> int:

@@ -197,11 +197,13 @@ def run_server(
     log_path: Path | None = None,
     on_ready: Callable[[TritonServer], None] | None = None,
     stop_event: threading.Event | None = None,
+    load_hang_s: float = LOAD_HANG_S,
 ) -> int:
     """Start the server, wait for it with progress, print the endpoints, and serve until Ctrl-C, SIGTERM, SIGHUP,
     ``stop_event``, or the server's own exit. Returns 0 after a requested stop; raises LaunchError (with the root error
-    from the log) when the server fails to start or dies. The process group and its shm segments are always gone when
-    this returns."""
+    from the log) when the server fails to start or dies. A load seen hung ``load_hang_s`` after the backend said
+    ready (load_hang.py) is stopped and started once more. The process group and its shm segments are always gone
+    when this returns."""
     out = out or sys.stderr
     # The log lives outside the server's work directory (removed at stop) so that it can still be read after a
     # failure; after a clean stop it is removed unless the caller chose where it goes.
@@ -220,7 +222,14 @@ def run_server(
     previous = _install_stop_handlers()
     failed = True
     try:
-        _start(running, plan, out, ready_timeout, remove=[own_log] if own_log else [])
+        try:
+            _start(running, plan, out, ready_timeout, load_hang_s, remove=[own_log] if own_log else [])
+        except _LoadHung as hung:
+            # Triton's, not the user's: only a restart ends it. Once; a second hang is reported.
+            print(f"{hung.message}; starting Triton once more", file=out, flush=True)
+            _shut_down(running, out)
+            running = _Running(server_for(plan, log_path))
+            _start(running, plan, out, ready_timeout, load_hang_s, remove=[own_log] if own_log else [])
         if on_ready:
             on_ready(running.server)
         _serve(running, plan, out, stop_event)
@@ -243,7 +252,9 @@ def run_server(
             _restore_handlers(previous)
 
 
-def _start(running: _Running, plan: LaunchPlan, out: TextIO, ready_timeout: float, remove: list[Path]) -> None:
+def _start(
+    running: _Running, plan: LaunchPlan, out: TextIO, ready_timeout: float, load_hang_s: float, remove: list[Path]
+) -> None:
     """Start the server and the gateway under a guardian, wait until the server is ready, and print the endpoints.
     ``remove``: what the guardian removes besides the server's work directory, should launch be killed."""
     server = running.server
@@ -260,7 +271,7 @@ def _start(running: _Running, plan: LaunchPlan, out: TextIO, ready_timeout: floa
     running.guardian = Guardian(pgid, server.shm_prefix, remove=leftovers, also=also)
     running.watch = watch = SharedMemoryWatch(pgid)
     began = time.monotonic()
-    took = _wait_ready(server, plan, out, ready_timeout, watch)
+    took = _wait_ready(server, plan, out, ready_timeout, watch, load_hang_s)
     running.ready = True
     openai_url = None
     if running.gateway is not None and plan.openai_port is not None:
@@ -397,6 +408,10 @@ def _report_models_gone(server: TritonServer, serving: set[str], out: TextIO, lo
         )
 
 
+class _LoadHung(LaunchError):
+    """Triton never finished a load the backend had finished (load_hang.py)."""
+
+
 def _wait_ready(
     server: TritonServer,
     plan: LaunchPlan,
@@ -424,7 +439,7 @@ def _wait_ready(
             return elapsed
         hung = hangs.hung() if hangs is not None else None
         if hung is not None:
-            raise LaunchError(
+            raise _LoadHung(
                 f"{hang_message(hung)} (log line {hung.ready_line})",
                 hint=f"{HANG_HINT}; the log: {server.log_path}",
                 log_path=server.log_path,
