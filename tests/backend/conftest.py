@@ -16,11 +16,11 @@ from tests.support.backend_server import (
     METRICS_OFF_MODELS,
     MODEL_NAME,
     SERVER_ENV,
+    bundled_server,
     engine_args,
 )
 from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
 from tests.support.stacks import ready_server
-from vllm_repo.serve.server import TritonServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,17 +67,7 @@ def triton(tiny_model_dir, tmp_path_factory):
     shutil.copytree(f"{tiny_model_dir}-lora", repo / MODEL_NAME / "1" / "adapters" / "doll")
     (repo / MODEL_NAME / "1" / "multi_lora.json").write_text(json.dumps({"doll": "adapters/doll"}))
     logs = tmp_path_factory.mktemp("backend-logs")
-
-    def make(attempt: int) -> TritonServer:
-        return TritonServer(
-            repo,
-            serving_python=SERVING_PYTHON,
-            triton_home=TRITON_HOME,
-            env=SERVER_ENV,
-            extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"],
-            log_path=logs / ("tritonserver.log" if attempt == 1 else f"tritonserver-{attempt}.log"),
-        )
-
+    make = bundled_server(repo, logs, ["--model-control-mode=explicit", f"--load-model={MODEL_NAME}"])
     with ready_server(make, logs, "the backend tests' server") as server:
         yield server
 
@@ -102,15 +92,6 @@ def triton_metrics_off(tiny_model_dir, tmp_path):
     # stub to exit (StubLauncher::Launch's ScopedDefer, WaitForStubProcess), which it does only where its wait for the
     # stub's answer has failed, as its health check can when the stub goes a second unscheduled. The server logs
     # verbosely; ready_server notes a hung start's stacks, stops it, keeps its log and starts the server once more.
-    def make(attempt: int) -> TritonServer:
-        return TritonServer(
-            repo,
-            serving_python=SERVING_PYTHON,
-            triton_home=TRITON_HOME,
-            env=SERVER_ENV,
-            extra_args=["--log-verbose=1"],
-            log_path=tmp_path / f"tritonserver-{attempt}.log",
-        )
-
+    make = bundled_server(repo, tmp_path, ["--log-verbose=1"])
     with ready_server(make, tmp_path, "the metrics-off server") as server:
         yield server

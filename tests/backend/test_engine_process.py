@@ -19,8 +19,8 @@ import urllib.request
 
 import pytest
 
-from tests.support.backend_server import MODEL_NAME, SERVER_ENV, engine_args
-from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.backend_server import MODEL_NAME, bundled_server, engine_args
+from tests.support.serving import needs_serving
 from tests.support.stacks import ready_server
 from tests.support.triton_clients import (
     cancel_mid_stream,
@@ -38,7 +38,6 @@ from tests.support.triton_clients import (
 from tests.support.waiting import wait_for
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
-from vllm_repo.serve.server import TritonServer
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
@@ -79,18 +78,8 @@ def split(tiny_model_dir, tmp_path_factory):
     (repo / IN_STUB / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { count: 1, kind: KIND_CPU } ]\n')
     (repo / IN_STUB / "1" / "model.json").write_text(json.dumps(settings, indent=2))
     logs = tmp_path_factory.mktemp("engine-process-logs")
-
-    def make(attempt: int) -> TritonServer:
-        return TritonServer(
-            repo,
-            serving_python=SERVING_PYTHON,
-            triton_home=TRITON_HOME,
-            env=SERVER_ENV,
-            extra_args=["--model-control-mode=explicit", f"--load-model={MODEL_NAME}", f"--load-model={IN_STUB}"],
-            log_path=logs / ("tritonserver.log" if attempt == 1 else f"tritonserver-{attempt}.log"),
-        )
-
-    with ready_server(make, logs, "the engine-process server") as server:
+    loads = ["--model-control-mode=explicit", f"--load-model={MODEL_NAME}", f"--load-model={IN_STUB}"]
+    with ready_server(bundled_server(repo, logs, loads), logs, "the engine-process server") as server:
         yield server
 
 

@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support.backend_server import CONFIG_PBTXT, SERVER_ENV, engine_args
+from tests.support.backend_server import CONFIG_PBTXT, SERVER_ENV, bundled_server, engine_args
 from tests.support.launch import ipc_sockets, orphaned_ipc_sockets
-from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
+from tests.support.serving import SERVING_PYTHON, needs_serving
 from tests.support.stacks import ready_server
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
-from vllm_repo.serve.server import RPC_PATH_ENV, TritonServer
+from vllm_repo.serve.server import RPC_PATH_ENV
 
 pytestmark = [pytest.mark.e2e, needs_serving]
 
@@ -136,17 +136,7 @@ def triton(request, model_repository, tmp_path_factory):
         (model_repository / model / "config.pbtxt").write_text(CONFIG_PBTXT + shape)
     sockets_before = ipc_sockets()
     logs = tmp_path_factory.mktemp(f"openai-logs-{request.param}")
-
-    def make(attempt: int) -> TritonServer:
-        return TritonServer(
-            model_repository,
-            serving_python=SERVING_PYTHON,
-            triton_home=TRITON_HOME,
-            env=SERVER_ENV,
-            extra_args=["--model-control-mode=explicit", f"--load-model={MODEL}"],
-            log_path=logs / ("tritonserver.log" if attempt == 1 else f"tritonserver-{attempt}.log"),
-        )
-
+    make = bundled_server(model_repository, logs, ["--model-control-mode=explicit", f"--load-model={MODEL}"])
     with ready_server(make, logs, "the OpenAI backend's server") as server:
         yield server
     assert orphaned_ipc_sockets(sockets_before) == set()  # it left none in /tmp

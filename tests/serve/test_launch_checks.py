@@ -267,8 +267,22 @@ def test_the_embedded_server_is_downloaded_once_into_the_cache(tmp_path, monkeyp
     assert find_server().origin == "cached"
 
 
+@pytest.fixture
+def made_servers(monkeypatch) -> list:
+    """The servers launch makes in this test, in order."""
+    servers = []
+    real_server_for = launch.server_for
+
+    def remember(plan, log_path=None):
+        servers.append(real_server_for(plan, log_path))
+        return servers[-1]
+
+    monkeypatch.setattr(launch, "server_for", remember)
+    return servers
+
+
 @NEEDS_SERVING
-def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_running(repo, tmp_path):
+def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_running(repo, tmp_path, made_servers):
     """A real Triton whose model fails in initialize(): launch exits with the model's own error, and the process
     group and shared memory are gone."""
     backend = tmp_path / "failing_model.py"
@@ -281,19 +295,9 @@ def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_ru
     )
     plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
     plan.backend_source = backend
-    servers = []
-    real_server_for = launch.server_for
-
-    def remember(plan, log_path=None):
-        servers.append(real_server_for(plan, log_path))
-        return servers[-1]
-
-    launch.server_for, saved = remember, launch.server_for
-    try:
-        with pytest.raises(LaunchError) as err, open(os.devnull, "w") as devnull:
-            launch.run_server(plan, out=devnull, ready_timeout=120)
-    finally:
-        launch.server_for = saved
+    with pytest.raises(LaunchError) as err, open(os.devnull, "w") as devnull:
+        launch.run_server(plan, out=devnull, ready_timeout=120)
+    servers = made_servers
     assert err.value.message.endswith(
         "model 'tiny' failed to load: ValueError: tokenizer files are missing from /nowhere"
     )
@@ -307,7 +311,7 @@ def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_ru
 
 
 @NEEDS_SERVING
-def test_a_load_triton_never_finishes_is_started_once_more_then_reported(repo, tmp_path, monkeypatch):
+def test_a_load_triton_never_finishes_is_started_once_more_then_reported(repo, tmp_path, made_servers):
     """A backend that logs the bundled backend's ready line and never returns from initialize(): what Triton 2.51's
     lost-stub hang leaves in the log (load_hang.py). launch names it, starts Triton once more, and reports the second;
     both servers' groups and shared memory are gone."""
@@ -324,17 +328,10 @@ def test_a_load_triton_never_finishes_is_started_once_more_then_reported(repo, t
     )
     plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
     plan.backend_source = backend
-    servers = []
-    real_server_for = launch.server_for
-
-    def remember(plan, log_path=None):
-        servers.append(real_server_for(plan, log_path))
-        return servers[-1]
-
-    monkeypatch.setattr(launch, "server_for", remember)
     out = io.StringIO()
     with pytest.raises(LaunchError, match=r"not finished loading 'tiny' \d+ s after its backend said") as err:
         launch.run_server(plan, out=out, ready_timeout=300, load_hang_s=2)
+    servers = made_servers
     assert len(servers) == 2 and "starting Triton once more" in out.getvalue(), out.getvalue()
     assert "restart" in (err.value.hint or "")
     from vllm_repo.serve.processes import process_group_members, shm_segments

@@ -3,8 +3,12 @@ arguments, config.pbtxt and environment."""
 
 from __future__ import annotations
 
-from bench.lib.tiny import SERVER_ENV, tiny_engine_args  # noqa: F401
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench.lib.tiny import SERVER_ENV, tiny_engine_args
 from tests.support.serving import SERVING_PYTHON, SERVING_SKIP_REASON, TRITON_HOME, needs_serving  # noqa: F401
+from vllm_repo.serve.server import TritonServer
 
 MODEL_NAME = "tiny"
 
@@ -33,3 +37,20 @@ METRICS_OFF_MODELS = {
     ),
     "report_absent": ("", {}),
 }
+
+
+def bundled_server(repo: Path, logs: Path, extra_args: Sequence[str] = ()) -> Callable[[int], TritonServer]:
+    """For tests.support.stacks.ready_server: the server of ``repo`` with the bundled backend, its log
+    ``logs``/tritonserver.log (a second attempt's tritonserver-2.log)."""
+
+    def make(attempt: int) -> TritonServer:
+        return TritonServer(
+            repo,
+            serving_python=SERVING_PYTHON,
+            triton_home=TRITON_HOME,
+            env=SERVER_ENV,
+            extra_args=extra_args,
+            log_path=logs / ("tritonserver.log" if attempt == 1 else f"tritonserver-{attempt}.log"),
+        )
+
+    return make
