@@ -27,6 +27,7 @@
 #                                                                     bash bench/device_backend.sh tune [tune_gpu args]
 #      then, while warm, carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps]:
 #                                                                     bash bench/device_backend.sh next STEP ...
+#      (a lease that starts with `next` carries .gpuroute/triton too: 62 MB of carry in all)
 #      (bench/gpu_proof.sh's steps: the faults, bench --compare; results beside the run's, all brought back each call)
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
@@ -112,7 +113,12 @@ next)
   # One more step of a series in the same lease (bench/gpu_proof.sh STEP): this call's tree replaces the run's, the
   # results under $RUN/out stay and come back together. carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps].
   source .gpuroute/remote/install.sh /tmp/vp /tmp/site || exit 1
-  [ -d /tmp/triton/pytriton ] || { echo "no Triton files here: the run stage first"; exit 1; }
+  # Triton's files: the run stage's, or .gpuroute/triton carried with this call (a lease that starts with `next`)
+  if [ ! -d /tmp/triton/pytriton ] && [ -f .gpuroute/triton/triton.tar.xz ]; then
+    mkdir -p /tmp/triton && "$PY" -c "import tarfile,sys;tarfile.open(sys.argv[1]).extractall(sys.argv[2],filter='tar')" \
+      .gpuroute/triton/triton.tar.xz /tmp/triton || exit 1
+  fi
+  [ -d /tmp/triton/pytriton ] || { echo "no Triton files here: the run stage first, or carry .gpuroute/triton"; exit 1; }
   SP=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   # vllm-repo's own command: tritonclient's wheels into the device's Python (as for tune), the packages it lacks
   # (jsonschema and its kin) after site-packages, so none of the device's own is shadowed.
