@@ -40,7 +40,7 @@ class WaitingModel:
     """A model whose every started instance said ready and that Triton has not yet said loaded (or failed)."""
 
     model: str
-    ready_line: int  # 1-based line of the log (from where the tracker started) of its last ready line
+    ready_line: int  # 1-based line of the log file of its last ready line
     waited_s: float = 0.0  # since it was first seen waiting
 
 
@@ -95,6 +95,7 @@ class LoadHangWatch:
         self.log_path, self.after_s, self._clock = log_path, after_s, clock
         self._offset, self._partial = start, b""
         self._tracker = LoadTracker()
+        self._tracker.lines = _lines_before(log_path, start)  # a log appended to, run after run: the file's numbers
         self._since: dict[str, float] = {}  # model -> when it was first seen waiting
 
     def hung(self) -> WaitingModel | None:
@@ -120,12 +121,21 @@ class LoadHangWatch:
         self._tracker.feed(line.decode("utf-8", "replace") for line in complete)
 
 
+def _lines_before(log_path: Path, offset: int) -> int:
+    if offset == 0:
+        return 0
+    try:
+        with open(log_path, "rb") as log:
+            return log.read(offset).count(b"\n")
+    except OSError:
+        return 0
+
+
 def hang_message(waiting: WaitingModel) -> str:
     return (
         f"Triton has not finished loading '{waiting.model}' {waiting.waited_s:.0f} s after its backend said it was "
-        "ready: "
-        "Triton 2.51's Python backend can lose its stub's answer on a CPU too busy to answer its health check, and "
-        "then waits for good"
+        "ready: Triton 2.51's Python backend can lose its stub's answer on a CPU too busy to answer its health "
+        "check, and then waits for good"
     )
 
 
