@@ -148,9 +148,9 @@ def test_a_final_whose_stats_are_reported_goes_before_the_outputs_still_queued(e
     gate = threading.Event()
     keys = [f"r{i}" for i in range(20)]
     for key in keys:
-        start(engine, key)
+        start(engine, key).first = False  # later outputs: a batch
     engine.live["r0"].sender = GatedSender(engine, gate)
-    engine._send_work.add_outputs([(key, output(key, 0), None) for key in keys])
+    engine._send_work.add_outputs([(key, output(key, 1), None) for key in keys])
     wait_for(lambda: engine.in_flight[0] == 1)  # r0's send is under way, the other 19 queued
     engine.accumulator.merge({**engine.accumulator.take(), "finished_ids": ["done"]})
     for send in engine.accumulator.take()["ready_finals"]:
@@ -158,6 +158,30 @@ def test_a_final_whose_stats_are_reported_goes_before_the_outputs_still_queued(e
     gate.set()
     wait_for(lambda: len(engine.log) == 21)
     assert [response[0] for _, response, _ in engine.log] == ["r0", "done", *keys[1:]]
+
+
+def test_a_first_output_and_a_final_that_come_mid_batch_wait_only_for_the_send_under_way(engine):
+    # At a few hundred streams a batch takes milliseconds: a request's first output (time to first token) and a final
+    # output (held for its stats from then on) that come meanwhile go after the send in progress, not after the batch.
+    gate = threading.Event()
+    keys = [f"r{i}" for i in range(20)]
+    for key in keys:
+        start(engine, key).first = False
+    engine.live["r0"].sender = GatedSender(engine, gate)
+    engine._send_work.add_outputs([(key, output(key, 1), None) for key in keys])
+    wait_for(lambda: engine.in_flight[0] == 1)  # r0's send is under way, the other 19 queued
+    start(engine, "new")
+    start(engine, "ending").first = False
+    engine._send_work.add_outputs([("new", output("new", 0), None), ("ending", output("ending", 5, True), None)])
+    gate.set()
+    wait_for(lambda: len(engine.log) == 22)
+    assert [response[:2] for _, response, _ in engine.log] == [
+        ("r0", 1),
+        ("new", 0),
+        ("ending", 5),
+        *[(key, 1) for key in keys[1:]],
+    ]
+    assert engine.log[2][2] == FINAL and "ending" not in engine.live
 
 
 def test_the_engine_is_told_which_requests_may_read_on_in_chunks_of_a_large_batch(engine):

@@ -1,5 +1,6 @@
-"""The order ENGINE_PROCESS's send thread sends in (send_order.py), without Triton: what ends a request first, then
-first outputs, then the rest, each request's outputs in their order; final responses ready apart from the outputs."""
+"""The order ENGINE_PROCESS's send thread sends in (send_order.py), without Triton: what ends a request and first
+outputs jump the queue, the rest goes a batch at a time, each request's outputs in their order; final responses ready
+apart from the outputs."""
 
 from __future__ import annotations
 
@@ -15,19 +16,37 @@ def work() -> send_order.SendWork:
     return send_order.SendWork(lambda key, output, end: send_order.ENDS if end is not None else RANKS[output])
 
 
-def test_what_ends_a_request_goes_first_then_first_outputs_each_requests_order_kept():
+def urgent(queue: send_order.SendWork) -> list:
+    popped = []
+    while (output := queue.pop_urgent()) is not None:
+        popped.append(output)
+    return popped
+
+
+def test_ends_and_first_outputs_jump_the_queue_unless_their_request_has_an_output_queued():
     queue = work()
     queue.add_outputs([("a", "middle", None), ("b", "first", None), ("c", "middle", None)])
     queue.add_outputs([("d", None, ("aborted", "INTERNAL")), ("a", "final", None), ("e", "middle", None)])
-    batch = queue.take()
-    assert batch == [
+    assert queue.urgent_ready
+    assert urgent(queue) == [("b", "first", None), ("d", None, ("aborted", "INTERNAL"))]
+    assert queue.take() == [
         ("a", "middle", None),  # a ends in this batch: all of it goes first, its middle before its final
-        ("d", None, ("aborted", "INTERNAL")),
         ("a", "final", None),
-        ("b", "first", None),
         ("c", "middle", None),
         ("e", "middle", None),
     ]
+    assert not queue.urgent_ready
+
+
+def test_the_pieces_of_one_output_keep_their_order():
+    # STREAM_ONE_RESPONSE_PER_TOKEN: one output's pieces come together; the first may go at once, the rest follow it.
+    queue = work()
+    queue.add_outputs([("s", "first", None), ("s", "middle", None), ("s", "final", None)])
+    assert urgent(queue) == [("s", "first", None)]
+    assert queue.take() == [("s", "middle", None), ("s", "final", None)]
+    # Once the batch is taken its requests are no longer queued: the next output of one may jump again.
+    queue.add_outputs([("s", "final", None)])
+    assert urgent(queue) == [("s", "final", None)]
 
 
 def test_finals_ready_are_taken_apart_and_take_waits_for_work_and_ends_after_stop():
@@ -35,17 +54,23 @@ def test_finals_ready_are_taken_apart_and_take_waits_for_work_and_ends_after_sto
     sent: list[str] = []
     queue.add_final(lambda: sent.append("x"))
     queue.add_final(lambda: sent.append("y"))
-    assert queue.finals_ready and queue.take() == []  # only finals: take() returns for them
+    assert queue.urgent_ready and queue.take() == []  # only finals: take() returns for them
     for send in queue.pop_finals():
         send()
-    assert sent == ["x", "y"] and not queue.finals_ready and queue.pop_finals() == []
+    assert sent == ["x", "y"] and not queue.urgent_ready and queue.pop_finals() == []
     taken: list = []
     waiter = threading.Thread(target=lambda: taken.append(queue.take()))
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive()  # nothing queued: it waits
-    queue.add_outputs([("a", "first", None)])
-    wait_for(lambda: taken == [[("a", "first", None)]])
+    queue.add_outputs([("a", "middle", None)])
+    wait_for(lambda: taken == [[("a", "middle", None)]])
+    taken.clear()
+    waiter = threading.Thread(target=lambda: taken.append(queue.take()))
+    waiter.start()
+    queue.add_outputs([("z", "first", None)])
+    wait_for(lambda: taken == [[]])  # an urgent output wakes it too; it is popped apart
+    assert urgent(queue) == [("z", "first", None)]
     queue.add_outputs([("b", "middle", None)])
     queue.stop()
     assert queue.take() == [("b", "middle", None)]  # what was queued before stop() still goes

@@ -333,19 +333,31 @@ class ProcessEngine:
         work = self._send_work
         while (batch := work.take()) is not None:
             sent: list[str] = []
-            for key, output, end in batch:
-                if work.finals_ready:
-                    for send in work.pop_finals():
-                        send()
-                if self._deliver(key, output, end):
-                    sent.append(key)
-                    if len(sent) == SENT_CHUNK and not self.closing:
-                        self._post(("sent", sent))
-                        sent = []
-            for send in work.pop_finals():
-                send()
+            for output in batch:
+                if work.urgent_ready:  # before every send: a batch takes milliseconds at a few hundred streams
+                    self._send_urgent(sent)
+                self._send_output(output, sent)
+            self._send_urgent(sent)
             if sent and not self.closing:
                 self._post(("sent", sent))
+
+    def _send_urgent(self, sent: list[str]) -> None:
+        """The final responses ready, then the outputs that may jump the queue (send_order.py)."""
+        work = self._send_work
+        while True:
+            for send in work.pop_finals():
+                send()
+            if (output := work.pop_urgent()) is None:
+                return
+            self._send_output(output, sent)
+
+    def _send_output(self, output: tuple[str, Any, Any], sent: list[str]) -> None:
+        """Deliver one output; the engine's process hears "sent" for its request every SENT_CHUNK sends."""
+        if self._deliver(*output):
+            sent.append(output[0])
+            if len(sent) == SENT_CHUNK and not self.closing:
+                self._post(("sent", sent[:]))
+                sent.clear()
 
     def _urgency(self, key: str, output: Any, end: tuple[str, str] | None) -> int:
         """How soon an output's client waits on it (send_order.py)."""
