@@ -267,6 +267,18 @@ def test_the_embedded_server_is_downloaded_once_into_the_cache(tmp_path, monkeyp
     assert find_server().origin == "cached"
 
 
+def _plan_with_backend(repo, tmp_path, initialize: str):
+    """launch's plan for ``repo`` on free ports, served by a model.py whose initialize() runs ``initialize``."""
+    backend = tmp_path / "test_model.py"
+    backend.write_text(
+        f"class TritonPythonModel:\n    def initialize(self, args):\n        {initialize}\n"
+        "    def execute(self, requests):\n        return []\n"
+    )
+    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
+    plan.backend_source = backend
+    return plan
+
+
 @pytest.fixture
 def made_servers(monkeypatch) -> list:
     """The servers launch makes in this test, in order."""
@@ -285,16 +297,7 @@ def made_servers(monkeypatch) -> list:
 def test_a_backend_that_fails_to_load_gives_its_root_error_and_leaves_nothing_running(repo, tmp_path, made_servers):
     """A real Triton whose model fails in initialize(): launch exits with the model's own error, and the process
     group and shared memory are gone."""
-    backend = tmp_path / "failing_model.py"
-    backend.write_text(
-        "class TritonPythonModel:\n"
-        "    def initialize(self, args):\n"
-        "        raise ValueError('tokenizer files are missing from /nowhere')\n"
-        "    def execute(self, requests):\n"
-        "        return []\n"
-    )
-    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
-    plan.backend_source = backend
+    plan = _plan_with_backend(repo, tmp_path, "raise ValueError('tokenizer files are missing from /nowhere')")
     with pytest.raises(LaunchError) as err, open(os.devnull, "w") as devnull:
         launch.run_server(plan, out=devnull, ready_timeout=120)
     servers = made_servers
@@ -315,19 +318,12 @@ def test_a_load_triton_never_finishes_is_started_once_more_then_reported(repo, t
     """A backend that logs the bundled backend's ready line and never returns from initialize(): what Triton 2.51's
     lost-stub hang leaves in the log (load_hang.py). launch names it, starts Triton once more, and reports the second;
     both servers' groups and shared memory are gone."""
-    backend = tmp_path / "hanging_model.py"
-    backend.write_text(
-        "import time\n"
-        "import triton_python_backend_utils as pb_utils\n"
-        "class TritonPythonModel:\n"
-        "    def initialize(self, args):\n"
+    ready_then_hang = (
+        "import time, triton_python_backend_utils as pb_utils\n"
         "        pb_utils.Logger.log_info(f\"[vllm] model {args['model_name']} ready (test)\")\n"
-        "        time.sleep(3600)\n"
-        "    def execute(self, requests):\n"
-        "        return []\n"
+        "        time.sleep(3600)"
     )
-    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
-    plan.backend_source = backend
+    plan = _plan_with_backend(repo, tmp_path, ready_then_hang)
     out = io.StringIO()
     with pytest.raises(LaunchError, match=r"not finished loading 'tiny' \d+ s after its backend said") as err:
         launch.run_server(plan, out=out, ready_timeout=300, load_hang_s=2)
