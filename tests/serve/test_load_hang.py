@@ -92,7 +92,7 @@ def test_a_load_that_triton_finishes_in_time_is_never_a_hang(tmp_path: Path):
 
 
 class _HungServer:
-    """What launch's wait reads of a server: running, never ready, its log."""
+    """What launch's wait asks of a server: running, never ready, a watch of its log."""
 
     def __init__(self, log_path: Path) -> None:
         self.log_path, self.log_start = log_path, 0
@@ -102,6 +102,9 @@ class _HungServer:
 
     def is_ready(self) -> bool:
         return False
+
+    def load_hang_watch(self, after_s: float) -> LoadHangWatch:
+        return LoadHangWatch(self.log_path, self.log_start, after_s)
 
 
 def test_launch_names_the_hang_instead_of_waiting_its_whole_ready_timeout(tmp_path: Path):

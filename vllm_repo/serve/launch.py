@@ -28,7 +28,7 @@ from vllm_repo.serve.claims import hold_ports, release_ports
 from vllm_repo.serve.errors import LaunchError
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.launch_plan import LaunchPlan, gateway_command
-from vllm_repo.serve.load_hang import HANG_HINT, LOAD_HANG_S, LoadHangWatch, hang_message
+from vllm_repo.serve.load_hang import HANG_HINT, LOAD_HANG_S, hang_message
 from vllm_repo.serve.ports import PORT_OPTIONS
 from vllm_repo.serve.processes import signal_group
 from vllm_repo.serve.server import TritonServer
@@ -427,7 +427,7 @@ def _wait_ready(
     print(f"starting {plan.server.describe()}", file=out)
     print(f"  log: {server.log_path}", file=out, flush=True)
     last_report = 0.0
-    hangs = LoadHangWatch(server.log_path, server.log_start, load_hang_s) if server.log_path is not None else None
+    hangs = server.load_hang_watch(load_hang_s)
     while True:
         elapsed = time.monotonic() - start
         if not server.is_running():

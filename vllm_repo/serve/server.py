@@ -309,13 +309,17 @@ class TritonServer:
         except TritonUnreachable:
             return False
 
+    def load_hang_watch(self, after_s: float = LOAD_HANG_S) -> LoadHangWatch | None:
+        """A watch of this run's log for a load Triton never finishes (load_hang.py); None without a log."""
+        return LoadHangWatch(self._log_path, self.log_start, after_s) if self._log_path is not None else None
+
     def wait_ready(self, timeout: float = 300.0, poll_s: float = 0.5, load_hang_s: float = LOAD_HANG_S) -> TritonServer:
         """Block until /v2/health/ready answers 200. Raises TritonServerError (with the end of the server log) when
         the server exits first or ``timeout`` passes, TritonLoadHung as soon as a load is seen hung (load_hang.py)."""
         if self.process is None:
             raise TritonServerError("start() the server before waiting for it")
         deadline = time.monotonic() + timeout
-        hangs = LoadHangWatch(self._log_path, self.log_start, load_hang_s) if self._log_path is not None else None
+        hangs = self.load_hang_watch(load_hang_s)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise TritonServerError(
