@@ -4,6 +4,7 @@ with the cause its name says, at a line that shows it; a log no cause explains s
 
 from __future__ import annotations
 
+import datetime
 import re
 from pathlib import Path
 
@@ -278,3 +279,29 @@ def test_a_log_that_ends_soon_after_the_backends_ready_line_is_no_hang(tmp_path)
     cut.write_text("\n".join([*lines[: ready + 1], lines[ready + 1].replace("21:44:01", "21:35:04")]))
     assert "VD116" not in [d.code for d in diagnose_file(cut).findings]
     assert diagnose_file(HERE / "real_logs" / "load-never-finished-1.log").root.code == "VD116"
+
+
+def test_a_running_servers_log_that_stopped_at_the_ready_line_long_ago_is_a_hang():
+    # doctor --url reads the log of a server still up, the model LOADING in its index: the log ends at the ready line
+    # because Triton waits for good; the clock, not a later line, says how long.
+    whole = (HERE / "real_logs" / "load-never-finished-1.log").read_text()
+    lines = whole.split("\n")
+    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
+    cut = "\n".join(lines[: ready + 1])
+    assert lines[ready].split("] ")[0].endswith("I1206 21:34:34.029318 1184 log.py:15")
+    at = datetime.datetime(2026, 12, 6, 21, 34, 34)
+
+    def codes(read_at):
+        return [d.code for d in diagnose(ServerLog(cut, read_at=read_at)).findings]
+
+    hung = diagnose(ServerLog(cut, read_at=at + datetime.timedelta(seconds=95))).findings
+    assert [d.code for d in hung] == ["VD116"] and "95 s later it still has not" in hung[0].message
+    assert hung[0].line == ready + 1
+    assert "VD116" not in codes(at + datetime.timedelta(seconds=30))  # a load that may yet finish
+    assert "VD116" not in codes(None)  # a log file alone: its last line is the ready line
+    assert "VD116" not in codes(at - datetime.timedelta(days=3))  # a clock apart from the log's: its lines tell
+    # a model Triton settled is no hang, however long ago
+    loaded = cut + "\nI1206 21:34:35.000000 1184 model_lifecycle.cc:849] \"successfully loaded 'vllm_model'\""
+    assert "VD116" not in [
+        d.code for d in diagnose(ServerLog(loaded, read_at=at + datetime.timedelta(hours=1))).findings
+    ]

@@ -10,6 +10,7 @@ lines. ``launch`` uses the same diagnosis when a server fails to start; ``run`` 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 import shlex
 from pathlib import Path
@@ -188,7 +189,9 @@ def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:
     path = Path(log) if log else local_log_of(url)
     chosen = from_index
     if path is not None:
-        from_log = diagnose_file(path)
+        # A model still loading by the index: what its log has not said by now, it has not done for that long.
+        loading = any(model.state == "LOADING" for model in models)
+        from_log = diagnose(ServerLog.read(path, read_at=datetime.datetime.now() if loading else None))
         # The log has line numbers and what led up to a failure; the index adds the models' states.
         chosen = from_log if from_log.understood or not from_index.understood else from_index
         chosen.client_errors = from_log.client_errors

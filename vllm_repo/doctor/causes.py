@@ -12,6 +12,7 @@ The patterns are the texts Triton, its Python backend, vLLM, Hugging Face Hub an
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import inspect
 import re
 import signal
@@ -417,27 +418,50 @@ _LOG_TIME = re.compile(r"^[IWE]\d{2}(?P<day>\d{2}) (?P<h>\d{2}):(?P<m>\d{2}):(?P
 
 def _log_seconds(raw: str) -> float | None:
     m = _LOG_TIME.match(raw)
-    return None if m is None else ((int(m["day"]) * 24 + int(m["h"])) * 60 + int(m["m"])) * 60 + float(m["s"])
+    return None if m is None else _seconds(int(m["day"]), int(m["h"]), int(m["m"]), float(m["s"]))
+
+
+def _seconds(day: int, hours: int, minutes: int, seconds: float) -> float:
+    return ((day * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _log_end(raw: list[str], read_at: datetime.datetime | None) -> tuple[float | None, bool]:
+    """When the log is known to have gone on to, in _log_seconds' clock, and whether that is the time it was read (a
+    running server's log) rather than its last line. Triton writes local time, as read_at is."""
+    times = [t for t in map(_log_seconds, raw) if t is not None]
+    last = times[-1] if times else None
+    if read_at is None:
+        return last, False
+    now = _seconds(read_at.day, read_at.hour, read_at.minute, read_at.second + read_at.microsecond / 1e6)
+    if last is not None and not last <= now < last + 31 * 86400:
+        return last, False  # a clock or a month apart from the log's: its lines tell
+    return now, True
 
 
 @cause("VD116", "load-never-finished")
 def load_never_finished(log: ServerLog) -> Iterator[Found]:
-    """Every instance of a model said ready, and Triton never said it loaded, though the log went on long after: Triton
-    2.51's Python backend lost the stub's answer on a starved CPU and waited for good (serve/load_hang.py)."""
+    """Every instance of a model said ready, and Triton never said it loaded, though the log went on long after (or,
+    for a running server, long ago): Triton 2.51's Python backend lost the stub's answer on a starved CPU and waited
+    for good (serve/load_hang.py)."""
     raw = [text for _, text in file_lines(log.text)]
     tracker = LoadTracker()
     tracker.feed(raw)
-    times = [t for t in map(_log_seconds, raw) if t is not None]
+    end, live = _log_end(raw, log.read_at)
     for waiting in tracker.waiting():
         ready_at = _log_seconds(raw[waiting.ready_line - 1])
-        if ready_at is None or not times or times[-1] - ready_at < LOAD_HANG_S:
+        if ready_at is None or end is None or end - ready_at < LOAD_HANG_S:
             continue  # the log ends too soon after it to tell a hang from a load about to finish
         line = next(line for line in log.lines if line.number == waiting.ready_line)
+        since = (
+            f"{end - ready_at:.0f} s later it still has not"
+            if live
+            else (f"{end - ready_at:.0f} s later the log still had not said so")
+        )
         yield Found(
             line,
-            f"the backend said model '{waiting.model}' was ready and Triton never finished loading it "
-            f"({times[-1] - ready_at:.0f} s later the log still had not said so): Triton 2.51's Python backend "
-            "missed the stub's answer on a CPU too busy for its health check, and waited for good",
+            f"the backend said model '{waiting.model}' was ready and Triton never finished loading it ({since}): "
+            "Triton 2.51's Python backend missed the stub's answer on a CPU too busy for its health check, and "
+            "waited for good",
             "nothing but a restart ends it: stop the server and start it again (`vllm-repo launch REPO`); a CPU "
             "with cores to spare, fewer models loading at once, avoids it",
         )

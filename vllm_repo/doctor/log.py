@@ -5,6 +5,7 @@ remembering the log line it was written on."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import re
 from collections.abc import Iterator
@@ -39,9 +40,12 @@ CLIENT_ERROR = re.compile(r"ErrorInfo\(message=.*\bcode=4\d\d\)")
 class ServerLog:
     text: str
     path: Path | None = None
+    # The local time the log was read, for the log of a server still running (doctor --url): what has not happened
+    # by then has not happened for that long, however long ago the last line was written.
+    read_at: datetime.datetime | None = None
 
     @classmethod
-    def read(cls, path: str | Path) -> ServerLog:
+    def read(cls, path: str | Path, read_at: datetime.datetime | None = None) -> ServerLog:
         path = Path(path)
         try:
             raw = path.read_bytes()
@@ -56,7 +60,7 @@ class ServerLog:
                 hint="give doctor the log tritonserver wrote (`vllm-repo launch --log-file FILE`, or its output "
                 "saved to a file); `vllm-repo validate` checks model.json and config.pbtxt",
             )
-        return cls(text, path)
+        return cls(text, path, read_at)
 
     @functools.cached_property
     def lines(self) -> list[LogLine]:
