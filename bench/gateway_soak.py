@@ -7,11 +7,14 @@ that must come back whole (every choice with max_tokens tokens and finish_reason
 non-streamed request whose client times out. Every few seconds the server must still be up. At the end: the engine
 must go idle (nothing running, no tokens generated for nobody), the tokens generated for abandoned requests must be
 well short of what they asked, launch must stop with status 0 on SIGTERM, and the server log must hold no crash.
+Each process of the server (launch, Triton, the stub, ENGINE_PROCESS's process, the gateway) has its resident
+memory sampled as it goes: a request's state kept after it ends shows as memory that grows with the requests served.
 
 Run by hand from the repository root with the dev environment's Python (the CPU, the tiny model):
 
     eval "$(bash .ci/setup-serving.sh | sed 's/^/export /')"
-    python -m bench.gateway_soak [--minutes 10] [--concurrency 12] [--abandon 0.3] [--out bench/results]
+    python -m bench.gateway_soak [--minutes 10] [--concurrency 12] [--abandon 0.3] [--engine-process]
+        [--out bench/results]
 """
 
 from __future__ import annotations
@@ -46,6 +49,48 @@ ABORTED = "cancelled by the client: aborted in the engine"
 WATCHED = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total")
 
 
+def tree_rss(root: int) -> dict[str, float]:
+    """Resident MiB of ``root`` and each process under it (launch starts Triton in a session of its own), by "pid
+    name" (name: the module a Python runs with -m, or the program)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:  # the parent pid is the field after the name, which ends at the last ")"
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
+        tree.update(children)
+        frontier = children
+    found = {}
+    for pid in sorted(tree):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        rss = next((line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")), None)
+        named = [a.decode(errors="replace") for a in args if a]
+        if rss is None or not named:
+            continue
+        name = named[named.index("-m") + 1] if "-m" in named[:-1] else Path(named[0]).name
+        found[f"{pid} {name}"] = round(int(rss) / 1024, 1)
+    return found
+
+
+def memory_growth(samples: list[tuple[float, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per process alive from the first sample to the last: its MiB at each end, and the growth."""
+    if len(samples) < 2:
+        return {}
+    (_, first), (_, last) = samples[0], samples[-1]
+    return {
+        name: {"first_mib": first[name], "last_mib": last[name], "growth_mib": round(last[name] - first[name], 1)}
+        for name in sorted(first.keys() & last.keys())
+    }
+
+
 def metric(metrics_url: str, name: str) -> float:
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         text = response.read().decode()
@@ -66,6 +111,7 @@ class Soak:
         self.abandoned_asked = 0
         self.began = time.monotonic()
         self.timeline: list[list[float]] = []  # [seconds, running, waiting, tokens generated]
+        self.memory: list[tuple[float, dict[str, float]]] = []  # (seconds, tree_rss) every 10 s
 
     def problem(self, what: str) -> None:
         self.problems.append(f"{time.monotonic() - self.began:.1f} s: {what}")
@@ -156,6 +202,8 @@ async def drive(soak: Soak, seconds: float, concurrency: int, launch: subprocess
             except OSError:
                 continue
             soak.timeline.append([round(time.monotonic() - soak.began, 1), *values])
+            if len(soak.timeline) % 5 == 1:
+                soak.memory.append((round(time.monotonic() - soak.began, 1), tree_rss(launch.pid)))
 
     await asyncio.gather(watch(), *(worker() for _ in range(concurrency)))
     await soak.client.close()
@@ -169,6 +217,7 @@ def main() -> int:
     parser.add_argument("--abandon", type=float, default=0.3, help="share of requests the client abandons")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60, help="seconds an answer may take before it counts as hung")
+    parser.add_argument("--engine-process", action="store_true", help='the model with ENGINE_PROCESS "true"')
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     serving = serving_python()
@@ -177,6 +226,9 @@ def main() -> int:
     model = build_tiny_model(work / "tiny", serving, lora=work / "tiny-lora")
     repo = work / "model_repository"
     init_model(repo, str(model), name="tiny", settings=tiny_engine_args(model), loras={"a": str(work / "tiny-lora")})
+    if args.engine_process:  # on the CPU the backend serves in its stub unless told
+        with open(repo / "tiny" / "config.pbtxt", "a") as config:
+            config.write('parameters {\n  key: "ENGINE_PROCESS"\n  value: { string_value: "true" }\n}\n')
     http, grpc, metrics, openai_port = free_ports(4)
     log = work / "server.log"
     command = [
@@ -244,6 +296,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "minutes": round(took / 60, 2),
         "concurrency": args.concurrency,
+        "engine_process": args.engine_process,
         "seed": args.seed,
         "requests": dict(sorted(soak.counts.items())),
         "completed_tokens": soak.completed_tokens,
@@ -255,6 +308,8 @@ def main() -> int:
         "launch_status": code,
         "problems": problems[:50],
         "timeline": soak.timeline,
+        "memory_growth": memory_growth(soak.memory),
+        "memory": soak.memory,
         "problem_count": len(problems),
     }
     args.out.mkdir(parents=True, exist_ok=True)
