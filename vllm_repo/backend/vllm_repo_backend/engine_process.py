@@ -21,12 +21,13 @@ The messages, pickled over a Unix socket (multiprocessing.connection, authentica
   ``("stop",)``;
 - to the stub: ``("ready", description, max_model_len)`` or ``("failed", text, kind)`` once (kind "config": the
   model's configuration is wrong, e.g. openai.json); then ``("outputs", [(id, output, end), ...], stats)``, one per
-  loop turn, where ``output`` is vLLM's RequestOutput (what the stream has not read yet; with one_response_per_token,
-  one per new token, per_token.py), an OpenAI request's bytes (openai_serving.OpenAIOutput), or None, and ``end`` is
-  None, or ``(message, code)`` ending the request with a Triton error (code "" where the stub asked for the abort and
-  knows why); ``stats`` is None, or what vLLM recorded since the last message (MetricsAccumulator.take(), which the
-  stub merges and reports), also sent alone at METRICS_FLUSH_INTERVAL_S with no outputs; ``("dead", text)`` once the
-  engine has died (OpenAI requests are answered by vLLM's app then, as in the stub).
+  loop turn, where ``output`` is what the stub reads of vLLM's RequestOutput (for_the_stub: what the stream has not
+  read yet; with one_response_per_token, one per new token, per_token.py), an OpenAI request's bytes
+  (openai_serving.OpenAIOutput), or None, and ``end`` is None, or ``(message, code)`` ending the request with a
+  Triton error (code "" where the stub asked for the abort and knows why); ``stats`` is None, or what vLLM recorded
+  since the last message (MetricsAccumulator.take(), which the stub merges and reports), also sent alone at
+  METRICS_FLUSH_INTERVAL_S with no outputs; ``("dead", text)`` once the engine has died (OpenAI requests are answered
+  by vLLM's app then, as in the stub).
 
 A request's next output is read only once the stub says its last response went out: vLLM merges what the engine
 made meanwhile into one output, so a stream's responses grow fewer as the load grows, as in the stub. An OpenAI
@@ -135,15 +136,18 @@ class EngineFrontend:
             stream = self.engine.generate(engine_input, params, key, lora_request=lora_request)
             decode = per_token.decoder(self.engine, params) if split_tokens else None
             history: dict[int, list[int]] = {}
+            first = True
             try:
                 async for output in stream:
                     if _hop is not _no_hop:
                         _hop("O", key)
                     if decode is None:
-                        self.put(key, output)
+                        self.put(key, for_the_stub(output, first))
                     else:
                         for piece in per_token.split(output, decode, history):
-                            self.put(key, piece)
+                            self.put(key, for_the_stub(piece, first))
+                            first = False
+                    first = False
                     if output.finished:
                         return
                     waiting = self.sent[key] = self.loop.create_future()
@@ -222,6 +226,22 @@ class EngineFrontend:
         while not self.engine.errored:
             await asyncio.sleep(DEATH_CHECK_S)
         self.post(("dead", "the engine reports an error"))
+
+
+def for_the_stub(output: Any, first: bool) -> per_token.PieceOutput:
+    """What the stub reads of one of a request's outputs (native.assemble_outputs), and no more: vLLM's RequestOutput
+    repeats the prompt and its token ids in every output, about 1 KB of a 128-token prompt pickled each time, where
+    the stub reads the prompt only with a request's first response (to prepend it) and of the ids only their count
+    (num_input_tokens), sent as a range of it. A turn's message at 256 streams, a RequestOutput each, is about 280 KB,
+    past a Unix socket's usual buffer (208 KB): the loop, vLLM's output handler with it, waits in the send until the
+    stub has read part of it; trimmed, about 26 KB."""
+    ids = output.prompt_token_ids
+    return per_token.PieceOutput(
+        output.prompt if first else None,
+        None if ids is None else range(len(ids)),
+        list(output.outputs),
+        bool(output.finished),
+    )
 
 
 def describe(exc: BaseException, engine: Any) -> tuple[str, str]:
