@@ -452,11 +452,7 @@ def load_never_finished(log: ServerLog) -> Iterator[Found]:
         if ready_at is None or end is None or end - ready_at < LOAD_HANG_S:
             continue  # the log ends too soon after it to tell a hang from a load about to finish
         line = next(line for line in log.lines if line.number == waiting.ready_line)
-        since = (
-            f"{end - ready_at:.0f} s later it still has not"
-            if live
-            else (f"{end - ready_at:.0f} s later the log still had not said so")
-        )
+        since = f"{end - ready_at:.0f} s later " + ("it still has not" if live else "the log still had not said so")
         yield Found(
             line,
             f"the backend said model '{waiting.model}' was ready and Triton never finished loading it ({since}): "
