@@ -433,8 +433,8 @@ def _log_end(raw: list[str], read_at: datetime.datetime | None) -> tuple[float |
     if read_at is None:
         return last, False
     now = _seconds(read_at.day, read_at.hour, read_at.minute, read_at.second + read_at.microsecond / 1e6)
-    if last is not None and not last <= now < last + 31 * 86400:
-        return last, False  # a clock or a month apart from the log's: its lines tell
+    if last is not None and now < last:
+        return last, False  # a clock behind the log's, or the log of another month: its lines tell
     return now, True
 
 

@@ -141,13 +141,9 @@ class EngineFrontend:
                 async for output in stream:
                     if _hop is not _no_hop:
                         _hop("O", key)
-                    if decode is None:
-                        self.put(key, for_the_stub(output, first))
-                    else:
-                        for piece in per_token.split(output, decode, history):
-                            self.put(key, for_the_stub(piece, first))
-                            first = False
-                    first = False
+                    for piece in [output] if decode is None else per_token.split(output, decode, history):
+                        self.put(key, for_the_stub(piece, first))
+                        first = False
                     if output.finished:
                         return
                     waiting = self.sent[key] = self.loop.create_future()
