@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.launch import hung_servers_shm, shm_in_use
 from vllm_repo.serve.processes import process_group_members
 from vllm_repo.serve.shm_watch import SharedMemoryWatch
 
@@ -116,3 +117,20 @@ def test_a_segment_made_while_the_group_shuts_down_is_caught_by_background_polli
         if late.poll() is None:
             kill_group(late)
         (DEV_SHM / name).unlink(missing_ok=True)
+
+
+def test_a_leftover_check_leaves_out_the_segments_of_a_server_another_test_is_stopping(monkeypatch, tmp_path):
+    """A test whose server hung at load lists what that server used before stopping it; until it has removed them,
+    another worker's leftover check (tests/support/launch.py) must not count those orphans as its own."""
+    monkeypatch.setenv("VLLM_REPO_TESTS_SHARED_TMP", str(tmp_path))
+    orphan = DEV_SHM / f"vllm_repo_test_{os.getpid()}_{secrets.token_hex(4)}"
+    orphan.write_bytes(b"left by a killed process")
+    try:
+        assert orphan.name not in shm_in_use()
+        hung_servers_shm().mkdir()
+        (hung_servers_shm() / "4242.txt").write_text(f"17 {orphan.stat().st_ino}")
+        assert orphan.name in shm_in_use()
+        (hung_servers_shm() / "4242.txt").unlink()
+        assert orphan.name not in shm_in_use()
+    finally:
+        orphan.unlink()

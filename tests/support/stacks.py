@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tests.support.launch import hung_servers_shm
 from vllm_repo.serve.errors import TritonLoadHung
 from vllm_repo.serve.processes import process_group_members
 from vllm_repo.serve.server import TritonServer
@@ -59,6 +60,9 @@ def note_hung_load(server: TritonServer, error: TritonLoadHung, tmp_path: Path, 
     )
     hung = SharedMemoryWatch(server.pgid)
     hung.poll()
+    # Its segments are orphaned from the moment its processes die until remove_leftovers(): say they are this test's.
+    hung_servers_shm().mkdir(exist_ok=True)
+    (hung_servers_shm() / f"{server.pgid}.txt").write_text(" ".join(map(str, hung.seen)))
     return hung
 
 
@@ -84,3 +88,4 @@ def ready_server(
                 return
         if hung is not None:
             hung.remove_leftovers()  # not to be counted as another test's leftovers
+            (hung_servers_shm() / f"{hung.pgid}.txt").unlink(missing_ok=True)
