@@ -6,7 +6,8 @@
 #   faults [PARAMETERS]  python -m bench.backend_faults: 256 streams, a quarter closed mid-stream; the engine killed under load
 #   compare [SHAPE]      vllm-repo bench REPO --compare vllm-serve at 1, 32, 128, 256 and 512 streams, ROUNDS rounds
 #                        (default 2), on a repository that `vllm-repo init` writes (metrics on), native and OpenAI
-#                        endpoints
+#                        endpoints (CONCURRENCY and NUM_PROMPTS choose other points, e.g. 128,256,512 and
+#                        512,1024,2048 where the lease's time is short)
 #   off                  python -m bench.backend_throughput with --metrics off at 1, 128, 256 and 1,024 streams: the
 #                        labelled variant (UTIL=0.27 on an 80 GB card: three engines share it)
 set -uo pipefail
@@ -33,7 +34,8 @@ compare)
 add_chat_template(Path('/tmp/m/tok'))" || exit 1
   cp -r /tmp/repo "$out"/repository
   "$PY" -m vllm_repo bench /tmp/repo --model llm --compare vllm-serve --together \
-    --endpoint native --endpoint openai-chat --concurrency 1,32,128,256,512 --num-prompts 12,128,512,1024,2048 \
+    --endpoint native --endpoint openai-chat --concurrency "${CONCURRENCY:-1,32,128,256,512}" \
+    --num-prompts "${NUM_PROMPTS:-12,128,512,1024,2048}" \
     --input-len 128 --output-len 128 --rounds "${ROUNDS:-2}" --python "$PY" --ready-timeout 900 \
     --format json --output "$out"/compare.json --plot "$out"/compare.html
   "$PY" -c "import json
