@@ -130,6 +130,9 @@ def test_a_leftover_check_leaves_out_the_segments_of_a_server_another_test_is_st
         hung_servers_shm().mkdir()
         (hung_servers_shm() / "4242.txt").write_text(f"17 {orphan.stat().st_ino}")
         assert orphan.name in shm_in_use()
+        stale = time.time() - 3600  # a listing its killed test never removed
+        os.utime(hung_servers_shm() / "4242.txt", (stale, stale))
+        assert orphan.name not in shm_in_use()
         (hung_servers_shm() / "4242.txt").unlink()
         assert orphan.name not in shm_in_use()
     finally:

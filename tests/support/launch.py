@@ -69,6 +69,9 @@ def orphaned_ipc_sockets(before: set[str]) -> set[str]:
         time.sleep(0.5)
 
 
+HUNG_LISTING_MAX_AGE_S = 600
+
+
 def hung_servers_shm() -> Path:
     """Where a test whose server hung at load (tests/support/stacks.py) lists the /dev/shm inodes that server used, one
     file per server, from before it is stopped until its test has removed what it left: another test worker's
@@ -81,7 +84,9 @@ def hung_servers_inodes() -> set[int]:
     inodes: set[int] = set()
     for listing in hung_servers_shm().glob("*.txt"):
         with contextlib.suppress(OSError, ValueError):
-            inodes.update(int(word) for word in listing.read_text().split())
+            # Stopping a hung server takes seconds: an older listing is one a killed test left, its inodes anyone's.
+            if time.time() - listing.stat().st_mtime < HUNG_LISTING_MAX_AGE_S:
+                inodes.update(int(word) for word in listing.read_text().split())
     return inodes
 
 
