@@ -179,12 +179,12 @@ def name_placeholders(diagnosis: Diagnosis, repository: str | Path | None = None
     diagnosis.findings = [dataclasses.replace(d, hint=named(d.hint)) if d.hint else d for d in diagnosis.findings]
 
 
-def diagnose_server(url: str, log: str | Path | None = None, timeout: float = 5.0) -> Diagnosis:
+def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:
     """A running server: the models its repository index reports unavailable, with their reasons, and the log (given,
-    or found for a server on this machine) when there is one. ``timeout``: seconds to wait for the index."""
+    or found for a server on this machine) when there is one."""
     from vllm_repo.doctor.server import index_as_log, local_log_of, repository_index
 
-    models = repository_index(url, timeout)
+    models = repository_index(url)
     from_index = diagnose(ServerLog(index_as_log(models)), source=f"{url} (repository index)")
     path = Path(log) if log else local_log_of(url)
     chosen = from_index
