@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.launch import hung_servers_shm, shm_in_use
+from tests.support.stacks import listed_while_stopping
 from vllm_repo.serve.processes import process_group_members
 from vllm_repo.serve.shm_watch import SharedMemoryWatch
 
@@ -137,3 +138,25 @@ def test_a_leftover_check_leaves_out_the_segments_of_a_server_another_test_is_st
         assert orphan.name not in shm_in_use()
     finally:
         orphan.unlink()
+
+
+def test_a_hung_servers_listing_follows_its_group_while_it_stops(monkeypatch, tmp_path):
+    """What a hung server's group maps while it is being stopped (vLLM's processes can make semaphores then) is
+    listed too, without the caller polling: the listing is kept up to date until the stop is over."""
+    monkeypatch.setenv("VLLM_REPO_TESTS_SHARED_TMP", str(tmp_path))
+    name = f"vllm_repo_test_{os.getpid()}_{secrets.token_hex(4)}"
+    watch = SharedMemoryWatch(os.getpgid(0))  # nothing seen yet
+    member = None
+    try:
+        with listed_while_stopping(watch):
+            member = hold(name)  # mapped after the watch was made, while it is "stopping"
+            watch.pgid = member.pid  # the holder leads a group of its own
+            time.sleep(0.5)
+            kill_group(member)  # gone before the stop is over: only the looks while it stopped saw its segment
+            pgid, member = member.pid, None
+        listing = hung_servers_shm() / f"{pgid}.txt"
+        assert (DEV_SHM / name).stat().st_ino in {int(word) for word in listing.read_text().split()}
+    finally:
+        if member is not None:
+            kill_group(member)
+        (DEV_SHM / name).unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -60,10 +61,41 @@ def note_hung_load(server: TritonServer, error: TritonLoadHung, tmp_path: Path, 
     )
     hung = SharedMemoryWatch(server.pgid)
     hung.poll()
-    # Its segments are orphaned from the moment its processes die until remove_leftovers(): say they are this test's.
-    hung_servers_shm().mkdir(exist_ok=True)
-    (hung_servers_shm() / f"{server.pgid}.txt").write_text(" ".join(map(str, hung.seen)))
+    list_segments(hung)
     return hung
+
+
+def list_segments(hung: SharedMemoryWatch) -> None:
+    """Say which /dev/shm inodes the hung server's group used (tests/support/launch.py hung_servers_shm): they are
+    orphaned from the moment its processes die until remove_leftovers(), and are this test's, not another's."""
+    listing = hung_servers_shm() / f"{hung.pgid}.txt"
+    listing.parent.mkdir(exist_ok=True)
+    partial = listing.with_suffix(".part")
+    partial.write_text(" ".join(map(str, hung.seen)))
+    partial.replace(listing)  # whole or not at all for a reader
+
+
+@contextlib.contextmanager
+def listed_while_stopping(hung: SharedMemoryWatch, interval_s: float = 0.1) -> Iterator[None]:
+    """While the hung server stops, keep watching its group and its listing up to date: vLLM's processes, stopped,
+    can make semaphores (sem.mp-*) after the last look and then be killed, leaving them orphaned."""
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.is_set():
+            hung.poll()
+            list_segments(hung)
+            done.wait(interval_s)
+
+    thread = threading.Thread(target=run, name="hung-shm-listing", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        hung.poll()
+        list_segments(hung)
 
 
 @contextlib.contextmanager
@@ -83,6 +115,8 @@ def ready_server(
                 if attempt == 2:
                     raise
                 hung = note_hung_load(server, exc, tmp_path, what)
+                with listed_while_stopping(hung):
+                    server.stop()
             else:
                 yield server
                 return
