@@ -151,11 +151,16 @@ def test_a_hung_servers_listing_follows_its_group_while_it_stops(monkeypatch, tm
         with listed_while_stopping(watch):
             member = hold(name)  # mapped after the watch was made, while it is "stopping"
             watch.pgid = member.pid  # the holder leads a group of its own
-            time.sleep(0.5)
+            inode = (DEV_SHM / name).stat().st_ino
+            listing = hung_servers_shm() / f"{member.pid}.txt"
+            deadline = time.monotonic() + 5
+            # Listed while the stop goes on, for the other workers' leftover checks that run meanwhile.
+            while not (listing.exists() and str(inode) in listing.read_text().split()):
+                assert time.monotonic() < deadline, "the listing did not follow the group while it stopped"
+                time.sleep(0.05)
             kill_group(member)  # gone before the stop is over: only the looks while it stopped saw its segment
-            pgid, member = member.pid, None
-        listing = hung_servers_shm() / f"{pgid}.txt"
-        assert (DEV_SHM / name).stat().st_ino in {int(word) for word in listing.read_text().split()}
+            member = None
+        assert inode in {int(word) for word in listing.read_text().split()}
     finally:
         if member is not None:
             kill_group(member)

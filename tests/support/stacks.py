@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,21 +78,10 @@ def list_segments(hung: SharedMemoryWatch) -> None:
 def listed_while_stopping(hung: SharedMemoryWatch, interval_s: float = 0.1) -> Iterator[None]:
     """While the hung server stops, keep watching its group and its listing up to date: vLLM's processes, stopped,
     can make semaphores (sem.mp-*) after the last look and then be killed, leaving them orphaned."""
-    done = threading.Event()
-
-    def run() -> None:
-        while not done.is_set():
-            hung.poll()
-            list_segments(hung)
-            done.wait(interval_s)
-
-    thread = threading.Thread(target=run, name="hung-shm-listing", daemon=True)
-    thread.start()
     try:
-        yield
+        with hung.polling(interval_s, after_poll=lambda: list_segments(hung)):
+            yield
     finally:
-        done.set()
-        thread.join()
         hung.poll()
         list_segments(hung)
 
