@@ -4,7 +4,14 @@ model ... code=404") are the clients' errors, shown only when asked (--client-er
 
 from __future__ import annotations
 
+import datetime
+import http.server
 import json
+import re
+import shlex
+import socket
+import threading
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +21,7 @@ from vllm_repo.doctor import diagnose_file
 from vllm_repo.doctor import server as doctor_server
 from vllm_repo.serve.triton_client import ModelEntry
 
+HERE = Path(__file__).parent
 URL = "http://127.0.0.1:8000"
 READY = [
     {"name": "tiny", "version": "1", "state": "READY", "reason": ""},
@@ -85,3 +93,78 @@ def test_a_log_with_only_client_errors_is_a_healthy_servers(tmp_path):
     server_error = tmp_path / "server.log"
     server_error.write_text(CLIENT_404.replace("code=404", "code=500") + "\n")
     assert [e.number for e in diagnose_file(server_error).first_errors] == [1]
+
+
+@pytest.fixture
+def index_waits(monkeypatch):
+    """A server that answers /v2/health/live and leaves its repository index unanswered, as Triton 2.51 can while a
+    model load hangs (the real case cannot be brought on at will: it came in one CI run of four)."""
+    release = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/v2/health/live" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_POST(self):
+            release.wait(10)  # the index: no answer until the test is over
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setattr(doctor_server, "INDEX_TIMEOUT_S", 0.3)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def hung_load_log(tmp_path, ready_seconds_ago: float):
+    """The real hung load's log (VD116) cut at the backend's ready line, that line stamped ``ready_seconds_ago``
+    by this machine's clock, as Triton writes local time."""
+    lines = (HERE / "real_logs" / "load-never-finished-1.log").read_text().split("\n")
+    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
+    stamp = (datetime.datetime.now() - datetime.timedelta(seconds=ready_seconds_ago)).strftime("I%m%d %H:%M:%S.%f")
+    assert lines[ready].startswith("I1206 21:34:34.029318")
+    lines[ready] = stamp + lines[ready][len("I1206 21:34:34.029318") :]
+    log = tmp_path / "tritonserver.log"
+    log.write_text("\n".join(lines[: ready + 1]) + "\n")
+    return log
+
+
+def test_a_live_server_whose_index_does_not_answer_is_read_by_its_log_and_the_clock(index_waits, tmp_path):
+    assert doctor_server.repository_index(index_waits) is None
+    done = doctor(str(hung_load_log(tmp_path, 120)), "--url", index_waits)
+    assert done.exit_code == 1, done.output
+    assert f"{index_waits}: live, but its repository index gave no answer" in done.output
+    assert "[VD116]" in done.output and "still has not" in done.output
+    data = json.loads(doctor(str(hung_load_log(tmp_path, 120)), "--url", index_waits, "--format", "json").output)
+    assert data["models"] is None and data["findings"][0]["code"] == "VD116"
+    # 30 s after the ready line the load may yet finish: no cause, but no healthy server either
+    done = doctor(str(hung_load_log(tmp_path, 30)), "--url", index_waits)
+    assert done.exit_code == 1 and "VD116" not in done.output, done.output
+    assert "nothing in it says why the index does not answer" in done.output
+
+
+def test_a_live_server_whose_index_does_not_answer_and_no_log_gets_a_command_that_runs(index_waits, monkeypatch):
+    monkeypatch.setattr(doctor_server, "local_log_of", lambda url: None)
+    done = doctor("--url", index_waits)
+    assert done.exit_code == 1, done.output
+    assert "its repository index gave no answer" in done.output and "Traceback" not in done.output
+    hint = re.search(r"`(vllm-repo doctor LOG --url [^`]+)`", done.output)
+    assert hint is not None and shlex.split(hint.group(1))[1:] == ["doctor", "LOG", "--url", index_waits]
+
+
+def test_an_address_where_nothing_listens_is_no_server(monkeypatch):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # free once closed: nothing listens there
+    done = doctor("--url", f"http://127.0.0.1:{port}")
+    assert done.exit_code == 2 and "no Triton server answers" in done.output, done.output

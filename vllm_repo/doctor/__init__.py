@@ -50,6 +50,7 @@ class Diagnosis:
     client_errors: list[LogLine] = dataclasses.field(default_factory=list)  # the 4xx answers vLLM logged at ERROR
     server: str | None = None  # the URL of the running server asked (doctor --url)
     models: list[ModelEntry] | None = None  # its repository index: each model's name, version, state, reason
+    index_unanswered: bool = False  # the server was live, its repository index gave no answer
 
     @property
     def understood(self) -> bool:
@@ -63,8 +64,8 @@ class Diagnosis:
     def failed(self) -> bool:
         """Whether there is something to fix: a cause, a model that failed to load, or, for a server whose models'
         states are unknown (a log alone), error lines no cause explains. A running server whose models are all
-        READY or on their way is healthy, whatever its log holds besides."""
-        if self.findings or self.failed_models:
+        READY or on their way is healthy, whatever its log holds besides; one whose index does not answer is not."""
+        if self.findings or self.failed_models or self.index_unanswered:
             return True
         if self.models is not None:
             return any(m.state not in MODEL_STATES_OK for m in self.models)
@@ -87,9 +88,9 @@ class Diagnosis:
             "first_errors": [{"line": e.number, "text": e.text} for e in self.first_errors],
             "recommendations": self.recommendations,
         }
-        if self.models is not None:
+        if self.models is not None or self.index_unanswered:
             data["server"] = self.server
-            data["models"] = [m.as_json() for m in self.models]
+            data["models"] = None if self.models is None else [m.as_json() for m in self.models]
         if client_errors:
             data["client_errors"] = [{"line": e.number, "text": e.text} for e in self.client_errors]
         return data
@@ -185,17 +186,18 @@ def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:
     from vllm_repo.doctor.server import index_as_log, local_log_of, repository_index
 
     models = repository_index(url)
-    from_index = diagnose(ServerLog(index_as_log(models)), source=f"{url} (repository index)")
     path = Path(log) if log else local_log_of(url)
+    from_index = diagnose(ServerLog(index_as_log(models or [])), source=f"{url} (repository index)")
     chosen = from_index
     if path is not None:
-        # A model still loading by the index: what its log has not said by now, it has not done for that long.
-        loading = any(model.state == "LOADING" for model in models)
+        # A model still loading by the index (or an index that waits, as it does behind a load): what its log has
+        # not said by now, it has not done for that long.
+        loading = models is None or any(model.state == "LOADING" for model in models)
         from_log = diagnose(ServerLog.read(path, read_at=datetime.datetime.now() if loading else None))
         # The log has line numbers and what led up to a failure; the index adds the models' states.
         chosen = from_log if from_log.understood or not from_index.understood else from_index
         chosen.client_errors = from_log.client_errors
-    chosen.server, chosen.models = url, models
+    chosen.server, chosen.models, chosen.index_unanswered = url, models, models is None
     return chosen
 
 

@@ -3,6 +3,8 @@ the root cause, with its fix. A client's errors only when asked."""
 
 from __future__ import annotations
 
+import shlex
+
 from vllm_repo.diagnostics.reporters import github_annotation
 from vllm_repo.doctor import Diagnosis
 
@@ -24,6 +26,8 @@ def report(diagnosis: Diagnosis, github: bool = False, client_errors: bool = Fal
         else:
             out.append(f"{diagnosis.source}: error lines no known cause explains, none of them stopping a model:")
         out.extend(f"  {e.number}: {e.text}" for e in diagnosis.first_errors)
+    elif not diagnosis.findings and diagnosis.index_unanswered:
+        out.extend(_why_no_index(diagnosis))
     elif not diagnosis.findings and diagnosis.models is None:
         out.append(f"{diagnosis.source}: no error found")
     elif not diagnosis.findings and not diagnosis.failed_models and diagnosis.failed:
@@ -35,6 +39,8 @@ def report(diagnosis: Diagnosis, github: bool = False, client_errors: bool = Fal
 
 def _models(diagnosis: Diagnosis) -> list[str]:
     """A running server's models, as its repository index reports them."""
+    if diagnosis.index_unanswered:
+        return [f"{diagnosis.server}: live, but its repository index gave no answer: its models' states are unknown"]
     if diagnosis.models is None:
         return []
     if not diagnosis.models:
@@ -44,6 +50,16 @@ def _models(diagnosis: Diagnosis) -> list[str]:
         reason = f": {m.reason}" if m.reason else ""
         out.append(f"  {m.name} (version {m.version or 1}): {m.state or 'no state'}{reason}")
     return out
+
+
+def _why_no_index(diagnosis: Diagnosis) -> list[str]:
+    """A live server whose index does not answer, and nothing found to say why."""
+    if diagnosis.source_log is not None and diagnosis.source_log.path is not None:
+        return [f"{diagnosis.source}: nothing in it says why the index does not answer"]
+    return [
+        "no log of the server found on this machine to say why (Triton's index can wait behind a model load that "
+        f"hangs): give it, `vllm-repo doctor LOG --url {shlex.quote(diagnosis.server or '')}`"
+    ]
 
 
 def _client_errors(diagnosis: Diagnosis) -> list[str]:

@@ -12,12 +12,19 @@ from vllm_repo.errors import UsageError
 from vllm_repo.serve.errors import InferError, TritonAnswerError, TritonUnreachable
 from vllm_repo.serve.triton_client import ModelEntry, TritonHttp
 
+INDEX_TIMEOUT_S = 5.0
+LIVE_TIMEOUT_S = 2.0
 
-def repository_index(url: str, timeout: float = 5.0) -> list[ModelEntry]:
-    """Triton's repository index: every model with its state ("READY", "UNAVAILABLE", ...) and reason."""
+
+def repository_index(url: str, timeout: float | None = None) -> list[ModelEntry] | None:
+    """Triton's repository index: every model with its state ("READY", "UNAVAILABLE", ...) and reason. None when the
+    server answers /v2/health/live but its index gives no answer in ``timeout``: Triton 2.51's index can wait behind
+    a model load that hangs (doctor's VD116). ``timeout``: INDEX_TIMEOUT_S when not given."""
     try:
-        return TritonHttp(url, timeout).repository_index()
+        return TritonHttp(url, timeout or INDEX_TIMEOUT_S).repository_index()
     except TritonUnreachable as exc:
+        if server_live(url):
+            return None
         raise UsageError(
             f"{url}: no Triton server answers ({exc.reason})",
             hint="give the server's HTTP address (default port 8000), or the log file: `vllm-repo doctor LOG`",
@@ -27,6 +34,14 @@ def repository_index(url: str, timeout: float = 5.0) -> list[ModelEntry]:
         raise UsageError(f"{url}: the repository index {what}", hint="is it a Triton server?") from None
     except InferError as exc:  # not an http(s) URL
         raise UsageError(exc.message, hint=exc.hint) from None
+
+
+def server_live(url: str) -> bool:
+    """Whether the server at ``url`` answers /v2/health/live with 200."""
+    try:
+        return TritonHttp(url, LIVE_TIMEOUT_S).server_live()
+    except TritonUnreachable:
+        return False
 
 
 def index_as_log(models: list[ModelEntry]) -> str:
