@@ -162,7 +162,7 @@ def test_a_live_server_whose_index_does_not_answer_and_no_log_gets_a_command_tha
     assert hint is not None and shlex.split(hint.group(1))[1:] == ["doctor", "LOG", "--url", index_waits]
 
 
-def test_an_address_where_nothing_listens_is_no_server(monkeypatch):
+def test_an_address_where_nothing_listens_is_no_server():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # free once closed: nothing listens there
