@@ -27,7 +27,8 @@
 #                                                                     bash bench/device_backend.sh tune [tune_gpu args]
 #      then, while warm, carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps]:
 #                                                                     bash bench/device_backend.sh next STEP ...
-#      (a lease that starts with `next` carries .gpuroute/triton too: 62 MB of carry in all)
+#      (a lease that starts with `next` carries .gpuroute/triton too: 62-73 MB with the tree, by the wheels' versions,
+#      against a 64 MiB limit; where it is over, a `run` stage first unpacks Triton's files)
 #      (bench/gpu_proof.sh's steps: the faults, bench --compare; results beside the run's, all brought back each call)
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
