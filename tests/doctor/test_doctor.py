@@ -305,3 +305,29 @@ def test_a_running_servers_log_that_stopped_at_the_ready_line_long_ago_is_a_hang
     assert "VD116" not in [
         d.code for d in diagnose(ServerLog(loaded, read_at=at + datetime.timedelta(hours=1))).findings
     ]
+
+
+def test_a_hang_across_the_end_of_a_month_is_timed_by_month_and_day():
+    # Triton's header says month and day: a ready line on the 30th of November and a line 120 s later on the 1st of
+    # December are 120 s apart, not 29 days back.
+    whole = (HERE / "real_logs" / "load-never-finished-1.log").read_text()
+    lines = whole.split("\n")
+    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
+    header = "I1206 21:34:34.029318"
+    assert lines[ready].startswith(header)
+
+    def log_with(ready_at: str, later: str) -> str:
+        moved = ready_at + lines[ready][len(header) :]
+        return "\n".join([*lines[:ready], moved, f"{later} 1184 log.py:15] \"still here\""])
+
+    def codes(text: str, read_at=None):
+        return [d.code for d in diagnose(ServerLog(text, read_at=read_at)).findings]
+
+    assert "VD116" in codes(log_with("I1130 23:59:00.000000", "I1201 00:01:00.000000"))
+    assert "VD116" not in codes(log_with("I1130 23:59:00.000000", "I1201 00:00:10.000000"))  # 70 s: may yet load
+    # read while the server runs: the clock's month counts too
+    at = datetime.datetime(2026, 12, 1, 0, 1, 0)
+    assert "VD116" in codes(log_with("I1130 23:59:00.000000", "I1130 23:59:00.100000"), read_at=at)
+    # a clock a month behind the log's: its lines tell, and they end at the ready line
+    assert "VD116" not in codes(log_with("I1230 23:59:00.000000", "I1230 23:59:00.100000"), read_at=at)
+

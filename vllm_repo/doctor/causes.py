@@ -413,16 +413,25 @@ def huggingface_unreachable(log: ServerLog) -> Iterator[Found]:
 
 
 # Triton's header time (month, day, then h:m:s), to tell how long the log went on after a model's ready line.
-_LOG_TIME = re.compile(r"^[IWE]\d{2}(?P<day>\d{2}) (?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2}(?:\.\d+)?)\s")
+_LOG_TIME = re.compile(r"^[IWE](?P<month>\d{2})(?P<day>\d{2}) (?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2}(?:\.\d+)?)\s")
+# The header has no year: its dates are placed in a leap year, so that February 29 has a place. A log that runs
+# across New Year seems to go back in time, and no hang is found in it rather than one guessed.
+_HEADER_YEAR = 2000
 
 
 def _log_seconds(raw: str) -> float | None:
     m = _LOG_TIME.match(raw)
-    return None if m is None else _seconds(int(m["day"]), int(m["h"]), int(m["m"]), float(m["s"]))
+    if m is None:
+        return None
+    try:
+        return _seconds(int(m["month"]), int(m["day"]), int(m["h"]), int(m["m"]), float(m["s"]))
+    except ValueError:  # not a date (month 13): not Triton's header
+        return None
 
 
-def _seconds(day: int, hours: int, minutes: int, seconds: float) -> float:
-    return ((day * 24 + hours) * 60 + minutes) * 60 + seconds
+def _seconds(month: int, day: int, hours: int, minutes: int, seconds: float) -> float:
+    days = datetime.date(_HEADER_YEAR, month, day).toordinal()
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _log_end(raw: list[str], read_at: datetime.datetime | None) -> tuple[float | None, bool]:
@@ -432,9 +441,9 @@ def _log_end(raw: list[str], read_at: datetime.datetime | None) -> tuple[float |
     last = times[-1] if times else None
     if read_at is None:
         return last, False
-    now = _seconds(read_at.day, read_at.hour, read_at.minute, read_at.second + read_at.microsecond / 1e6)
+    now = _seconds(read_at.month, read_at.day, read_at.hour, read_at.minute, read_at.second + read_at.microsecond / 1e6)
     if last is not None and now < last:
-        return last, False  # a clock behind the log's, or the log of another month: its lines tell
+        return last, False  # a clock behind the log's, or the log of another year: its lines tell
     return now, True
 
 
