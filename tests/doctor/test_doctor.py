@@ -318,7 +318,7 @@ def test_a_hang_across_the_end_of_a_month_is_timed_by_month_and_day():
 
     def log_with(ready_at: str, later: str) -> str:
         moved = ready_at + lines[ready][len(header) :]
-        return "\n".join([*lines[:ready], moved, f"{later} 1184 log.py:15] \"still here\""])
+        return "\n".join([*lines[:ready], moved, f'{later} 1184 log.py:15] "still here"'])
 
     def codes(text: str, read_at=None):
         return [d.code for d in diagnose(ServerLog(text, read_at=read_at)).findings]
@@ -330,4 +330,3 @@ def test_a_hang_across_the_end_of_a_month_is_timed_by_month_and_day():
     assert "VD116" in codes(log_with("I1130 23:59:00.000000", "I1130 23:59:00.100000"), read_at=at)
     # a clock a month behind the log's: its lines tell, and they end at the ready line
     assert "VD116" not in codes(log_with("I1230 23:59:00.000000", "I1230 23:59:00.100000"), read_at=at)
-
