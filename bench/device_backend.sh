@@ -100,6 +100,11 @@ run|pack|tune)
     follow
     exit
   fi
+  # `--clients http,grpc` after the bench args adds tritonclient's gRPC client: its wheels carried as .gpuroute/tc
+  if [ -d .gpuroute/tc ]; then
+    "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
+      "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl || exit 1
+  fi
   # BACKEND=DIR: serve with that backend directory instead of this tree's (e.g. the code before a change, alone)
   [ -n "${BACKEND:-}" ] && { rm -rf vllm_repo/backend && cp -r "$BACKEND" vllm_repo/backend || exit 1; }
   # HOPS=1: the backend's hop hook on, for bench.native_hops (its report at the end, in collect)
