@@ -51,6 +51,11 @@ collect() {
   cp "$RUN"/run.log "$OUT"/ 2>/dev/null
   tail -c 6000 "$RUN"/run.log | grep -v "^(EngineCore\|^INFO\|^WARNING\|^\[" | tail -40
 }
+install_tritonclient() {
+  # tritonclient's wheels (.gpuroute/tc) into the device's Python, once a machine
+  "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
+    "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl
+}
 follow() {
   local deadline=$((SECONDS + ${WAIT:-560}))
   while [ -f "$RUN"/pid ] && kill -0 "$(cat "$RUN"/pid)" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
@@ -93,18 +98,14 @@ run|pack|tune)
     export VLLM_REPO_TRITON_HOME=/tmp/triton PYTHONUNBUFFERED=1 PATH="$(dirname "$PY"):$PATH"
     ln -sfn ../schemas vllm_repo/_schemas
     # bench's native client is tritonclient's gRPC one
-    "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
-      "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl || exit 1
+    install_tritonclient || exit 1
     setsid nohup "$PY" -m bench.tune_gpu --model /tmp/m --out "$RUN"/out "$@" > "$RUN"/run.log 2>&1 &
     echo $! > "$RUN"/pid
     follow
     exit
   fi
   # `--clients http,grpc` after the bench args adds tritonclient's gRPC client: its wheels carried as .gpuroute/tc
-  if [ -d .gpuroute/tc ]; then
-    "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
-      "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl || exit 1
-  fi
+  if [ -d .gpuroute/tc ]; then install_tritonclient || exit 1; fi
   # BACKEND=DIR: serve with that backend directory instead of this tree's (e.g. the code before a change, alone)
   [ -n "${BACKEND:-}" ] && { rm -rf vllm_repo/backend && cp -r "$BACKEND" vllm_repo/backend || exit 1; }
   # HOPS=1: the backend's hop hook on, for bench.native_hops (its report at the end, in collect)
@@ -129,8 +130,7 @@ next)
   # vllm-repo's own command: tritonclient's wheels into the device's Python (as for tune), the packages it lacks
   # (jsonschema and its kin) after site-packages, so none of the device's own is shadowed.
   if [ ! -f /tmp/vrdeps/.ok ]; then
-    "$PY" -c "import tritonclient.grpc" 2>/dev/null ||
-      "$PY" -m pip install -q --no-index --no-deps --no-compile .gpuroute/tc/*.whl || exit 1
+    install_tritonclient || exit 1
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/vrdeps .gpuroute/vrdeps/*.whl || exit 1
     echo /tmp/vrdeps > "$SP/zzz_vrdeps.pth" && touch /tmp/vrdeps/.ok
   fi

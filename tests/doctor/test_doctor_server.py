@@ -47,7 +47,7 @@ def server(monkeypatch, tmp_path):
     log.write_text("\n".join(HEALTHY_LOG) + "\n")
     index = list(READY)
     # The entries as Triton sends them, read into the client's ModelEntry.
-    monkeypatch.setattr(doctor_server, "repository_index", lambda url, timeout=5.0: [ModelEntry(**m) for m in index])
+    monkeypatch.setattr(doctor_server, "repository_index", lambda url: [ModelEntry(**m) for m in index])
     monkeypatch.setattr(doctor_server, "local_log_of", lambda url: log)
     return index, log
 

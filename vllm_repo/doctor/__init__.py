@@ -49,8 +49,12 @@ class Diagnosis:
     source_log: ServerLog | None = None
     client_errors: list[LogLine] = dataclasses.field(default_factory=list)  # the 4xx answers vLLM logged at ERROR
     server: str | None = None  # the URL of the running server asked (doctor --url)
-    models: list[ModelEntry] | None = None  # its repository index: each model's name, version, state, reason
-    index_unanswered: bool = False  # the server was live, its repository index gave no answer
+    models: list[ModelEntry] | None = None  # its repository index (None where it gave no answer in time)
+
+    @property
+    def index_unanswered(self) -> bool:
+        """A running server was asked, live, and its repository index gave no answer (doctor.server)."""
+        return self.server is not None and self.models is None
 
     @property
     def understood(self) -> bool:
@@ -88,7 +92,7 @@ class Diagnosis:
             "first_errors": [{"line": e.number, "text": e.text} for e in self.first_errors],
             "recommendations": self.recommendations,
         }
-        if self.models is not None or self.index_unanswered:
+        if self.server is not None:
             data["server"] = self.server
             data["models"] = None if self.models is None else [m.as_json() for m in self.models]
         if client_errors:
@@ -197,7 +201,7 @@ def diagnose_server(url: str, log: str | Path | None = None) -> Diagnosis:
         # The log has line numbers and what led up to a failure; the index adds the models' states.
         chosen = from_log if from_log.understood or not from_index.understood else from_index
         chosen.client_errors = from_log.client_errors
-    chosen.server, chosen.models, chosen.index_unanswered = url, models, models is None
+    chosen.server, chosen.models = url, models
     return chosen
 
 

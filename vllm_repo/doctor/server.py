@@ -16,12 +16,12 @@ INDEX_TIMEOUT_S = 5.0
 LIVE_TIMEOUT_S = 2.0
 
 
-def repository_index(url: str, timeout: float | None = None) -> list[ModelEntry] | None:
+def repository_index(url: str) -> list[ModelEntry] | None:
     """Triton's repository index: every model with its state ("READY", "UNAVAILABLE", ...) and reason. None when the
-    server answers /v2/health/live but its index gives no answer in ``timeout``: Triton 2.51's index can wait behind
-    a model load that hangs (doctor's VD116). ``timeout``: INDEX_TIMEOUT_S when not given."""
+    server answers /v2/health/live but its index gives no answer in INDEX_TIMEOUT_S: Triton 2.51's index can wait
+    behind a model load that hangs (doctor's VD116)."""
     try:
-        return TritonHttp(url, timeout or INDEX_TIMEOUT_S).repository_index()
+        return TritonHttp(url, INDEX_TIMEOUT_S).repository_index()
     except TritonUnreachable as exc:
         if server_live(url):
             return None
