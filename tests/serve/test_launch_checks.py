@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -12,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -337,6 +340,53 @@ def test_a_load_triton_never_finishes_is_started_once_more_then_reported(repo, t
         assert shm_segments(server.shm_prefix) == []
     assert err.value.log_path is not None and err.value.log_path.read_text().count("ready (test)") == 2
     err.value.log_path.unlink()
+
+
+# A stand-in for ENGINE_PROCESS's engine process that does not stop: a group of its own under the stub, a segment
+# mapped, SIGTERM ignored (a vLLM stuck in its teardown). Its pid goes to ENGINE_PID.
+STUCK_ENGINE = """import os, signal, mmap, sys, time
+os.setpgid(0, 0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+region = mmap.mmap(fd, 4096)
+print("mapped", flush=True)
+time.sleep(3600)
+"""
+
+
+@NEEDS_SERVING
+def test_a_group_started_under_the_server_is_stopped_with_it_and_its_segments_removed(repo, tmp_path):
+    """The engine process leads a group of its own under the stub: when it does not follow the server out, launch's
+    stop ends it like the server's own processes, and removes what it left in /dev/shm."""
+    segment = Path("/dev/shm") / f"psm_test_{os.getpid()}_{secrets.token_hex(4)}_engine"
+    engine_pid = tmp_path / "engine.pid"
+    start_engine = (
+        "import subprocess, sys\n"
+        f"        engine = subprocess.Popen([sys.executable, '-c', {STUCK_ENGINE!r}, {str(segment)!r}],"
+        " stdout=subprocess.PIPE, text=True)\n"
+        "        assert engine.stdout.readline().strip() == 'mapped'\n"
+        f"        open({str(engine_pid)!r}, 'w').write(str(engine.pid))"
+    )
+    plan = _plan_with_backend(repo, tmp_path, start_engine)
+    stop = threading.Event()
+    pid = None
+    try:
+        with open(os.devnull, "w") as devnull:
+            assert (
+                launch.run_server(plan, out=devnull, ready_timeout=120, on_ready=lambda _: stop.set(), stop_event=stop)
+                == 0
+            )
+        pid = int(engine_pid.read_text())
+        from vllm_repo.serve.processes import process_group_members
+
+        assert process_group_members(pid) == []
+        assert not segment.exists()
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        segment.unlink(missing_ok=True)
 
 
 def _free() -> int:

@@ -188,6 +188,27 @@ def test_start_stop_cycles_leave_nothing_behind(tiny_repository, sig):
         launched.kill_everything()
 
 
+def test_the_engine_process_shape_stops_with_its_own_process_group_and_leaves_nothing(tiny_model, tmp_path):
+    """ENGINE_PROCESS (the shape a GPU instance gets by default) runs vLLM in a process that leads a process group of
+    its own, below the server's: launch's stop waits for that group too, and removes what its processes left in
+    /dev/shm (vLLM's EngineCore leaves semaphores there)."""
+    repo = tmp_path / "model_repository"
+    init_model(repo, str(tiny_model), name="tiny", max_model_len=512)
+    config = repo / "tiny" / "config.pbtxt"
+    config.write_text(config.read_text() + 'parameters { key: "ENGINE_PROCESS" value: { string_value: "true" } }\n')
+    launched = start_launch(repo)
+    try:
+        assert infer("tiny", "Hi", url=launched.url, max_tokens=4).text is not None
+        engine_groups = launched.descendants.groups - {launched.proc.pid, launched.server_pid}
+        assert any(process_group_members(group) for group in engine_groups), "no engine process in a group of its own"
+        launched.send(signal.SIGTERM)
+        code, _ = launched.wait_exit(60)
+        assert code == 0, launched.output
+        assert_nothing_left(launched)
+    finally:
+        launched.kill_everything()
+
+
 def test_a_model_vllm_refuses_fails_with_vllms_own_reason(tiny_model, tmp_path):
     """The KV cache cannot hold one max_model_len sequence: vLLM's EngineCore refuses, and launch reports that
     reason (not "Engine core initialization failed") and exits non-zero, leaving nothing behind."""

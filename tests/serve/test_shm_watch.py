@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -72,6 +73,48 @@ def test_a_segment_the_group_mapped_and_left_is_removed_others_are_not():
                 kill_group(proc)
         for name in (ours, theirs, unrelated):
             (DEV_SHM / name).unlink(missing_ok=True)
+
+
+# Starts HOLDER in a process group of its own, as ENGINE_PROCESS's engine process makes one, and says its pid.
+STARTER = r"""
+import subprocess, sys
+code = "import os; os.setpgid(0, 0)\n" + sys.argv[2]
+child = subprocess.Popen([sys.executable, "-c", code, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline().strip(), child.pid, flush=True)
+child.wait()
+"""
+
+
+def test_a_segment_of_a_group_started_in_the_group_is_removed_too():
+    """A member's child that leads a group of its own (the engine process) is the server's: what it mapped and left
+    is removed, though it was never a member of the server's group."""
+    name = f"psm_test_{secrets.token_hex(4)}_engine"
+    server = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(DEV_SHM / name), HOLDER],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    engine = None
+    try:
+        said, pid = server.stdout.readline().split()
+        assert said == "mapped"
+        engine = int(pid)
+        assert os.getpgid(engine) == engine != server.pid
+        watch = SharedMemoryWatch(server.pid)
+        watch.poll()
+        assert engine in watch.groups
+        os.killpg(engine, signal.SIGKILL)  # killed outright: the segment stays
+        kill_group(server)
+        assert watch.remove_leftovers() == [name]
+        assert not (DEV_SHM / name).exists()
+    finally:
+        if engine is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(engine, signal.SIGKILL)
+        if server.poll() is None:
+            kill_group(server)
+        (DEV_SHM / name).unlink(missing_ok=True)
 
 
 def test_a_segment_still_used_by_a_survivor_is_kept():

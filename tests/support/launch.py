@@ -96,26 +96,72 @@ def shm_in_use() -> set[str]:
     name it was created with, then linked to its real name."""
     inodes: set[int] = hung_servers_inodes()
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for line in (proc / "maps").read_text().splitlines():
-                fields = line.split()
-                if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
-                    inodes.add(int(fields[4]))
-            for fd in (proc / "fd").iterdir():
-                if os.readlink(fd).startswith("/dev/shm/"):
-                    inodes.add(os.stat(fd).st_ino)
-        except OSError:
-            continue
-    used = set()
+        if proc.name.isdigit():
+            inodes |= shm_inodes_of(proc)
+    return shm_names_of(inodes)
+
+
+def shm_inodes_of(proc: Path) -> set[int]:
+    """The inodes of the /dev/shm files the process at /proc/PID maps or holds open."""
+    inodes: set[int] = set()
+    try:
+        for line in (proc / "maps").read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+                inodes.add(int(fields[4]))
+        for fd in (proc / "fd").iterdir():
+            if os.readlink(fd).startswith("/dev/shm/"):
+                inodes.add(os.stat(fd).st_ino)
+    except OSError:
+        pass
+    return inodes
+
+
+def shm_names_of(inodes: set[int]) -> set[str]:
+    names = set()
     for entry in DEV_SHM.iterdir():
         try:
             if entry.stat().st_ino in inodes:
-                used.add(entry.name)
+                names.add(entry.name)
         except OSError:
             continue
-    return used
+    return names
+
+
+class DescendantsWatch:
+    """What a launch and the processes it started use, noted every 50 ms in a thread until ``stop()``: the /dev/shm
+    inodes they map or hold open, and their process groups. Segments that other test workers' servers orphan
+    meanwhile are no leftover of this launch; a group started below the server (ENGINE_PROCESS's engine process leads
+    its own) is followed even after its starter has died. Kept apart from the watch launch runs (serve/shm_watch.py),
+    which the checks that use this one test."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.inodes: set[int] = set()
+        self.groups: set[int] = set()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="descendants-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            self.look()
+            self._done.wait(0.05)
+
+    def look(self) -> None:
+        from vllm_repo.serve.processes import process_table
+
+        table = {pid: (int(fields[1]), int(fields[2])) for pid, _, fields in process_table()}
+        family = {self.root} | {pid for pid, (_, group) in table.items() if group in self.groups}
+        while more := {pid for pid, (ppid, _) in table.items() if ppid in family and pid not in family}:
+            family |= more
+        for pid in family & table.keys():
+            self.groups.add(table[pid][1])
+            self.inodes |= shm_inodes_of(Path("/proc") / str(pid))
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 @dataclasses.dataclass
@@ -132,6 +178,10 @@ class Launched:
     server_pid: int | None = None
     # Stops launch's group (launch then stops its server) should this test process die first.
     guardian: Guardian | None = None
+    descendants: DescendantsWatch = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.descendants = DescendantsWatch(self.proc.pid)
 
     def release_guardian(self) -> None:
         if self.guardian is not None and self.proc.poll() is not None:
@@ -170,6 +220,7 @@ class Launched:
         except subprocess.TimeoutExpired:
             pass
         self.release_guardian()
+        self.descendants.stop()
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -254,17 +305,25 @@ def _start_launch(repo: Path, *extra: str, wait_ready: bool, env: dict | None) -
 
 def assert_nothing_left(launched: Launched) -> None:
     assert launched.server_pid is not None
+    launched.descendants.stop()
     # The server was its own process group's leader: the stub, vLLM's EngineCore and everything else they started
-    # belonged to that group.
-    assert process_group_members(launched.server_pid) == []
+    # belonged to that group or to one started below it (ENGINE_PROCESS's engine process leads its own).
+    groups = launched.descendants.groups
+    assert launched.server_pid in groups
+    deadline = time.monotonic() + 15  # launch's released guardians exit on their own, a moment later
+    while any(process_group_members(group) for group in groups) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    still = {group: members for group in groups if (members := process_group_members(group))}
+    assert still == {}, f"processes of the launch's groups still run: {still}"
     # Ours by name (Triton's regions), or by being orphaned: a segment created meanwhile that no live process has
-    # mapped or open (other servers may run on this machine; their segments are in use).
-    # Another server on the machine that is shutting down has unmapped segments its resource tracker is about to
-    # remove: only what stays orphaned counts.
+    # mapped or open and that a process of this launch used (other test workers' servers leave theirs meanwhile).
+    # A resource tracker unlinks what its process left a moment after: only what stays orphaned counts.
+    ours = launched.descendants.inodes
     deadline = time.monotonic() + 10
     while True:
         new = shm_names() - launched.shm_before
-        left = {name for name in new if name.startswith(launched.shm_prefix)} | (new - shm_in_use())
+        orphaned = shm_names_of(ours) & (new - shm_in_use())
+        left = {name for name in new if name.startswith(launched.shm_prefix)} | orphaned
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.5)

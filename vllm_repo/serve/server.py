@@ -40,7 +40,13 @@ from vllm_repo.serve.errors import TritonLoadHung, TritonServerError, TritonUnre
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.load_hang import HANG_HINT, LOAD_HANG_S, LoadHangWatch, hang_message
 from vllm_repo.serve.ports import free_ports, port_is_free
-from vllm_repo.serve.processes import process_group_members, shm_segments, signal_group, unique_shm_prefix
+from vllm_repo.serve.processes import (
+    groups_started_in,
+    process_group_members,
+    shm_segments,
+    signal_group,
+    unique_shm_prefix,
+)
 from vllm_repo.serve.python_env import PythonInfo, probe_python
 from vllm_repo.serve.server_files import TritonHome, cache_dir, layout_backend_directory
 from vllm_repo.serve.triton_client import TritonHttp
@@ -344,27 +350,32 @@ class TritonServer:
         Safe to call twice.
 
         tritonserver alone gets SIGTERM first: it unloads its models, so the backend's finalize() shuts vLLM down
-        in order. Whatever outlives it in the process group (a stuck stub, an orphaned EngineCore) gets SIGTERM,
-        then SIGKILL. Shared-memory segments left under this server's prefix are removed.
+        in order. Whatever outlives it in the process group, or in a group started in it (a stuck stub, an orphaned
+        EngineCore, ENGINE_PROCESS's engine process), gets SIGTERM, then SIGKILL. Shared-memory segments left under
+        this server's prefix are removed.
         """
         if self.process is None:
             self._cleanup_workdir()
             return None
         process = self.process
-        pgid = process.pid  # the leader of its own group (start_new_session), as self.pgid says
+        # The leader of its own group (start_new_session), as self.pgid says, and the groups started in it, read
+        # while their starters still run (ENGINE_PROCESS's engine process and the EngineCore it started).
+        groups = sorted(groups_started_in(process.pid))
         deadline = time.monotonic() + timeout
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signal.SIGTERM)
         while self.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         # Children normally follow the server out within moments.
-        self._wait_group_empty(process, pgid, min(deadline, time.monotonic() + 5))
+        self._wait_groups_empty(process, groups, min(deadline, time.monotonic() + 5))
         for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
-            if not process_group_members(pgid):
+            left = [group for group in groups if process_group_members(group)]
+            if not left:
                 break
             self.escalated_to = signal.Signals(sig).name
-            signal_group(pgid, sig)
-            self._wait_group_empty(process, pgid, time.monotonic() + grace)
+            for group in left:
+                signal_group(group, sig)
+            self._wait_groups_empty(process, left, time.monotonic() + grace)
         try:
             status = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - only if the kernel refuses SIGKILL
@@ -382,10 +393,10 @@ class TritonServer:
         return status
 
     @staticmethod
-    def _wait_group_empty(process: subprocess.Popen[bytes], pgid: int, deadline: float) -> None:
+    def _wait_groups_empty(process: subprocess.Popen[bytes], groups: list[int], deadline: float) -> None:
         while time.monotonic() < deadline:
             process.poll()  # reap the leader so it does not linger as a zombie
-            if not process_group_members(pgid):
+            if not any(process_group_members(group) for group in groups):
                 return
             time.sleep(0.1)
 

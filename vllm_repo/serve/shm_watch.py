@@ -4,7 +4,8 @@ Triton's own regions carry the server's unique prefix and are removed by name. v
 others with random names (psm_*, sem.mp-*: 160 and 240 MiB segments for the engine's message queues); they are
 normally unlinked by their owner or by multiprocessing's resource tracker, but a process stopped at the wrong moment
 (a Ctrl-C while the engine starts) can leave them behind. This watch notes every /dev/shm file that a member of the
-group maps or holds open while it runs; after the group is gone, whichever of those files still exists and is used by
+group, or of a group one of them started (ENGINE_PROCESS's engine process leads its own), maps or holds open while it
+runs; after the group is gone, whichever of those files still exists and is used by
 no live process is removed. Files are matched by inode (a semaphore is mapped under the temporary name it was created
 with, then linked to its real name), and a file created after the watch last saw that inode is never touched.
 """
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_repo.serve.processes import DEV_SHM, process_group_members
+from vllm_repo.serve.processes import DEV_SHM, groups_started_in, process_group_members
 
 _CTIME_SLACK_S = 30.0
 
@@ -51,13 +52,16 @@ def inodes_in_use() -> set[int]:
 class SharedMemoryWatch:
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
+        self.groups: set[int] = set()  # groups the server's started, kept once seen: their starter may die first
         self.seen: dict[int, float] = {}  # inode -> when a group member last used it
 
     def poll(self) -> None:
         now = time.time()
-        for pid in process_group_members(self.pgid):
-            for inode in _shm_inodes(pid):
-                self.seen[inode] = now
+        self.groups |= groups_started_in(self.pgid)
+        for group in {self.pgid, *self.groups}:
+            for pid in process_group_members(group):
+                for inode in _shm_inodes(pid):
+                    self.seen[inode] = now
 
     def remove_leftovers(self) -> list[str]:
         """Remove what the group used and left behind; call once the group is gone. Returns the names removed."""
