@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from vllm_repo.serve.guardian import Guardian
-from vllm_repo.serve.processes import process_group_members
+from vllm_repo.serve.processes import groups_started_in, process_group_members
 
 # A "server" that ignores nothing and starts a child in its group, like tritonserver and its stub.
 SERVER = (
@@ -98,3 +98,29 @@ def test_a_guardian_with_no_prefix_stops_the_group_and_removes_no_shared_memory(
         region.unlink(missing_ok=True)
         if process_group_members(server.pid):
             os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_the_guardian_stops_a_group_started_in_the_servers_group_that_ignores_sigterm():
+    # ENGINE_PROCESS's engine process leads a group of its own under the stub; one stuck in its teardown ignores
+    # SIGTERM, and the stub's death with it.
+    engine = "import os, signal, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    server = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {engine!r}]); "
+         "time.sleep(600)"],
+        start_new_session=True,
+    )  # fmt: skip
+    groups: set[int] = set()
+    try:
+        deadline = time.monotonic() + 10
+        while len(groups := groups_started_in(server.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (engine_group,) = groups - {server.pid}
+        guardian = Guardian(server.pid, None, grace_s=1)
+        guardian.process.stdin.close()
+        guardian.process.wait(timeout=30)
+        server.wait(timeout=10)
+        assert process_group_members(server.pid) == [] and process_group_members(engine_group) == []
+    finally:
+        for group in groups | {server.pid}:
+            if process_group_members(group):
+                os.killpg(group, signal.SIGKILL)

@@ -2,11 +2,12 @@
 dies without stopping it (SIGKILL, the OOM killer, a killed test runner): no signal handler runs then, so nothing
 else would.
 
-The guardian runs in its own session and holds the read end of a pipe whose write end only the owner has. When the
-owner stops the server normally it writes "done" and the guardian exits quietly. When the owner dies, the pipe closes
-without "done": the guardian sends SIGTERM to the server's process group, SIGKILL to what is left after a grace
-period, and removes Triton's shared-memory regions (named with the server's unique prefix) and the files a normal stop
-would have removed (the server's work directory, launch's own log).
+The guardian runs in its own session and holds the read end of a pipe whose write end only the owner has. When the owner
+stops the server normally it writes "done" and the guardian exits quietly. When the owner dies, the pipe closes without
+"done": the guardian sends SIGTERM to the server's process group and the groups started in it (ENGINE_PROCESS's engine
+process leads its own), SIGKILL to what is left after a grace period, and removes Triton's shared-memory regions (named
+with the server's unique prefix) and the files a normal stop would have removed (the server's work directory, launch's
+own log).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ if lines and lines[-1].strip() == "done":
     sys.exit(0)
 remove += [line[len("remove "):] for line in lines if line.startswith("remove ")]
 
-def members():
-    found = []
+def table():
+    # pid -> the stat fields after the command name: state, ppid, pgrp, ...
+    found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -34,10 +36,23 @@ def members():
                     stat = f.read()
             except OSError:
                 continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            if int(fields[2]) in groups and (fields[0] not in ("Z", "X") or threads_running(entry)):
-                found.append(int(entry))
+            found[int(entry)] = stat[stat.rfind(")") + 2:].split()
     return found
+
+def members():
+    return [pid for pid, fields in table().items()
+            if int(fields[2]) in groups and (fields[0] not in ("Z", "X") or threads_running(pid))]
+
+def add_started_groups():
+    # Groups led by a child of a member (ENGINE_PROCESS's engine process leads its own), found while their
+    # starters still run, as processes.groups_started_in does.
+    while True:
+        now = table()
+        pids = {pid for pid, fields in now.items() if int(fields[2]) in groups}
+        led = {pid for pid, fields in now.items() if int(fields[1]) in pids and int(fields[2]) == pid} - groups
+        if not led:
+            return
+        groups.update(led)
 
 def threads_running(pid):
     # A process whose main thread ended shows as a zombie while its other threads may still run (processes.py).
@@ -55,6 +70,7 @@ def threads_running(pid):
             return True
     return False
 
+add_started_groups()
 if members():
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
         for pgid in groups:
