@@ -36,6 +36,7 @@ from tests.support.triton_clients import (
     wait_metrics_flushed,
 )
 from tests.support.waiting import wait_for
+from vllm_repo.backend.vllm_repo_backend import engine_stop
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_port
 
@@ -271,6 +272,12 @@ def test_unloading_stops_the_engine_process_and_loading_starts_a_new_one(split):
 
 def test_the_engine_process_killed_is_the_engine_dead_and_the_model_is_unloaded(split):
     pid = engine_pid(split)
+    # What the engine's group has in /dev/shm that the server's processes do not (vLLM's EngineCore's semaphores):
+    # killed outright, nobody else would remove it.
+    engines = engine_stop.shared_memory_of(engine_stop.group_members(pid))
+    server_own = engine_stop.shared_memory_of(engine_stop.group_members(split.pgid))
+    left_to_remove = engines - server_own
+    assert left_to_remove, "the engine's processes map nothing of their own in /dev/shm"
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while "the vLLM engine has died" not in split.log_text():
@@ -283,3 +290,4 @@ def test_the_engine_process_killed_is_the_engine_dead_and_the_model_is_unloaded(
         assert time.monotonic() < deadline, "the model was not unloaded"
         time.sleep(0.2)
     assert http(split, "/v2/health/live")[0] == 200
+    assert sorted(path for path in left_to_remove if os.path.exists(path)) == []

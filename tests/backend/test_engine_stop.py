@@ -30,6 +30,12 @@ engine = (
     "def untrack(segment): resource_tracker.unregister(segment._name, 'shared_memory')\n"
     "queue = shared_memory.SharedMemory(name=sys.argv[1], create=True, size=4096)\n"
     "untrack(queue)\n"
+    # A multiprocessing lock, as vLLM's EngineCore makes: a POSIX semaphore, /dev/shm/sem.mp-*, mapped under the
+    # temporary name it was created with (untracked too).
+    "import multiprocessing\n"
+    "lock = multiprocessing.get_context('spawn').Lock()\n"
+    "resource_tracker.unregister(lock._semlock.name, 'semaphore')\n"
+    "print('semaphore', lock._semlock.name, flush=True)\n"
     "worker = subprocess.Popen([sys.executable, '-c', 'import sys, time\\n"
     "from multiprocessing import resource_tracker, shared_memory\\n"
     "q = shared_memory.SharedMemory(name=sys.argv[1])\\n"
@@ -39,7 +45,7 @@ engine = (
     "time.sleep(60)\n"
 )
 core = subprocess.Popen([sys.executable, "-c", engine, sys.argv[2]])
-print(core.pid, flush=True)
+print("core", core.pid, flush=True)
 time.sleep(60)
 """
 
@@ -48,12 +54,15 @@ time.sleep(60)
 def stub(tmp_path):
     own, engine = f"vr_test_stub_{os.getpid()}", f"vr_test_engine_{os.getpid()}"
     process = subprocess.Popen([sys.executable, "-c", STUB, own, engine], stdout=subprocess.PIPE, text=True)
+    made: list[Path] = []  # the semaphore, once named
     try:
-        core = int(process.stdout.readline())
+        said = dict(process.stdout.readline().split(maxsplit=1) for _ in range(2))  # the core and its semaphore
+        core, semaphore = int(said["core"]), Path("/dev/shm", "sem." + said["semaphore"].strip().lstrip("/"))
+        made.append(semaphore)
         wait_for(lambda: len(engine_stop.descendants(core)) >= 1)  # its worker
-        wait_for(lambda: Path("/dev/shm", engine).exists() and Path("/dev/shm", own).exists())
-        wait_for(lambda: len(engine_stop.shared_memory_of(engine_stop.descendants(process.pid))) == 1)
-        yield process, core, Path("/dev/shm", own), Path("/dev/shm", engine)
+        wait_for(lambda: Path("/dev/shm", engine).exists() and Path("/dev/shm", own).exists() and semaphore.exists())
+        wait_for(lambda: len(engine_stop.shared_memory_of(engine_stop.descendants(process.pid))) == 2)
+        yield process, core, Path("/dev/shm", own), [Path("/dev/shm", engine), semaphore]
     finally:
         for pid in engine_stop.descendants(process.pid):
             try:
@@ -62,8 +71,8 @@ def stub(tmp_path):
                 pass
         process.kill()
         process.wait()
-        for name in (own, engine):
-            Path("/dev/shm", name).unlink(missing_ok=True)
+        for path in (Path("/dev/shm", own), Path("/dev/shm", engine), *made):
+            path.unlink(missing_ok=True)
 
 
 def test_a_shutdown_that_ends_in_time_kills_nothing():
@@ -81,7 +90,7 @@ def test_an_error_from_the_shutdown_is_raised_to_the_caller():
 
 
 def test_after_the_grace_the_engine_processes_are_killed_and_only_their_segments_removed(stub):
-    process, core, own_segment, engine_segment = stub
+    process, core, own_segment, engine_segments = stub
     engine = [core, *engine_stop.descendants(core)]  # the engine core and its worker (and their resource trackers)
 
     def shutdown() -> None:  # as vLLM's: waits for its engine core, which ignores SIGTERM here
@@ -92,8 +101,8 @@ def test_after_the_grace_the_engine_processes_are_killed_and_only_their_segments
     assert time.monotonic() - began < 5
     assert set(engine) <= set(killed)
     assert process.pid not in killed
-    assert removed == [str(engine_segment)]
-    assert not engine_segment.exists()
+    assert removed == sorted(map(str, engine_segments))  # the semaphore by its real name, not the one mapped
+    assert not any(segment.exists() for segment in engine_segments)
     assert own_segment.exists()  # the stub's own (Triton's, in the real stub) is left alone
     assert process.poll() is None  # and the stub runs on
 

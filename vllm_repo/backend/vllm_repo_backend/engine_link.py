@@ -33,7 +33,6 @@ import os
 import queue
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,20 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import environment, errors, hops, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
+from . import (
+    engine_stop,
+    environment,
+    errors,
+    hops,
+    jobs,
+    log,
+    metrics,
+    metrics_report,
+    native,
+    openai_serving,
+    sends,
+    stub,
+)
 from .configuration import bool_parameter
 from .send_order import ENDS, FIRST, FOLLOWING, SendWork
 
@@ -237,11 +249,11 @@ class ProcessEngine:
 
     def _kill_group(self) -> None:
         """Kill what is left of the engine's process group: vLLM's EngineCore outlives an engine process killed
-        outright, holding the GPU's memory and (forked) the engine's end of the connection."""
-        try:
-            os.killpg(self.child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        outright, holding the GPU's memory and (forked) the engine's end of the connection. What they had mapped in
+        /dev/shm (the EngineCore's semaphores, its message queues) goes with them."""
+        removed = engine_stop.kill_group(self.child.pid)
+        if removed:
+            log.info(f"[vllm] removed {len(removed)} shared-memory segment(s) the engine's processes left")
 
     def _post(self, message: tuple) -> bool:
         try:

@@ -18,23 +18,57 @@ from collections.abc import Callable, Iterable
 SHM_DIRECTORY = "/dev/shm"
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, children before their children (read from /proc; empty where there is none)."""
-    parents: dict[int, list[int]] = {}
+def _stat_fields() -> dict[int, list[bytes]]:
+    """pid -> its /proc/PID/stat fields after the command name (state, ppid, pgrp, ...)."""
+    found: dict[int, list[bytes]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return []
+        return found
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
                 # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after its last ")".
-                fields = stat.read().rsplit(b")", 1)[1].split()
+                found[int(entry)] = stat.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue  # gone meanwhile
-        parents.setdefault(int(fields[1]), []).append(int(entry))
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid``."""
+    return [pid for pid, fields in _stat_fields().items() if int(fields[2]) == pgid]
+
+
+def kill_group(pgid: int) -> list[str]:
+    """SIGKILL process group ``pgid`` (ENGINE_PROCESS's engine process and what vLLM started from it) and remove the
+    /dev/shm files its processes had mapped that this process has not; returns those removed."""
+    segments = shared_memory_of(group_members(pgid)) - shared_memory_of([os.getpid()])
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return _remove(segments)
+
+
+def _remove(segments: Iterable[str]) -> list[str]:
+    removed = []
+    for name in sorted(segments):
+        try:
+            os.unlink(name)
+            removed.append(name)
+        except OSError:
+            pass  # removed by its owner meanwhile
+    return removed
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, children before their children (read from /proc; empty where there is none)."""
+    parents: dict[int, list[int]] = {}
+    for child, fields in _stat_fields().items():
+        parents.setdefault(int(fields[1]), []).append(child)
     found: list[int] = []
     queue = [pid]
     while queue:
@@ -45,8 +79,10 @@ def descendants(pid: int) -> list[int]:
 
 
 def shared_memory_of(pids: Iterable[int]) -> set[str]:
-    """The /dev/shm files these processes have mapped."""
-    names: set[str] = set()
+    """The /dev/shm files these processes have mapped, by their names now. Matched by inode: a POSIX semaphore
+    (multiprocessing's sem.mp-*, which vLLM's EngineCore makes) is mapped under the temporary name glibc created it
+    with, then linked to its real name; the mapping shows the temporary one, deleted."""
+    inodes: set[int] = set()
     prefix = SHM_DIRECTORY + "/"
     for pid in pids:
         try:
@@ -54,10 +90,22 @@ def shared_memory_of(pids: Iterable[int]) -> set[str]:
                 for line in maps:
                     fields = line.rstrip("\n").split(maxsplit=5)  # address perms offset device inode [path]
                     if len(fields) == 6 and fields[5].startswith(prefix):
-                        names.add(fields[5].removesuffix(" (deleted)"))
+                        inodes.add(int(fields[4]))
         except OSError:
             continue
-    return {name for name in names if os.path.dirname(name) == SHM_DIRECTORY}
+    names: set[str] = set()
+    try:
+        entries = os.listdir(SHM_DIRECTORY)
+    except OSError:
+        return names
+    for entry in entries:
+        path = os.path.join(SHM_DIRECTORY, entry)
+        try:
+            if os.lstat(path).st_ino in inodes:
+                names.add(path)
+        except OSError:
+            continue  # removed meanwhile
+    return names
 
 
 def stop_within(shutdown: Callable[[], None], grace_s: float, root: int | None = None) -> tuple[list[int], list[str]]:
@@ -87,12 +135,7 @@ def stop_within(shutdown: Callable[[], None], grace_s: float, root: int | None =
                 killed.append(pid)
             except OSError:
                 pass  # exited meanwhile
-        for name in sorted(segments):
-            try:
-                os.unlink(name)
-                removed.append(name)
-            except OSError:
-                pass  # removed by its owner meanwhile
+        removed = _remove(segments)
         worker.join(5)  # vLLM's shutdown sees its processes gone and returns
     if failure:
         raise failure[0]
