@@ -307,7 +307,7 @@ def test_a_running_servers_log_that_stopped_at_the_ready_line_long_ago_is_a_hang
     ]
 
 
-def test_a_hang_across_the_end_of_a_month_is_timed_by_month_and_day():
+def test_a_hang_across_the_end_of_a_month_or_a_year_is_timed_by_month_and_day():
     # Triton's header says month and day: a ready line on the 30th of November and a line 120 s later on the 1st of
     # December are 120 s apart, not 29 days back.
     whole = (HERE / "real_logs" / "load-never-finished-1.log").read_text()
@@ -330,3 +330,10 @@ def test_a_hang_across_the_end_of_a_month_is_timed_by_month_and_day():
     assert "VD116" in codes(log_with("I1130 23:59:00.000000", "I1130 23:59:00.100000"), read_at=at)
     # a clock a month behind the log's: its lines tell, and they end at the ready line
     assert "VD116" not in codes(log_with("I1230 23:59:00.000000", "I1230 23:59:00.100000"), read_at=at)
+    # across New Year: the 1st of January comes after the 31st of December, in the log and by the clock
+    assert "VD116" in codes(log_with("I1231 23:59:00.000000", "I0101 00:01:00.000000"))
+    assert "VD116" not in codes(log_with("I1231 23:59:00.000000", "I0101 00:00:10.000000"))
+    new_year = datetime.datetime(2027, 1, 1, 0, 1, 0)
+    ends_in_december = log_with("I1231 23:59:00.000000", "I1231 23:59:00.100000")
+    assert "VD116" in codes(ends_in_december, read_at=new_year)
+    assert "VD116" not in codes(ends_in_december, read_at=new_year - datetime.timedelta(seconds=50))

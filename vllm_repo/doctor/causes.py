@@ -12,7 +12,6 @@ The patterns are the texts Triton, its Python backend, vLLM, Hugging Face Hub an
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import inspect
 import re
 import signal
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from vllm_repo.backend.vllm_repo_backend import contract
 from vllm_repo.doctor.log import LogLine, ServerLog, file_lines
+from vllm_repo.doctor.log_times import line_times, log_end
 from vllm_repo.serve.load_hang import LOAD_HANG_S, LoadTracker
 from vllm_repo.validate.rules.common import inverts_switch
 
@@ -412,41 +412,6 @@ def huggingface_unreachable(log: ServerLog) -> Iterator[Found]:
     )
 
 
-# Triton's header time (month, day, then h:m:s), to tell how long the log went on after a model's ready line.
-_LOG_TIME = re.compile(r"^[IWE](?P<month>\d{2})(?P<day>\d{2}) (?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2}(?:\.\d+)?)\s")
-# The header has no year: its dates are placed in a leap year, so that February 29 has a place. A log that runs
-# across New Year seems to go back in time, and no hang is found in it rather than one guessed.
-_HEADER_YEAR = 2000
-
-
-def _log_seconds(raw: str) -> float | None:
-    m = _LOG_TIME.match(raw)
-    if m is None:
-        return None
-    try:
-        return _seconds(int(m["month"]), int(m["day"]), int(m["h"]), int(m["m"]), float(m["s"]))
-    except ValueError:  # not a date (month 13): not Triton's header
-        return None
-
-
-def _seconds(month: int, day: int, hours: int, minutes: int, seconds: float) -> float:
-    days = datetime.date(_HEADER_YEAR, month, day).toordinal()
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-
-
-def _log_end(raw: list[str], read_at: datetime.datetime | None) -> tuple[float | None, bool]:
-    """When the log is known to have gone on to, in _log_seconds' clock, and whether that is the time it was read (a
-    running server's log) rather than its last line. Triton writes local time, as read_at is."""
-    times = [t for t in map(_log_seconds, raw) if t is not None]
-    last = times[-1] if times else None
-    if read_at is None:
-        return last, False
-    now = _seconds(read_at.month, read_at.day, read_at.hour, read_at.minute, read_at.second + read_at.microsecond / 1e6)
-    if last is not None and now < last:
-        return last, False  # a clock behind the log's, or the log of another year: its lines tell
-    return now, True
-
-
 @cause("VD116", "load-never-finished")
 def load_never_finished(log: ServerLog) -> Iterator[Found]:
     """Every instance of a model said ready, and Triton never said it loaded, though the log went on long after (or,
@@ -455,9 +420,10 @@ def load_never_finished(log: ServerLog) -> Iterator[Found]:
     raw = [text for _, text in file_lines(log.text)]
     tracker = LoadTracker()
     tracker.feed(raw)
-    end, live = _log_end(raw, log.read_at)
+    times = line_times(raw, log.read_at)
+    end, live = log_end(times, log.read_at)
     for waiting in tracker.waiting():
-        ready_at = _log_seconds(raw[waiting.ready_line - 1])
+        ready_at = times[waiting.ready_line - 1]
         if ready_at is None or end is None or end - ready_at < LOAD_HANG_S:
             continue  # the log ends too soon after it to tell a hang from a load about to finish
         line = next(line for line in log.lines if line.number == waiting.ready_line)
