@@ -129,7 +129,7 @@ def shm_names_of(inodes: set[int]) -> set[str]:
 
 
 class DescendantsWatch:
-    """What a launch and the processes it started use, noted every 50 ms in a thread until ``stop()``: the /dev/shm
+    """What a launch and the processes it started use, noted every 0.1 s in a thread until launch exits: the /dev/shm
     inodes they map or hold open, and their process groups. Segments that other test workers' servers orphan
     meanwhile are no leftover of this launch; a group started below the server (ENGINE_PROCESS's engine process leads
     its own) is followed even after its starter has died. Kept apart from the watch launch runs (serve/shm_watch.py),
@@ -144,20 +144,22 @@ class DescendantsWatch:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._done.is_set():
-            self.look()
-            self._done.wait(0.05)
+        # Until launch has exited (it exits once its server is stopped), and once more after.
+        while self.look() and not self._done.wait(0.1):
+            pass
 
-    def look(self) -> None:
-        from vllm_repo.serve.processes import process_table
+    def look(self) -> bool:
+        """Note what the family uses now; returns whether launch still runs."""
+        from vllm_repo.serve.processes import ENDED, process_table
 
-        table = {pid: (int(fields[1]), int(fields[2])) for pid, _, fields in process_table()}
-        family = {self.root} | {pid for pid, (_, group) in table.items() if group in self.groups}
-        while more := {pid for pid, (ppid, _) in table.items() if ppid in family and pid not in family}:
+        table = {pid: (fields[0], int(fields[1]), int(fields[2])) for pid, _, fields in process_table()}
+        family = {self.root} | {pid for pid, (_, _, group) in table.items() if group in self.groups}
+        while more := {pid for pid, (_, ppid, _) in table.items() if ppid in family and pid not in family}:
             family |= more
         for pid in family & table.keys():
-            self.groups.add(table[pid][1])
+            self.groups.add(table[pid][2])
             self.inodes |= shm_inodes_of(Path("/proc") / str(pid))
+        return self.root in table and table[self.root][0] not in ENDED
 
     def stop(self) -> None:
         self._done.set()
