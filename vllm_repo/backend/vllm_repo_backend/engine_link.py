@@ -42,21 +42,9 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import (
-    engine_stop,
-    environment,
-    errors,
-    hops,
-    jobs,
-    log,
-    metrics,
-    metrics_report,
-    native,
-    openai_serving,
-    sends,
-    stub,
-)
+from . import environment, errors, hops, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
 from .configuration import bool_parameter
+from .engine_stop import kill_group
 from .send_order import ENDS, FIRST, FOLLOWING, SendWork
 
 PARAMETER = "ENGINE_PROCESS"
@@ -251,7 +239,7 @@ class ProcessEngine:
         """Kill what is left of the engine's process group: vLLM's EngineCore outlives an engine process killed
         outright, holding the GPU's memory and (forked) the engine's end of the connection. What they had mapped in
         /dev/shm (the EngineCore's semaphores, its message queues) goes with them."""
-        removed = engine_stop.kill_group(self.child.pid)
+        removed = kill_group(self.child.pid)
         if removed:
             log.info(f"[vllm] removed {len(removed)} shared-memory segment(s) the engine's processes left")
 
