@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.hung_log import HUNG_LOG, READY_HEADER, hung_log_lines
 from tests.support.serving import SERVING_PYTHON, TRITON_HOME, needs_serving
 from vllm_repo.cli import build_app
 from vllm_repo.doctor import CAUSES, ServerLog, diagnose, diagnose_file
@@ -268,9 +269,7 @@ def test_a_memory_failure_with_the_repository_gets_estimates_advice(tmp_path):
 def test_a_log_that_ends_soon_after_the_backends_ready_line_is_no_hang(tmp_path):
     # The hang's whole log is VD116 (above); the same log cut at the ready line (a server still loading, or one stopped
     # at once) cannot tell a hang from a load about to finish.
-    whole = (HERE / "real_logs" / "load-never-finished-1.log").read_text()
-    lines = whole.split("\n")
-    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
+    lines, ready = hung_log_lines()
     cut = tmp_path / "cut.log"
     cut.write_text("\n".join(lines[: ready + 1]))
     assert "VD116" not in [d.code for d in diagnose_file(cut).findings]
@@ -278,17 +277,14 @@ def test_a_log_that_ends_soon_after_the_backends_ready_line_is_no_hang(tmp_path)
     assert lines[ready + 1].startswith("I1206 21:44:01")
     cut.write_text("\n".join([*lines[: ready + 1], lines[ready + 1].replace("21:44:01", "21:35:04")]))
     assert "VD116" not in [d.code for d in diagnose_file(cut).findings]
-    assert diagnose_file(HERE / "real_logs" / "load-never-finished-1.log").root.code == "VD116"
+    assert diagnose_file(HUNG_LOG).root.code == "VD116"
 
 
 def test_a_running_servers_log_that_stopped_at_the_ready_line_long_ago_is_a_hang():
     # doctor --url reads the log of a server still up, the model LOADING in its index: the log ends at the ready line
     # because Triton waits for good; the clock, not a later line, says how long.
-    whole = (HERE / "real_logs" / "load-never-finished-1.log").read_text()
-    lines = whole.split("\n")
-    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
+    lines, ready = hung_log_lines()
     cut = "\n".join(lines[: ready + 1])
-    assert lines[ready].split("] ")[0].endswith("I1206 21:34:34.029318 1184 log.py:15")
     at = datetime.datetime(2026, 12, 6, 21, 34, 34)
 
     def codes(read_at):
@@ -310,11 +306,8 @@ def test_a_running_servers_log_that_stopped_at_the_ready_line_long_ago_is_a_hang
 def test_a_hang_across_the_end_of_a_month_or_a_year_is_timed_by_month_and_day():
     # Triton's header says month and day: a ready line on the 30th of November and a line 120 s later on the 1st of
     # December are 120 s apart, not 29 days back.
-    whole = (HERE / "real_logs" / "load-never-finished-1.log").read_text()
-    lines = whole.split("\n")
-    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
-    header = "I1206 21:34:34.029318"
-    assert lines[ready].startswith(header)
+    lines, ready = hung_log_lines()
+    header = READY_HEADER
 
     def log_with(ready_at: str, later: str) -> str:
         moved = ready_at + lines[ready][len(header) :]

@@ -11,17 +11,16 @@ import re
 import shlex
 import socket
 import threading
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.hung_log import READY_HEADER, hung_log_lines
 from vllm_repo.cli import build_app
 from vllm_repo.doctor import diagnose_file
 from vllm_repo.doctor import server as doctor_server
 from vllm_repo.serve.triton_client import ModelEntry
 
-HERE = Path(__file__).parent
 URL = "http://127.0.0.1:8000"
 READY = [
     {"name": "tiny", "version": "1", "state": "READY", "reason": ""},
@@ -129,11 +128,9 @@ def index_waits(monkeypatch):
 def hung_load_log(tmp_path, ready_seconds_ago: float):
     """The real hung load's log (VD116) cut at the backend's ready line, that line stamped ``ready_seconds_ago``
     by this machine's clock, as Triton writes local time."""
-    lines = (HERE / "real_logs" / "load-never-finished-1.log").read_text().split("\n")
-    ready = next(i for i, line in enumerate(lines) if "[vllm] model vllm_model ready" in line)
+    lines, ready = hung_log_lines()
     stamp = (datetime.datetime.now() - datetime.timedelta(seconds=ready_seconds_ago)).strftime("I%m%d %H:%M:%S.%f")
-    assert lines[ready].startswith("I1206 21:34:34.029318")
-    lines[ready] = stamp + lines[ready][len("I1206 21:34:34.029318") :]
+    lines[ready] = stamp + lines[ready][len(READY_HEADER) :]
     log = tmp_path / "tritonserver.log"
     log.write_text("\n".join(lines[: ready + 1]) + "\n")
     return log
