@@ -129,7 +129,7 @@ def shm_names_of(inodes: set[int]) -> set[str]:
 
 
 class DescendantsWatch:
-    """What a launch and the processes it started use, noted every 0.1 s in a thread until launch exits: the /dev/shm
+    """What a launch and the processes it started use, noted every 0.5 s in a thread until launch exits: the /dev/shm
     inodes they map or hold open, and their process groups. Segments that other test workers' servers orphan
     meanwhile are no leftover of this launch; a group started below the server (ENGINE_PROCESS's engine process leads
     its own) is followed even after its starter has died. Kept apart from the watch launch runs (serve/shm_watch.py),
@@ -144,8 +144,10 @@ class DescendantsWatch:
         self._thread.start()
 
     def _run(self) -> None:
-        # Until launch has exited (it exits once its server is stopped), and once more after.
-        while self.look() and not self._done.wait(0.1):
+        # Until launch has exited (it exits once its server is stopped), and once more after. A look takes 5-10 ms of
+        # this process's GIL with a server's processes to read, which a benchmark client in the same process shares:
+        # vLLM's segments live as long as their engine, seconds at least.
+        while self.look() and not self._done.wait(0.5):
             pass
 
     def look(self) -> bool:
