@@ -188,7 +188,7 @@ def test_a_hung_servers_listing_follows_its_group_while_it_stops(monkeypatch, tm
     listed too, without the caller polling: the listing is kept up to date until the stop is over."""
     monkeypatch.setenv("VLLM_REPO_TESTS_SHARED_TMP", str(tmp_path))
     name = f"vllm_repo_test_{os.getpid()}_{secrets.token_hex(4)}"
-    watch = SharedMemoryWatch(os.getpgid(0))  # nothing seen yet
+    watch = SharedMemoryWatch(-1)  # a group no process is in: nothing seen yet
     member = None
     try:
         with listed_while_stopping(watch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 DEV_SHM = Path("/dev/shm")
@@ -32,12 +32,18 @@ def process_group_members(pgid: int) -> list[int]:
     process's own state: once its main thread has ended, /proc/PID/stat says zombie (Z) while its other threads may
     still run, or still be tearing the process down (its memory, its GPU); it counts until the last one has ended.
     """
-    # fields: state, ppid, pgrp, ...
-    return [
-        pid
-        for pid, _, fields in process_table()
-        if int(fields[2]) == pgid and (fields[0] not in ENDED or threads_running(pid))
-    ]
+    return groups_members({pgid}).get(pgid, [])
+
+
+def groups_members(groups: Collection[int]) -> dict[int, list[int]]:
+    """process_group_members for several groups in one read of /proc: each group that still has a running member,
+    and its members."""
+    found: dict[int, list[int]] = {}
+    for pid, _, fields in process_table():
+        group = int(fields[2])
+        if group in groups and (fields[0] not in ENDED or threads_running(pid)):
+            found.setdefault(group, []).append(pid)
+    return found
 
 
 ENDED = ("Z", "X")  # zombie, dead

@@ -41,8 +41,8 @@ from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.load_hang import HANG_HINT, LOAD_HANG_S, LoadHangWatch, hang_message
 from vllm_repo.serve.ports import free_ports, port_is_free
 from vllm_repo.serve.processes import (
+    groups_members,
     groups_started_in,
-    process_group_members,
     shm_segments,
     signal_group,
     unique_shm_prefix,
@@ -369,7 +369,7 @@ class TritonServer:
         # Children normally follow the server out within moments.
         self._wait_groups_empty(process, groups, min(deadline, time.monotonic() + 5))
         for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
-            left = [group for group in groups if process_group_members(group)]
+            left = sorted(groups_members(groups))
             if not left:
                 break
             self.escalated_to = signal.Signals(sig).name
@@ -396,7 +396,7 @@ class TritonServer:
     def _wait_groups_empty(process: subprocess.Popen[bytes], groups: list[int], deadline: float) -> None:
         while time.monotonic() < deadline:
             process.poll()  # reap the leader so it does not linger as a zombie
-            if not any(process_group_members(group) for group in groups):
+            if not groups_members(groups):
                 return
             time.sleep(0.1)
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_repo.serve.processes import DEV_SHM, groups_started_in, process_group_members
+from vllm_repo.serve.processes import DEV_SHM, groups_members, groups_started_in
 
 _CTIME_SLACK_S = 30.0
 
@@ -52,14 +52,14 @@ def inodes_in_use() -> set[int]:
 class SharedMemoryWatch:
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
-        self.groups: set[int] = set()  # groups the server's started, kept once seen: their starter may die first
+        self.groups: set[int] = set()  # groups started in the server's, kept once seen: their starter may die first
         self.seen: dict[int, float] = {}  # inode -> when a group member last used it
 
     def poll(self) -> None:
         now = time.time()
         self.groups |= groups_started_in(self.pgid)
-        for group in {self.pgid, *self.groups}:
-            for pid in process_group_members(group):
+        for members in groups_members({self.pgid, *self.groups}).values():
+            for pid in members:
                 for inode in _shm_inodes(pid):
                     self.seen[inode] = now
 
