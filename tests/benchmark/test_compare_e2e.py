@@ -4,19 +4,18 @@ before any server starts, and a vllm serve that fails to load. Nothing may be le
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.launch import _children
+from tests.support.launch import DescendantsWatch, assert_family_gone, shm_names
 from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.vllm_serve import ServeArgs, VllmServe
@@ -28,35 +27,33 @@ pytestmark = [NEEDS_SERVING]
 INPUT_LEN, OUTPUT_LEN, PROMPTS = 24, 6, 3
 
 
-def run_bench(*args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, list[int]]:
-    """bench in a session of its own; returns its result and the process groups it started (each server, gateway
-    and guardian leads its own), all of which must be gone once it has exited."""
+def run_bench(*args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, Family]:
+    """bench in a session of its own; returns its result and what it started: the process groups (each server,
+    gateway and guardian leads its own) and the /dev/shm segments they used, none of which may outlive it."""
     command = [sys.executable, "-m", "vllm_repo", "bench", *args]
+    shm_before = shm_names()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    started: set[int] = set()
-
-    def note_children() -> None:
-        while proc.poll() is None:
-            started.update(pid for pid, _ in _children(proc.pid))
-            time.sleep(0.2)
-
-    threading.Thread(target=note_children, daemon=True).start()
+    family = Family(DescendantsWatch(proc.pid), shm_before)
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
-        for pgid in (proc.pid, *started):  # a safety net only: the callers assert that none was needed
+        family.watch.stop()
+        for pgid in family.watch.groups:  # a safety net only: the callers assert that none was needed
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    return subprocess.CompletedProcess(command, proc.returncode, out, err), sorted(started)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err), family
 
 
-def assert_nothing_left(groups: list[int]) -> None:
-    deadline = time.monotonic() + 15  # a released guardian exits on its own, a moment later
-    while any(process_group_members(g) for g in groups) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert [g for g in groups if process_group_members(g)] == []
+@dataclasses.dataclass
+class Family:
+    watch: DescendantsWatch
+    shm_before: set[str]
+
+
+def assert_nothing_left(family: Family) -> None:
+    assert_family_gone(family.watch, family.shm_before)
 
 
 def load_args(*concurrency: int) -> list[str]:
@@ -91,7 +88,7 @@ def check_sides(report: dict, rounds: int) -> None:
 @pytest.mark.e2e
 def test_compare_with_vllm_serve_measures_every_side_on_the_same_work(tiny_repository, tmp_path):
     out, plot = tmp_path / "compare.json", tmp_path / "compare.svg"
-    done, groups = run_bench(
+    done, family = run_bench(
         str(tiny_repository), "--compare", "vllm-serve", "--together", "--rounds", "2", *load_args(1, 2),
         "--format", "json", "--output", str(out), "--plot", str(plot),
     )  # fmt: skip
@@ -112,7 +109,7 @@ def test_compare_with_vllm_serve_measures_every_side_on_the_same_work(tiny_repos
     assert set(setup["metrics"]) == {"triton", "vllm-serve"}
     drawing = plot.read_text()
     assert all(f">{name}</text>" in drawing for name in ("triton native", "triton openai", "vllm-serve"))
-    assert_nothing_left(groups)
+    assert_nothing_left(family)
 
 
 @pytest.mark.e2e
@@ -125,7 +122,7 @@ def test_compare_two_backend_directories_one_at_a_time(tiny_repository, tmp_path
     marker = tmp_path / "other-backend-loaded"
     with (other / "model.py").open("a") as model_py:  # proves that Triton ran this copy, not the bundled one
         model_py.write(f"\nopen({str(marker)!r}, 'w').close()\n")
-    done, groups = run_bench(
+    done, family = run_bench(
         str(tiny_repository), "--compare", f"backend={other}", "--endpoint", "native", *load_args(1),
         "--format", "json",
     )  # fmt: skip
@@ -138,7 +135,7 @@ def test_compare_two_backend_directories_one_at_a_time(tiny_repository, tmp_path
     assert comparison["setup"]["backends"][f"backend={other}"]["vllm_repo_backend"] is True
     assert marker.exists()
     check_sides(report, rounds=1)
-    assert_nothing_left(groups)
+    assert_nothing_left(family)
 
 
 def write_repository(root: Path, tiny_repository: Path, config: str | None = None, extra: dict | None = None) -> Path:
@@ -167,12 +164,12 @@ def test_what_cannot_be_compared_is_refused_before_any_server_starts(tiny_reposi
         repo = write_repository(tmp_path / "repo", tiny_repository, 'name: "tiny"\nplatform: "ensemble"\n')
     else:
         repo = write_repository(tmp_path / "repo", tiny_repository, extra={"not_a_flag": 1})
-    done, groups = run_bench(str(repo), "--compare", "vllm-serve", "--python", python, timeout=120)
+    done, family = run_bench(str(repo), "--compare", "vllm-serve", "--python", python, timeout=120)
     assert done.returncode == 1 and words in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "launching" not in done.stderr
     if case == "no vllm":
         assert f"{python} -m pip install vllm" in done.stderr
-    assert_nothing_left(groups)
+    assert_nothing_left(family)
 
 
 @pytest.mark.e2e

@@ -168,6 +168,29 @@ class DescendantsWatch:
         self._thread.join()
 
 
+def assert_family_gone(watch: DescendantsWatch, shm_before: set[str], shm_prefix: str | None = None) -> None:
+    """No process of any group the watch saw below its root still runs (15 s for released guardians, which exit on
+    their own a moment later), and no /dev/shm segment new since ``shm_before`` is left: none that a process of the
+    family used and none now uses (other test workers' servers orphan theirs meanwhile), none named ``shm_prefix``.
+    A resource tracker unlinks what its process left a moment after: only what stays orphaned counts."""
+    watch.stop()
+    groups = watch.groups
+    deadline = time.monotonic() + 15
+    while any(process_group_members(group) for group in groups) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    still = {group: members for group in groups if (members := process_group_members(group))}
+    assert still == {}, f"processes of the family's groups still run: {still}"
+    deadline = time.monotonic() + 10
+    while True:
+        new = shm_names() - shm_before
+        orphaned = shm_names_of(watch.inodes) & (new - shm_in_use())
+        left = {name for name in new if shm_prefix and name.startswith(shm_prefix)} | orphaned
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert left == set(), f"/dev/shm segments left behind: {sorted(left)}"
+
+
 @dataclasses.dataclass
 class Launched:
     """A `vllm-repo launch` process (its own session) and what it printed."""
@@ -312,26 +335,8 @@ def assert_nothing_left(launched: Launched) -> None:
     launched.descendants.stop()
     # The server was its own process group's leader: the stub, vLLM's EngineCore and everything else they started
     # belonged to that group or to one started below it (ENGINE_PROCESS's engine process leads its own).
-    groups = launched.descendants.groups
-    assert launched.server_pid in groups
-    deadline = time.monotonic() + 15  # launch's released guardians exit on their own, a moment later
-    while any(process_group_members(group) for group in groups) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    still = {group: members for group in groups if (members := process_group_members(group))}
-    assert still == {}, f"processes of the launch's groups still run: {still}"
-    # Ours by name (Triton's regions), or by being orphaned: a segment created meanwhile that no live process has
-    # mapped or open and that a process of this launch used (other test workers' servers leave theirs meanwhile).
-    # A resource tracker unlinks what its process left a moment after: only what stays orphaned counts.
-    ours = launched.descendants.inodes
-    deadline = time.monotonic() + 10
-    while True:
-        new = shm_names() - launched.shm_before
-        orphaned = shm_names_of(ours) & (new - shm_in_use())
-        left = {name for name in new if name.startswith(launched.shm_prefix)} | orphaned
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert left == set(), f"/dev/shm segments left behind: {sorted(left)}"
+    assert launched.server_pid in launched.descendants.groups
+    assert_family_gone(launched.descendants, launched.shm_before, launched.shm_prefix)
     # vLLM's sockets go in the server's work directory, not the temporary directory, where a killed engine left them.
     # Only the orphaned ones count: other vLLMs on this machine (a CI runner's, the tests' reference) keep theirs.
     assert orphaned_ipc_sockets(launched.ipc_before) == set()
