@@ -12,93 +12,60 @@ own log).
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
-_GUARDIAN = r"""
-import os, shutil, signal, sys, time
-groups, prefix, grace, remove = {int(g) for g in sys.argv[1].split(",")}, sys.argv[2], float(sys.argv[3]), sys.argv[4:]
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-lines = sys.stdin.read().splitlines()
-if lines and lines[-1].strip() == "done":
-    sys.exit(0)
-remove += [line[len("remove "):] for line in lines if line.startswith("remove ")]
+import vllm_repo
+from vllm_repo.serve.processes import groups_members, groups_started_in, shm_segments, signal_group
 
-def table():
-    # pid -> the stat fields after the command name: state, ppid, pgrp, ...
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            found[int(entry)] = stat[stat.rfind(")") + 2:].split()
-    return found
+# The guardian's own Python: isolated from the environment (-I), with this package found where the owner found it.
+_START = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from vllm_repo.serve.guardian import main; main(sys.argv[1:])"
+)
+# The owner's last word on a normal stop; "remove PATH" lines before it add files to remove should it die.
+_DONE, _REMOVE = "done", "remove "
 
-def members():
-    return [pid for pid, fields in table().items()
-            if int(fields[2]) in groups and (fields[0] not in ("Z", "X") or threads_running(pid))]
 
-def add_started_groups():
-    # Groups led by a child of a member (ENGINE_PROCESS's engine process leads its own), found while their
-    # starters still run, as processes.groups_started_in does.
-    while True:
-        now = table()
-        pids = {pid for pid, fields in now.items() if int(fields[2]) in groups}
-        led = {pid for pid, fields in now.items() if int(fields[1]) in pids and int(fields[2]) == pid} - groups
-        if not led:
-            return
-        groups.update(led)
-
-def threads_running(pid):
-    # A process whose main thread ended shows as a zombie while its other threads may still run (processes.py).
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2:stat.rfind(")") + 3] not in ("Z", "X"):
-            return True
-    return False
-
-add_started_groups()
-if members():
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        for pgid in groups:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + wait
-        while members() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not members():
+def guard(groups: set[int], shm_prefix: str, grace_s: float, remove: list[str], owner: TextIO) -> None:
+    """The guardian's work: wait for the owner's end of the pipe to close; unless it said "done", stop ``groups``
+    and the groups started in them, then remove Triton's regions named ``shm_prefix`` and the paths in ``remove``."""
+    lines = owner.read().splitlines()
+    if lines and lines[-1].strip() == _DONE:
+        return
+    remove += [line[len(_REMOVE) :] for line in lines if line.startswith(_REMOVE)]
+    groups = groups_started_in(groups)  # while their starters run: found from here no more once they are gone
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        if not groups_members(groups):
             break
-if prefix and os.path.isdir("/dev/shm"):
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(prefix):
+        for pgid in groups:
+            signal_group(pgid, sig)
+        deadline = time.monotonic() + wait
+        while groups_members(groups) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    for segment in shm_segments(shm_prefix) if shm_prefix else []:
+        segment.unlink(missing_ok=True)
+    for path in remove:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
             try:
-                os.unlink(os.path.join("/dev/shm", name))
+                os.unlink(path)
             except OSError:
                 pass
-for path in remove:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-"""
+
+
+def main(argv: list[str]) -> None:
+    """``GROUPS PREFIX GRACE_S [REMOVE...]``, the owner's pipe on stdin (Guardian starts it so)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the owner's terminal is not for the guardian
+    groups = {int(group) for group in argv[0].split(",")}
+    guard(groups, argv[1], float(argv[2]), argv[3:], sys.stdin)
 
 
 class Guardian:
@@ -116,7 +83,10 @@ class Guardian:
         has a session of its own)."""
         groups = ",".join(str(g) for g in (pgid, *also))
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _GUARDIAN, groups, shm_prefix or "", str(grace_s), *map(str, remove)],
+            [
+                *(sys.executable, "-I", "-c", _START, str(Path(vllm_repo.__file__).parents[1])),
+                *(groups, shm_prefix or "", str(grace_s), *map(str, remove)),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -128,7 +98,7 @@ class Guardian:
         """Remove ``path`` as well, should the owner die: what the server made once it ran."""
         assert self.process.stdin is not None  # started with stdin=subprocess.PIPE
         try:
-            self.process.stdin.write(f"remove {path}\n".encode())
+            self.process.stdin.write(f"{_REMOVE}{path}\n".encode())
             self.process.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass
@@ -137,7 +107,7 @@ class Guardian:
         """The server was stopped normally: let the guardian go without touching anything."""
         assert self.process.stdin is not None  # started with stdin=subprocess.PIPE
         try:
-            self.process.stdin.write(b"done\n")
+            self.process.stdin.write(f"{_DONE}\n".encode())
             self.process.stdin.close()
         except (BrokenPipeError, ValueError):
             pass

@@ -49,13 +49,13 @@ def groups_members(groups: Collection[int]) -> dict[int, list[int]]:
 ENDED = ("Z", "X")  # zombie, dead
 
 
-def groups_started_in(pgid: int) -> set[int]:
-    """``pgid`` and the process groups its members started, transitively: a child that leads a group of its own.
+def groups_started_in(pgids: int | Collection[int]) -> set[int]:
+    """``pgids`` and the process groups their members started, transitively: a child that leads a group of its own.
     ENGINE_PROCESS's engine process (the backend's, under the stub) does, so that what vLLM starts from it is killed
     with it; its group is no member of the server's, yet it is the server's. Read while the parents still run: a
     group whose starter has died is no longer found from here."""
     table = [(pid, int(fields[1]), int(fields[2])) for pid, _, fields in process_table()]
-    groups = {pgid}
+    groups = {pgids} if isinstance(pgids, int) else set(pgids)
     while True:
         members = {pid for pid, _, group in table if group in groups}
         led = {group for pid, ppid, group in table if ppid in members and group == pid and group not in groups}
