@@ -74,8 +74,6 @@ def pytest_configure(config: pytest.Config) -> None:
     that a stopped server left no work directory or IPC socket count what appeared in it, never the other worker's."""
     worker, run = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:8]
     if worker and run:
-        # what the workers share stays in the common temporary directory (tests/support/launch.py hung_servers_shm)
-        os.environ.setdefault("VLLM_REPO_TESTS_SHARED_TMP", tempfile.gettempdir())
         own = Path(tempfile.gettempdir()) / f"vllm-repo-tests-{run}-{worker}"
         own.mkdir(exist_ok=True)
         os.environ["TMPDIR"] = str(own)

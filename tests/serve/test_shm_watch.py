@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.launch import hung_servers_shm, shm_in_use
-from tests.support.stacks import listed_while_stopping
 from vllm_repo.serve.processes import process_group_members
 from vllm_repo.serve.shm_watch import SharedMemoryWatch
 
@@ -160,51 +158,4 @@ def test_a_segment_made_while_the_group_shuts_down_is_caught_by_background_polli
     finally:
         if late.poll() is None:
             kill_group(late)
-        (DEV_SHM / name).unlink(missing_ok=True)
-
-
-def test_a_leftover_check_leaves_out_the_segments_of_a_server_another_test_is_stopping(monkeypatch, tmp_path):
-    """A test whose server hung at load lists what that server used before stopping it; until it has removed them,
-    another worker's leftover check (tests/support/launch.py) must not count those orphans as its own."""
-    monkeypatch.setenv("VLLM_REPO_TESTS_SHARED_TMP", str(tmp_path))
-    orphan = DEV_SHM / f"vllm_repo_test_{os.getpid()}_{secrets.token_hex(4)}"
-    orphan.write_bytes(b"left by a killed process")
-    try:
-        assert orphan.name not in shm_in_use()
-        hung_servers_shm().mkdir()
-        (hung_servers_shm() / "4242.txt").write_text(f"17 {orphan.stat().st_ino}")
-        assert orphan.name in shm_in_use()
-        stale = time.time() - 3600  # a listing its killed test never removed
-        os.utime(hung_servers_shm() / "4242.txt", (stale, stale))
-        assert orphan.name not in shm_in_use()
-        (hung_servers_shm() / "4242.txt").unlink()
-        assert orphan.name not in shm_in_use()
-    finally:
-        orphan.unlink()
-
-
-def test_a_hung_servers_listing_follows_its_group_while_it_stops(monkeypatch, tmp_path):
-    """What a hung server's group maps while it is being stopped (vLLM's processes can make semaphores then) is
-    listed too, without the caller polling: the listing is kept up to date until the stop is over."""
-    monkeypatch.setenv("VLLM_REPO_TESTS_SHARED_TMP", str(tmp_path))
-    name = f"vllm_repo_test_{os.getpid()}_{secrets.token_hex(4)}"
-    watch = SharedMemoryWatch(-1)  # a group no process is in: nothing seen yet
-    member = None
-    try:
-        with listed_while_stopping(watch):
-            member = hold(name)  # mapped after the watch was made, while it is "stopping"
-            watch.pgid = member.pid  # the holder leads a group of its own
-            inode = (DEV_SHM / name).stat().st_ino
-            listing = hung_servers_shm() / f"{member.pid}.txt"
-            deadline = time.monotonic() + 5
-            # Listed while the stop goes on, for the other workers' leftover checks that run meanwhile.
-            while not (listing.exists() and str(inode) in listing.read_text().split()):
-                assert time.monotonic() < deadline, "the listing did not follow the group while it stopped"
-                time.sleep(0.05)
-            kill_group(member)  # gone before the stop is over: only the looks while it stopped saw its segment
-            member = None
-        assert inode in {int(word) for word in listing.read_text().split()}
-    finally:
-        if member is not None:
-            kill_group(member)
         (DEV_SHM / name).unlink(missing_ok=True)

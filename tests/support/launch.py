@@ -3,7 +3,6 @@ it stopped: no process of its group, no /dev/shm segment, no IPC socket, no pyth
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -69,32 +68,10 @@ def orphaned_ipc_sockets(before: set[str]) -> set[str]:
         time.sleep(0.5)
 
 
-HUNG_LISTING_MAX_AGE_S = 600
-
-
-def hung_servers_shm() -> Path:
-    """Where a test whose server hung at load (tests/support/stacks.py) lists the /dev/shm inodes that server used, one
-    file per server, from before it is stopped until its test has removed what it left: another test worker's
-    leftover check must not count them as its own. One directory for all the workers (tests/conftest.py)."""
-    shared = os.environ.get("VLLM_REPO_TESTS_SHARED_TMP") or tempfile.gettempdir()
-    return Path(shared) / f"vllm-repo-tests-hung-shm-{os.getuid()}"
-
-
-def hung_servers_inodes() -> set[int]:
-    inodes: set[int] = set()
-    for listing in hung_servers_shm().glob("*.txt"):
-        with contextlib.suppress(OSError, ValueError):
-            # Stopping a hung server takes seconds: an older listing is one a killed test left, its inodes anyone's.
-            if time.time() - listing.stat().st_mtime < HUNG_LISTING_MAX_AGE_S:
-                inodes.update(int(word) for word in listing.read_text().split())
-    return inodes
-
-
 def shm_in_use() -> set[str]:
-    """/dev/shm entries some live process has mapped (POSIX shared memory, semaphores) or open, or that a hung
-    server, still being stopped by another test, used. Matched by inode: a semaphore is mapped under the temporary
-    name it was created with, then linked to its real name."""
-    inodes: set[int] = hung_servers_inodes()
+    """/dev/shm entries some live process has mapped (POSIX shared memory, semaphores) or open. Matched by inode: a
+    semaphore is mapped under the temporary name it was created with, then linked to its real name."""
+    inodes: set[int] = set()
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             inodes |= shm_inodes_of(proc)

@@ -9,7 +9,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tests.support.launch import hung_servers_shm
 from vllm_repo.serve.errors import TritonLoadHung
 from vllm_repo.serve.processes import process_group_members
 from vllm_repo.serve.server import TritonServer
@@ -49,8 +48,8 @@ def note_hung_load(server: TritonServer, error: TritonLoadHung, tmp_path: Path, 
     """A server whose load hung: Triton 2.51's Python backend waiting for an initialized stub to exit
     (tests/backend/conftest.py's metrics-off fixture says how it was found). Its stacks are written to tmp_path and
     shown in a warning, and the watch of its shared memory is returned: once the caller has stopped the server,
-    ``remove_leftovers()`` removes what its killed processes left (vLLM's sem.mp-* segments), which another test's
-    leftover check would count."""
+    ``remove_leftovers()`` removes what its killed processes left (vLLM's sem.mp-* segments), which nothing else
+    would remove."""
     assert server.pgid is not None  # started: wait_ready saw it hang
     stacks, stacks_file = server_stacks(server.pgid), tmp_path / "hung-server-stacks.txt"
     stacks_file.write_text(stacks)
@@ -60,30 +59,7 @@ def note_hung_load(server: TritonServer, error: TritonLoadHung, tmp_path: Path, 
     )
     hung = SharedMemoryWatch(server.pgid)
     hung.poll()
-    list_segments(hung)
     return hung
-
-
-def list_segments(hung: SharedMemoryWatch) -> None:
-    """Say which /dev/shm inodes the hung server's group used (tests/support/launch.py hung_servers_shm): they are
-    orphaned from the moment its processes die until remove_leftovers(), and are this test's, not another's."""
-    listing = hung_servers_shm() / f"{hung.pgid}.txt"
-    listing.parent.mkdir(exist_ok=True)
-    partial = listing.with_suffix(".part")
-    partial.write_text(" ".join(map(str, hung.seen)))
-    partial.replace(listing)  # whole or not at all for a reader
-
-
-@contextlib.contextmanager
-def listed_while_stopping(hung: SharedMemoryWatch, interval_s: float = 0.1) -> Iterator[None]:
-    """While the hung server stops, keep watching its group and its listing up to date: vLLM's processes, stopped,
-    can make semaphores (sem.mp-*) after the last look and then be killed, leaving them orphaned."""
-    try:
-        with hung.polling(interval_s, after_poll=lambda: list_segments(hung)):
-            yield
-    finally:
-        hung.poll()
-        list_segments(hung)
 
 
 @contextlib.contextmanager
@@ -103,11 +79,12 @@ def ready_server(
                 if attempt == 2:
                     raise
                 hung = note_hung_load(server, exc, tmp_path, what)
-                with listed_while_stopping(hung):
+                # vLLM's processes, stopped, can make semaphores (sem.mp-*) after a last look and then be killed
+                with hung.polling():
                     server.stop()
+                hung.poll()
             else:
                 yield server
                 return
         if hung is not None:
-            hung.remove_leftovers()  # not to be counted as another test's leftovers
-            (hung_servers_shm() / f"{hung.pgid}.txt").unlink(missing_ok=True)
+            hung.remove_leftovers()  # its killed processes' orphans

@@ -16,7 +16,6 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from vllm_repo.serve.processes import DEV_SHM, groups_members, groups_started_in
@@ -85,16 +84,14 @@ class SharedMemoryWatch:
         return removed
 
     @contextlib.contextmanager
-    def polling(self, interval_s: float = 0.1, after_poll: Callable[[], None] | None = None):
+    def polling(self, interval_s: float = 0.1):
         """Keep polling in the background, e.g. while the group shuts down: a process stopped while it starts can
-        create a segment after the last regular poll. ``after_poll`` runs on the polling thread after each poll."""
+        create a segment after the last regular poll."""
         done = threading.Event()
 
         def run() -> None:
             while not done.is_set():
                 self.poll()
-                if after_poll is not None:
-                    after_poll()
                 done.wait(interval_s)
 
         thread = threading.Thread(target=run, name="shm-watch", daemon=True)
