@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from vllm_repo.serve.guardian import Guardian
-from vllm_repo.serve.processes import groups_started_in, process_group_members
+from vllm_repo.serve.processes import groups_started_in, process_group_members, process_table
 
 # A "server" that ignores nothing and starts a child in its group, like tritonserver and its stub.
 SERVER = (
@@ -116,6 +116,40 @@ def test_the_guardian_stops_a_group_started_in_the_servers_group_that_ignores_si
             time.sleep(0.05)
         (engine_group,) = groups - {server.pid}
         guardian = Guardian(server.pid, None, grace_s=1)
+        guardian.process.stdin.close()
+        guardian.process.wait(timeout=30)
+        server.wait(timeout=10)
+        assert process_group_members(server.pid) == [] and process_group_members(engine_group) == []
+    finally:
+        for group in groups | {server.pid}:
+            if process_group_members(group):
+                os.killpg(group, signal.SIGKILL)
+
+
+def test_the_guardian_stops_a_group_whose_starter_has_died():
+    # A group started under the server whose leader is gone (ENGINE_PROCESS's engine process killed, its EngineCore
+    # left): no member's child leads it any more, but it is still in the server's session.
+    engine = (
+        "import os, subprocess, sys; os.setpgid(0, 0); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); os._exit(0)"
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; "
+         f"subprocess.Popen([sys.executable, '-c', {engine!r}]).wait(); time.sleep(600)"],
+        start_new_session=True,
+    )  # fmt: skip
+    groups: set[int] = set()
+    try:
+        deadline = time.monotonic() + 10
+        # The server and the orphan of the engine's group, whose leader has exited and been reaped.
+        while time.monotonic() < deadline:
+            groups = {int(fields[2]) for _, _, fields in process_table() if int(fields[3]) == server.pid}
+            if len(groups) == 2 and all(process_group_members(group) for group in groups):
+                break
+            time.sleep(0.05)
+        (engine_group,) = groups - {server.pid}
+        assert groups_started_in(server.pid) == groups
+        guardian = Guardian(server.pid, None, grace_s=5)
         guardian.process.stdin.close()
         guardian.process.wait(timeout=30)
         server.wait(timeout=10)

@@ -40,7 +40,7 @@ def guard(groups: set[int], shm_prefix: str, grace_s: float, remove: list[str], 
     if lines and lines[-1].strip() == _DONE:
         return
     remove += [line[len(_REMOVE) :] for line in lines if line.startswith(_REMOVE)]
-    groups = groups_started_in(groups)  # while their starters run: found from here no more once they are gone
+    groups = groups_started_in(groups)  # read once, before any of them is signalled
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         if not groups_members(groups):
             break

@@ -50,15 +50,17 @@ ENDED = ("Z", "X")  # zombie, dead
 
 
 def groups_started_in(pgids: int | Collection[int]) -> set[int]:
-    """``pgids`` and the process groups their members started, transitively: a child that leads a group of its own.
-    ENGINE_PROCESS's engine process (the backend's, under the stub) does, so that what vLLM starts from it is killed
-    with it; its group is no member of the server's, yet it is the server's. Read while the parents still run: a
-    group whose starter has died is no longer found from here."""
-    table = [(pid, int(fields[1]), int(fields[2])) for pid, _, fields in process_table()]
+    """``pgids`` and the process groups started under them: those in a session one of them leads (a server is started
+    as the leader of a session of its own), and those led by a child of a member, transitively. ENGINE_PROCESS's
+    engine process (the backend's, under the stub) leads a group of its own, so that what vLLM starts from it is
+    killed with it; its group is no member of the server's, yet it is the server's, and stays in the server's session
+    once its starter has died, where its parent no longer tells whose it is."""
+    table = [(pid, int(fields[1]), int(fields[2]), int(fields[3])) for pid, _, fields in process_table()]
     groups = {pgids} if isinstance(pgids, int) else set(pgids)
+    groups |= {group for _, _, group, session in table if session in groups}
     while True:
-        members = {pid for pid, _, group in table if group in groups}
-        led = {group for pid, ppid, group in table if ppid in members and group == pid and group not in groups}
+        members = {pid for pid, _, group, _ in table if group in groups}
+        led = {group for pid, ppid, group, _ in table if ppid in members and group == pid and group not in groups}
         if not led:
             return groups
         groups |= led

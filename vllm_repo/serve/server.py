@@ -358,8 +358,8 @@ class TritonServer:
             self._cleanup_workdir()
             return None
         process = self.process
-        # The leader of its own group (start_new_session), as self.pgid says, and the groups started in it, read
-        # while their starters still run (ENGINE_PROCESS's engine process and the EngineCore it started).
+        # The leader of its own group and session (start_new_session), as self.pgid says, and the groups started in
+        # it (ENGINE_PROCESS's engine process leads one, with the EngineCore it started), read before the SIGTERM.
         groups = sorted(groups_started_in(process.pid))
         deadline = time.monotonic() + timeout
         with contextlib.suppress(ProcessLookupError):
