@@ -114,16 +114,10 @@ def test_the_guardian_stops_a_group_started_in_the_servers_group_that_ignores_si
         deadline = time.monotonic() + 10
         while len(groups := groups_started_in(server.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        (engine_group,) = groups - {server.pid}
-        guardian = Guardian(server.pid, None, grace_s=1)
-        guardian.process.stdin.close()
-        guardian.process.wait(timeout=30)
-        server.wait(timeout=10)
-        assert process_group_members(server.pid) == [] and process_group_members(engine_group) == []
+        assert len(groups) == 2
+        owner_dies(server, groups, grace_s=1)
     finally:
-        for group in groups | {server.pid}:
-            if process_group_members(group):
-                os.killpg(group, signal.SIGKILL)
+        kill_groups(groups | {server.pid})
 
 
 def test_the_guardian_stops_a_group_whose_starter_has_died():
@@ -147,14 +141,22 @@ def test_the_guardian_stops_a_group_whose_starter_has_died():
             if len(groups) == 2 and all(process_group_members(group) for group in groups):
                 break
             time.sleep(0.05)
-        (engine_group,) = groups - {server.pid}
-        assert groups_started_in(server.pid) == groups
-        guardian = Guardian(server.pid, None, grace_s=5)
-        guardian.process.stdin.close()
-        guardian.process.wait(timeout=30)
-        server.wait(timeout=10)
-        assert process_group_members(server.pid) == [] and process_group_members(engine_group) == []
+        assert len(groups) == 2 and groups_started_in(server.pid) == groups
+        owner_dies(server, groups, grace_s=5)
     finally:
-        for group in groups | {server.pid}:
-            if process_group_members(group):
-                os.killpg(group, signal.SIGKILL)
+        kill_groups(groups | {server.pid})
+
+
+def owner_dies(server: subprocess.Popen, groups: set[int], grace_s: float) -> None:
+    """The server's owner dies (the guardian's pipe closes without "done"): no process of ``groups`` may be left."""
+    guardian = Guardian(server.pid, None, grace_s=grace_s)
+    guardian.process.stdin.close()
+    guardian.process.wait(timeout=30)
+    server.wait(timeout=10)
+    assert {group: members for group in groups if (members := process_group_members(group))} == {}
+
+
+def kill_groups(groups: set[int]) -> None:
+    for group in groups:
+        if process_group_members(group):
+            os.killpg(group, signal.SIGKILL)
