@@ -131,9 +131,13 @@ class DescendantsWatch:
         """Note what the family uses now; returns whether launch still runs."""
         from vllm_repo.serve.processes import ENDED, process_table
 
-        table = {pid: (fields[0], int(fields[1]), int(fields[2])) for pid, _, fields in process_table()}
-        family = {self.root} | {pid for pid, (_, _, group) in table.items() if group in self.groups}
-        while more := {pid for pid, (_, ppid, _) in table.items() if ppid in family and pid not in family}:
+        table = {pid: (fields[0], int(fields[1]), int(fields[2]), int(fields[3])) for pid, _, fields in process_table()}
+        # By group and by the session a seen group leads (a server's, where a group whose leader died stays), then by
+        # parent.
+        family = {self.root} | {
+            pid for pid, (_, _, group, session) in table.items() if group in self.groups or session in self.groups
+        }
+        while more := {pid for pid, (_, ppid, _, _) in table.items() if ppid in family and pid not in family}:
             family |= more
         for pid in family & table.keys():
             self.groups.add(table[pid][2])
