@@ -4,7 +4,6 @@ before any server starts, and a vllm serve that fails to load. Nothing may be le
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -27,33 +26,23 @@ pytestmark = [NEEDS_SERVING]
 INPUT_LEN, OUTPUT_LEN, PROMPTS = 24, 6, 3
 
 
-def run_bench(*args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, Family]:
-    """bench in a session of its own; returns its result and what it started: the process groups (each server,
-    gateway and guardian leads its own) and the /dev/shm segments they used, none of which may outlive it."""
+def run_bench(*args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, DescendantsWatch]:
+    """bench in a session of its own; returns its result and the watch of what it started: the process groups (each
+    server, gateway and guardian leads its own) and the /dev/shm segments they used, none of which may outlive it."""
     command = [sys.executable, "-m", "vllm_repo", "bench", *args]
     shm_before = shm_names()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    family = Family(DescendantsWatch(proc.pid), shm_before)
+    family = DescendantsWatch(proc.pid, shm_before)
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
-        family.watch.stop()
-        for pgid in family.watch.groups:  # a safety net only: the callers assert that none was needed
+        family.stop()
+        for pgid in family.groups:  # a safety net only: the callers assert that none was needed
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     return subprocess.CompletedProcess(command, proc.returncode, out, err), family
-
-
-@dataclasses.dataclass
-class Family:
-    watch: DescendantsWatch
-    shm_before: set[str]
-
-
-def assert_nothing_left(family: Family) -> None:
-    assert_family_gone(family.watch, family.shm_before)
 
 
 def load_args(*concurrency: int) -> list[str]:
@@ -109,7 +98,7 @@ def test_compare_with_vllm_serve_measures_every_side_on_the_same_work(tiny_repos
     assert set(setup["metrics"]) == {"triton", "vllm-serve"}
     drawing = plot.read_text()
     assert all(f">{name}</text>" in drawing for name in ("triton native", "triton openai", "vllm-serve"))
-    assert_nothing_left(family)
+    assert_family_gone(family)
 
 
 @pytest.mark.e2e
@@ -135,7 +124,7 @@ def test_compare_two_backend_directories_one_at_a_time(tiny_repository, tmp_path
     assert comparison["setup"]["backends"][f"backend={other}"]["vllm_repo_backend"] is True
     assert marker.exists()
     check_sides(report, rounds=1)
-    assert_nothing_left(family)
+    assert_family_gone(family)
 
 
 def write_repository(root: Path, tiny_repository: Path, config: str | None = None, extra: dict | None = None) -> Path:
@@ -169,7 +158,7 @@ def test_what_cannot_be_compared_is_refused_before_any_server_starts(tiny_reposi
     assert "Traceback" not in done.stderr and "launching" not in done.stderr
     if case == "no vllm":
         assert f"{python} -m pip install vllm" in done.stderr
-    assert_nothing_left(family)
+    assert_family_gone(family)
 
 
 @pytest.mark.e2e

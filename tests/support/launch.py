@@ -22,7 +22,7 @@ from tests.support.serving import SERVING_PYTHON, vllm_repo_cli
 from vllm_repo.serve.claims import python_env_dirs, unclaimed_python_envs
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.ports import free_ports
-from vllm_repo.serve.processes import process_group_members
+from vllm_repo.serve.processes import groups_members, process_group_members
 
 READY_TIMEOUT = 300
 # What launch says of Triton 2.51's load hang (vllm_repo/serve/load_hang.py hang_message)
@@ -112,8 +112,9 @@ class DescendantsWatch:
     its own) is followed even after its starter has died. Kept apart from the watch launch runs (serve/shm_watch.py),
     which the checks that use this one test."""
 
-    def __init__(self, root: int) -> None:
-        self.root = root
+    def __init__(self, root: int, shm_before: set[str]) -> None:
+        """``shm_before``: /dev/shm's names before ``root`` started, read by the caller."""
+        self.root, self.shm_before = root, shm_before
         self.inodes: set[int] = set()
         self.groups: set[int] = set()
         self._done = threading.Event()
@@ -149,21 +150,20 @@ class DescendantsWatch:
         self._thread.join()
 
 
-def assert_family_gone(watch: DescendantsWatch, shm_before: set[str], shm_prefix: str | None = None) -> None:
+def assert_family_gone(watch: DescendantsWatch, shm_prefix: str | None = None) -> None:
     """No process of any group the watch saw below its root still runs (15 s for released guardians, which exit on
-    their own a moment later), and no /dev/shm segment new since ``shm_before`` is left: none that a process of the
+    their own a moment later), and no /dev/shm segment new since the root started is left: none that a process of the
     family used and none now uses (other test workers' servers orphan theirs meanwhile), none named ``shm_prefix``.
     A resource tracker unlinks what its process left a moment after: only what stays orphaned counts."""
     watch.stop()
     groups = watch.groups
     deadline = time.monotonic() + 15
-    while any(process_group_members(group) for group in groups) and time.monotonic() < deadline:
+    while groups_members(groups) and time.monotonic() < deadline:
         time.sleep(0.2)
-    still = {group: members for group in groups if (members := process_group_members(group))}
-    assert still == {}, f"processes of the family's groups still run: {still}"
+    assert groups_members(groups) == {}, "processes of the family's groups still run"
     deadline = time.monotonic() + 10
     while True:
-        new = shm_names() - shm_before
+        new = shm_names() - watch.shm_before
         orphaned = shm_names_of(watch.inodes) & (new - shm_in_use())
         left = {name for name in new if shm_prefix and name.startswith(shm_prefix)} | orphaned
         if not left or time.monotonic() > deadline:
@@ -189,7 +189,7 @@ class Launched:
     descendants: DescendantsWatch = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.descendants = DescendantsWatch(self.proc.pid)
+        self.descendants = DescendantsWatch(self.proc.pid, self.shm_before)
 
     def release_guardian(self) -> None:
         if self.guardian is not None and self.proc.poll() is not None:
@@ -313,11 +313,10 @@ def _start_launch(repo: Path, *extra: str, wait_ready: bool, env: dict | None) -
 
 def assert_nothing_left(launched: Launched) -> None:
     assert launched.server_pid is not None
-    launched.descendants.stop()
+    assert_family_gone(launched.descendants, launched.shm_prefix)
     # The server was its own process group's leader: the stub, vLLM's EngineCore and everything else they started
     # belonged to that group or to one started below it (ENGINE_PROCESS's engine process leads its own).
     assert launched.server_pid in launched.descendants.groups
-    assert_family_gone(launched.descendants, launched.shm_before, launched.shm_prefix)
     # vLLM's sockets go in the server's work directory, not the temporary directory, where a killed engine left them.
     # Only the orphaned ones count: other vLLMs on this machine (a CI runner's, the tests' reference) keep theirs.
     assert orphaned_ipc_sockets(launched.ipc_before) == set()
