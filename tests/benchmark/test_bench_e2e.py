@@ -196,9 +196,8 @@ def test_bench_agrees_with_vllms_own_benchmark_client_on_the_same_endpoint_and_l
     """Both clients run at the same time, each at the same request rate: on two cores shared with other work, runs one
     after the other meet different machines (their figures moved by more than 30 % between runs here), while two
     clients side by side meet the same server at the same moments. vLLM's client is started first and bench once
-    it says its measured run begins."""
-    from vllm_repo.benchmark import BenchSpec, bench
-
+    it says its measured run begins. Both run in processes of their own: the module's launch watch looks at the
+    server's processes from this one, and a client here would share its interpreter lock."""
     result = tmp_path / "vllm.json"
     command = [
         SERVING_PYTHON, "-u", "-c", VLLM_BENCH, "--backend", "vllm", "--base-url", served.openai,
@@ -223,11 +222,11 @@ def test_bench_agrees_with_vllms_own_benchmark_client_on_the_same_endpoint_and_l
     reader.start()
     try:
         assert begun.wait(300), "".join(lines)
-        spec = BenchSpec(
-            model="tiny", endpoint="openai", url=served.openai, request_rates=[RATE], num_prompts=REQUESTS,
-            input_len=INPUT_LEN, output_len=OUTPUT_LEN, warmup=0,
-        )  # fmt: skip
-        ours = bench(spec).report()["points"][0]
+        ours = bench_json(
+            "--url", served.openai, "--endpoint", "openai", "--model", "tiny", "--request-rate", str(RATE),
+            "--num-prompts", str(REQUESTS), "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN),
+            "--warmup", "0",
+        )["points"][0]  # fmt: skip
         assert vllm.wait(300) == 0, "".join(lines)
     finally:
         if vllm.poll() is None:
