@@ -39,14 +39,18 @@ set -uo pipefail
 stage=${1:?part NN | unpack | run | next STEP | pack | tune | wait | cachepack | cacheunpack}; shift
 RUN=/tmp/backend-bench
 collect() {
-  # What the benchmark wrote so far, and its log, come back under $OUT; HOPS=1's events as one xz file, and its report.
-  if [ -d "$RUN"/out/hops ] && [ -f "$RUN"/tree/bench/native_hops.py ]; then
+  # What the benchmark wrote so far, and its log, come back under $OUT; once it has ended, HOPS=1's events as one xz
+  # file, and their report. Those are read and packed once, at the end: a run to 1,024 streams writes about 80 MB of
+  # events, which took 200 s to report and pack in one thread, past a call's 600 s where the run had taken 540.
+  if [ "${1:-}" = ended ] && [ -d "$RUN"/out/hops ] && [ -f "$RUN"/tree/bench/native_hops.py ] &&
+    [ ! -f "$RUN"/out/hops.tar.xz ]; then
     (cd "$RUN"/tree && "$PY" -m bench.native_hops report "$RUN"/out/hops --json "$RUN"/out/hops_report.json)
-    tar -C "$RUN"/out -cJf "$RUN"/out/hops.tar.xz hops
+    tar -C "$RUN"/out -cf - hops | xz -T0 -3 > "$RUN"/out/hops.tar.xz
   fi
   # Everything in one archive (what comes back is at most 8 files, 2 folders down: a tune run writes more), and the
   # top-level files beside it, the first 6 by name.
-  mkdir -p "${OUT:?}" && tar -C "$RUN"/out -cJf "$OUT"/out.tar.xz --exclude=./hops --exclude=./prompts.jsonl .
+  mkdir -p "${OUT:?}" &&
+    tar -C "$RUN"/out -cf - --exclude=./hops --exclude=./prompts.jsonl . | xz -T0 -3 > "$OUT"/out.tar.xz
   find "$RUN"/out -maxdepth 1 -type f ! -name prompts.jsonl | sort | head -6 | xargs -r cp -t "$OUT"/
   cp "$RUN"/run.log "$OUT"/ 2>/dev/null
   tail -c 6000 "$RUN"/run.log | grep -v "^(EngineCore\|^INFO\|^WARNING\|^\[" | tail -40
@@ -59,8 +63,7 @@ install_tritonclient() {
 follow() {
   local deadline=$((SECONDS + ${WAIT:-560}))
   while [ -f "$RUN"/pid ] && kill -0 "$(cat "$RUN"/pid)" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
-  kill -0 "$(cat "$RUN"/pid)" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
-  collect
+  if kill -0 "$(cat "$RUN"/pid)" 2>/dev/null; then echo "STILL RUNNING" && collect; else echo "FINISHED" && collect ended; fi
 }
 case $stage in
 part)
@@ -142,6 +145,8 @@ next)
   echo $! > "$RUN"/pid
   follow ;;
 wait)
+  # the device's Python (PY), for the hops report once the run has ended
+  source .gpuroute/remote/install.sh /tmp/vp /tmp/site >/dev/null || exit 1
   follow ;;
 cachepack)
   # vLLM's torch.compile cache (a load with a new compile range or CUDA-graph sizes compiles for 20-40 s), in pieces
