@@ -13,9 +13,11 @@ per event, `TAG KEY NANOSECONDS` (time.monotonic_ns(), one clock for every proce
 A --backend-variant directory records too when its code has the hook. The backend's events, per request: X execute()
 called (the stub's main thread), A admitted on the engine loop, E handed to vLLM, O an output read from vLLM, S a
 response sent (the send returned), F the final response sent. With ENGINE_PROCESS, A is the stub's admission thread
-passing the request on, and E and O come from the engine's process (one clock for every process of the host); with
-metrics on there, H the final output reached the send thread and was held for its stats, L the metrics thread let it
-go once they were reported. The benchmark's: R PATH:STREAMS START END around each measurement.
+passing the request on, and E and O come from the engine's process (one clock for every process of the host), with
+P there the request's task started (between P and E the prompt is tokenized, which raw AsyncLLM does too), and in the
+stub V the message with a request's first output read, W the send thread reaching it; with metrics on there, H the
+final output reached the send thread and was held for its stats, L the metrics thread let it go once they were
+reported. The benchmark's: R PATH:STREAMS START END around each measurement.
 
 `report` takes each measurement of a Triton path and sums, over its requests, the time inside vLLM (E to the final
 output), in the stub before vLLM (X to E) and after it (final output to F): as a share of the streams' time (streams x
@@ -97,6 +99,7 @@ def summarize(name: str, start: int, end: int, requests: dict[str, dict[str, lis
             "final_output_to_sent": _quantiles(after),
             "execute_spacing": _quantiles(spacing) if spacing else None,
             **_held_finals(mine),
+            **_engine_process_hops(mine),
         },
         "first_wave_in_vllm_after_ms": round((entered[min(c, len(entered)) - 1] - start) * ms, 1),
         "responses_per_request": round(sum(len(r.get("S", ())) + 1 for r in mine) / len(mine), 1),
@@ -117,6 +120,24 @@ def _held_finals(mine: list[dict[str, list[int]]]) -> dict[str, dict[str, float]
     }
 
 
+def _engine_process_hops(mine: list[dict[str, list[int]]]) -> dict[str, dict[str, float]]:
+    """ENGINE_PROCESS's hops each side of vLLM: the request from the stub's admission to its task in the engine's
+    process (A to P) and its prompt's tokenizing (P to E); the first output from vLLM to the stub's receive thread (O
+    to V), to the send thread (V to W), and sent (W to S, or F where the first response is the last)."""
+    ms = 1e-6
+    rows: dict[str, dict[str, float]] = {}
+    way_in = [r for r in mine if r.get("P")]
+    if way_in:
+        rows["admitted_to_task"] = _quantiles([(r["P"][0] - r["A"][0]) * ms for r in way_in])
+        rows["tokenizing"] = _quantiles([(r["E"][0] - r["P"][0]) * ms for r in way_in])
+    way_out = [r for r in mine if r.get("V") and r.get("W")]
+    if way_out:
+        rows["first_output_to_read"] = _quantiles([(r["V"][0] - r["O"][0]) * ms for r in way_out])
+        rows["read_to_send_thread"] = _quantiles([(r["W"][0] - r["V"][0]) * ms for r in way_out])
+        rows["send_thread_to_sent"] = _quantiles([((r["S"] or r["F"])[0] - r["W"][0]) * ms for r in way_out])
+    return rows
+
+
 def report(hops_dir: str, json_out: str | None) -> list[dict]:
     measurements, requests = read(hops_dir)
     rows = [s for s in (summarize(n, a, b, requests) for n, a, b in measurements) if s is not None]
@@ -131,7 +152,7 @@ def report(hops_dir: str, json_out: str | None) -> list[dict]:
             f"first send {hops['first_output_to_sent']['median']:.1f}/{hops['first_output_to_sent']['p90']:.1f}  "
             f"final send {hops['final_output_to_sent']['median']:.1f}/{hops['final_output_to_sent']['p90']:.1f}  "
             f"exec spacing {hops['execute_spacing']['median'] if hops['execute_spacing'] else 0:.2f}  "
-            f"wave in vLLM {row['first_wave_in_vllm_after_ms']:.0f} ms" + _held_text(hops)
+            f"wave in vLLM {row['first_wave_in_vllm_after_ms']:.0f} ms" + _held_text(hops) + _engine_process_text(hops)
         )
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=1))
@@ -145,6 +166,15 @@ def _held_text(hops: dict) -> str:
         hops[name]["median"] for name in ("final_output_to_held", "final_held_to_released", "final_released_to_sent")
     )
     return "  final: queued/stats/queued {:.1f}/{:.1f}/{:.1f} ms".format(*parts)
+
+
+def _engine_process_text(hops: dict) -> str:
+    names = ("admitted_to_task", "tokenizing", "first_output_to_read", "read_to_send_thread", "send_thread_to_sent")
+    if not all(name in hops for name in names):
+        return ""
+    return "  in: to task/tokenize {:.2f}/{:.2f}  first out: read/send thread/sent {:.2f}/{:.2f}/{:.2f} ms".format(
+        *(hops[name]["median"] for name in names)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,12 @@ request = object()
 hops.executed([request])
 hops.admitted("r1", request)
 hops.hop("E", "r1")
+class Job:
+    def __init__(self, first):
+        self.first = first
+# V only for a request whose first response is still to go, and one still in flight
+read = [("r1", None, None), ("r2", None, None), ("gone", None, None)]
+hops.first_outputs_read(read, {"r1": Job(True), "r2": Job(False)})
 hops.openai_admitted(7)
 child = os.fork()
 if child == 0:
@@ -53,10 +59,12 @@ def test_set_each_process_appends_its_hops_to_a_file_of_its_own(tmp_path):
     assert said["same hook everywhere"] == "True" and said["off"] == "False"
     pid, child = said["pid"].split(" child: ")
     lines = [line.split() for line in (hops_dir / f"hops.{pid}").read_text().splitlines()]
-    assert [line[:2] for line in lines] == [["X", "r1"], ["A", "r1"], ["E", "r1"], ["B0", "7"], ["B1", "7"]]
+    assert [line[:2] for line in lines] == [
+        ["X", "r1"], ["A", "r1"], ["E", "r1"], ["V", "r1"], ["B0", "7"], ["B1", "7"],
+    ]  # fmt: skip
     stamps = [int(line[2]) for line in lines]
     # X and B0 carry the time execute() was called, before the hop that writes them.
-    assert 0 < stamps[0] == stamps[3] <= stamps[1] <= stamps[2] <= stamps[4]
+    assert 0 < stamps[0] == stamps[4] <= stamps[1] <= stamps[2] <= stamps[3] <= stamps[5]
     # A forked child writes its own file, without its parent's buffered lines.
     assert [line.split()[:2] for line in (hops_dir / f"hops.{child}").read_text().splitlines()] == [["C", "child"]]
 

@@ -73,3 +73,38 @@ def test_the_report_splits_a_held_final_into_its_queues_and_its_stats_wait(tmp_p
     assert row["ms"]["final_held_to_released"]["median"] == 15
     assert row["ms"]["final_released_to_sent"]["median"] == 15
     assert "final: queued/stats/queued 20.0/15.0/15.0 ms" in capsys.readouterr().out
+
+
+def test_the_report_splits_engine_process_hops_each_side_of_vllm(tmp_path, capsys):
+    """ENGINE_PROCESS: admitted at 40 ms, its task started at 55 and the prompt tokenized by 110; the first output
+    left vLLM at 300, the stub read it at 304, the send thread reached it at 312 and sent it at 320."""
+    ms = 1_000_000
+    lines = [f"R triton_http:1:1 {0}", f"R triton_http:1:1 {1000 * ms}"]
+    events = (("X", 10), ("A", 40), ("P", 55), ("E", 110), ("O", 300), ("V", 304), ("W", 312), ("S", 320))
+    lines += [f"{tag} a {at * ms}" for tag, at in (*events, ("O", 810), ("F", 860))]
+    hops = tmp_path / "hops"
+    hops.mkdir()
+    (hops / "hops.1").write_text("\n".join(lines) + "\n")
+    (row,) = load_tool().report(str(hops), None)
+    medians = {name: row["ms"][name]["median"] for name in row["ms"] if name != "execute_spacing"}
+    assert medians["admitted_to_task"] == 15 and medians["tokenizing"] == 55
+    assert (medians["first_output_to_read"], medians["read_to_send_thread"], medians["send_thread_to_sent"]) == (
+        4,
+        8,
+        8,
+    )
+    assert (
+        "in: to task/tokenize 15.00/55.00  first out: read/send thread/sent 4.00/8.00/8.00 ms"
+        in capsys.readouterr().out
+    )
+
+
+def test_without_the_engine_process_hops_the_report_has_no_rows_for_them(tmp_path):
+    ms = 1_000_000
+    lines = [f"R triton_http:1:1 {0}", f"R triton_http:1:1 {1000 * ms}"]
+    lines += [f"{tag} a {at * ms}" for tag, at in (("X", 10), ("A", 40), ("E", 110), ("O", 300), ("F", 320))]
+    hops = tmp_path / "hops"
+    hops.mkdir()
+    (hops / "hops.1").write_text("\n".join(lines) + "\n")
+    (row,) = load_tool().report(str(hops), None)
+    assert not {"admitted_to_task", "tokenizing", "first_output_to_read"} & row["ms"].keys()

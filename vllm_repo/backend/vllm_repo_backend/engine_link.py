@@ -48,7 +48,7 @@ from .engine_stop import kill_group
 from .send_order import ENDS, FIRST, FOLLOWING, SendWork
 
 PARAMETER = "ENGINE_PROCESS"
-# The hop benchmarks' timestamps (hops.py): X, A, S, H, L and F here, E and O in the engine's process.
+# The hop benchmarks' timestamps (hops.py): X, A, V, W, S, H, L and F here, P, E and O in the engine's process.
 _hop, _no_hop = hops.hop, hops.off
 
 
@@ -319,6 +319,8 @@ class ProcessEngine:
             except (EOFError, OSError):
                 break
             if message[0] == "outputs":
+                if _hop is not _no_hop:
+                    hops.first_outputs_read(message[1], self.live)
                 if message[2] is not None and self.accumulator is not None:
                     self.accumulator.merge(message[2])  # before the turn's final responses are held for them
                 if message[1]:
@@ -386,6 +388,8 @@ class ProcessEngine:
             return False
         if isinstance(job, jobs.OpenAIJob):
             return self._deliver_openai(job, output)
+        if _hop is not _no_hop and job.first:
+            _hop("W", key)
         final = bool(output.finished)
         if job.finished or (final and not self._finish(job)):
             return False  # ended meanwhile (unloaded, or the engine died): its final response went out

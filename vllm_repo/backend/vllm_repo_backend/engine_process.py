@@ -63,7 +63,7 @@ from . import (
     per_token,
 )
 
-# The hop benchmarks' timestamps (hops.py), E and O here, the others in the stub (engine_link.py).
+# The hop benchmarks' timestamps (hops.py), P, E and O here, the others in the stub (engine_link.py).
 _hop, _no_hop = hops.hop, hops.off
 # How often the engine is checked for death (the stub's own watcher does it every 0.1 s in process).
 DEATH_CHECK_S = 0.1
@@ -130,6 +130,8 @@ class EngineFrontend:
 
     async def generate(self, key: str, prompt: Any, params: Any, lora_request: Any, split_tokens: bool) -> None:
         try:
+            if _hop is not _no_hop:
+                _hop("P", key)
             engine_input = prompt if self.render is None else await self.render(prompt)
             if _hop is not _no_hop:
                 _hop("E", key)

@@ -80,6 +80,15 @@ def admitted(request_id: str, request: Any) -> None:
     hop("A", request_id)
 
 
+def first_outputs_read(outputs: Iterable[tuple[str, Any, Any]], live: dict[str, Any]) -> None:
+    """ENGINE_PROCESS: the stub has read a message of outputs from the engine's process; V for each request whose
+    first response is still to go (only those: a line per output would double what a run writes)."""
+    for key, _, _ in outputs:
+        job = live.get(key)
+        if job is not None and getattr(job, "first", False):
+            hop("V", key)
+
+
 def openai_admitted(stream_id: object) -> None:
     """An OpenAI request read from its envelope: B0 when execute() took it, B1 now."""
     hop("B0", stream_id, _last_execute[0])
