@@ -28,7 +28,7 @@ hops.hop("E", "r1")
 class Job:
     def __init__(self, first):
         self.first = first
-# V only for a request whose first response is still to go, and one still in flight
+# V only for a request still in flight whose first response has not gone
 read = [("r1", None, None), ("r2", None, None), ("gone", None, None)]
 hops.first_outputs_read(read, {"r1": Job(True), "r2": Job(False)})
 hops.openai_admitted(7)
