@@ -65,7 +65,7 @@ from .lib.processes import (
     thread_cpu_seconds,
 )
 from .lib.results import RESULTS, ResultFile
-from .lib.rounds import field_medians, per_round_ratios, round_order
+from .lib.rounds import STEADY_SPREAD, field_medians, per_round_ratios, round_order, spread
 from .lib.tiny import ROOT
 from .lib.triton_bench import (
     MODEL_NAME,
@@ -216,12 +216,14 @@ SUMMARY_FIELDS = (
 
 
 def summarize(rounds: dict) -> dict:
-    """Medians over rounds per path; beside raw, each path's per-round ratios (a round's paths ran back to back) and
-    their median, and the added median TTFT."""
+    """Medians over rounds per path; beside raw, how far raw's own rounds moved, each path's per-round ratios (a
+    round's paths ran back to back) and their median, and the added median TTFT."""
     summary = {}
     for key, by_path in rounds.items():
         med: dict = {name: field_medians(runs, SUMMARY_FIELDS) for name, runs in by_path.items() if runs}
         raw = by_path.get("raw") or []
+        if len(raw) > 1:
+            med["raw_spread"] = spread(raw, "tokens_per_s")
         for name, runs in by_path.items():
             if name == "raw" or not raw or not runs:
                 continue
@@ -231,6 +233,22 @@ def summarize(rounds: dict) -> dict:
             med[f"{name}_added_ttft_ms"] = round(med[name]["ttft_median_ms"] - med["raw"]["ttft_median_ms"], 2)
         summary[key] = med
     return summary
+
+
+def unsteady_baseline(summary: dict) -> str:
+    """A line naming the load points where raw's own rounds moved further apart than STEADY_SPREAD: there the host,
+    not the paths, set the figures, and a ratio's second decimal means little."""
+    unsteady = [
+        f"{key} ({point['raw_spread']:.2f})"
+        for key, point in summary.items()
+        if point.get("raw_spread", 0) > STEADY_SPREAD
+    ]
+    if not unsteady:
+        return f"raw's own rounds within {STEADY_SPREAD * 100:.0f} % of each other at every load point"
+    return (
+        f"raw's own rounds moved more than {STEADY_SPREAD * 100:.0f} % apart at {', '.join(unsteady)}: "
+        "the host did not hold raw's pace there, so ratios there cannot tell a 2 % difference"
+    )
 
 
 def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen | None:
@@ -512,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             results["metric_values_recorded"] = histogram_values_by_model(server.metrics_url)
         results.update(rounds=rounds, summary=summarize(rounds) if args.rounds else {})
         print(json.dumps(results["summary"], indent=1))
+        print(unsteady_baseline(results["summary"]), flush=True)
         result_file.write(results)
     finally:
         if engine is not None:

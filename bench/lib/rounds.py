@@ -39,6 +39,18 @@ def per_round_ratios(
     return RatioSummary(ratios, round(statistics.median(ratios), digits), min(ratios), max(ratios))
 
 
+# A baseline whose own rounds moved further apart than this (highest less lowest, over their median) cannot tell a path
+# at 0.98x it from one at 0.96x: on H100 leases raw AsyncLLM's rounds ran 1-2 % apart on a host that held its pace and
+# 13-30 % apart on one whose engine core set the pace (bench/results/backend.md).
+STEADY_SPREAD = 0.05
+
+
+def spread(runs: Sequence[Mapping[str, Any]], field: str, digits: int = 3) -> float:
+    """How far ``field`` moved over the runs: (highest - lowest) / median."""
+    values = [r[field] for r in runs]
+    return round((max(values) - min(values)) / statistics.median(values), digits)
+
+
 def field_medians(runs: Iterable[Mapping[str, Any]], fields: Iterable[str]) -> dict[str, Any]:
     """The median over the runs of each field that every run has a value for."""
     runs = list(runs)

@@ -10,7 +10,7 @@ import pytest
 
 from bench.lib import processes
 from bench.lib.results import ResultFile
-from bench.lib.rounds import field_medians, per_round_ratios, round_order
+from bench.lib.rounds import field_medians, per_round_ratios, round_order, spread
 
 
 def test_two_paths_alternate_and_more_turn_one_place_a_round():
@@ -110,3 +110,27 @@ def test_every_model_of_a_backend_run_takes_the_models_parameters_and_a_variant_
     # The other backend runs with the model's settings (it ran without --parameters: the stub's shape on the CPU).
     assert served["one_thread"] == served[""]
     assert served_parameters(False, {}, {}, []) == {"": {}}  # --metrics off: not asked for
+
+
+def test_a_spread_is_how_far_the_rounds_moved_over_their_median():
+    assert spread([{"v": 90.0}, {"v": 110.0}, {"v": 100.0}], "v") == 0.2
+    assert spread([{"v": 100.0}, {"v": 100.0}], "v") == 0.0
+
+
+def test_the_summary_names_the_load_points_where_raw_did_not_hold_its_pace():
+    from bench.backend_throughput import summarize, unsteady_baseline
+
+    def runs(*tokens_per_s: float) -> list[dict]:
+        return [{"tokens_per_s": t, "ttft_median_ms": 10.0} for t in tokens_per_s]
+
+    summary = summarize(
+        {
+            "c32": {"raw": runs(100, 101, 99), "triton_http": runs(98, 99, 97)},
+            "c512": {"raw": runs(100, 130, 110), "triton_http": runs(100, 100, 100)},
+        }
+    )
+    assert summary["c32"]["raw_spread"] == 0.02 and summary["c512"]["raw_spread"] == 0.273
+    assert summary["c512"]["triton_http_over_raw_per_round"] == [1.0, 0.769, 0.909]
+    line = unsteady_baseline(summary)
+    assert "c512 (0.27)" in line and "c32" not in line
+    assert "every load point" in unsteady_baseline({"c32": summary["c32"]})
