@@ -5,16 +5,14 @@ before any server starts, and a vllm serve that fails to load. Nothing may be le
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.launch import DescendantsWatch, assert_family_gone, shm_names
+from tests.support.launch import DescendantsWatch, assert_family_gone, kill_groups, shm_names
 from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.vllm_serve import ServeArgs, VllmServe
@@ -26,23 +24,22 @@ pytestmark = [NEEDS_SERVING]
 INPUT_LEN, OUTPUT_LEN, PROMPTS = 24, 6, 3
 
 
-def run_bench(*args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, DescendantsWatch]:
-    """bench in a session of its own; returns its result and the watch of what it started: the process groups (each
-    server, gateway and guardian leads its own) and the /dev/shm segments they used, none of which may outlive it."""
+def run_bench(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """bench in a session of its own, and once it has exited, nothing it started left: no process of the groups it
+    started (each server, gateway and guardian leads its own), no /dev/shm segment they used (assert_family_gone,
+    as launch's tests check theirs)."""
     command = [sys.executable, "-m", "vllm_repo", "bench", *args]
     shm_before = shm_names()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    family = DescendantsWatch(proc.pid, shm_before)
+    watch = DescendantsWatch(proc.pid, shm_before)
     try:
         out, err = proc.communicate(timeout=timeout)
-    finally:
-        family.stop()
-        for pgid in family.groups:  # a safety net only: the callers assert that none was needed
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    return subprocess.CompletedProcess(command, proc.returncode, out, err), family
+    except subprocess.TimeoutExpired:
+        watch.stop()
+        kill_groups(watch.groups | {proc.pid})
+        raise
+    assert_family_gone(watch)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def load_args(*concurrency: int) -> list[str]:
@@ -77,7 +74,7 @@ def check_sides(report: dict, rounds: int) -> None:
 @pytest.mark.e2e
 def test_compare_with_vllm_serve_measures_every_side_on_the_same_work(tiny_repository, tmp_path):
     out, plot = tmp_path / "compare.json", tmp_path / "compare.svg"
-    done, family = run_bench(
+    done = run_bench(
         str(tiny_repository), "--compare", "vllm-serve", "--together", "--rounds", "2", *load_args(1, 2),
         "--format", "json", "--output", str(out), "--plot", str(plot),
     )  # fmt: skip
@@ -98,7 +95,6 @@ def test_compare_with_vllm_serve_measures_every_side_on_the_same_work(tiny_repos
     assert set(setup["metrics"]) == {"triton", "vllm-serve"}
     drawing = plot.read_text()
     assert all(f">{name}</text>" in drawing for name in ("triton native", "triton openai", "vllm-serve"))
-    assert_family_gone(family)
 
 
 @pytest.mark.e2e
@@ -111,7 +107,7 @@ def test_compare_two_backend_directories_one_at_a_time(tiny_repository, tmp_path
     marker = tmp_path / "other-backend-loaded"
     with (other / "model.py").open("a") as model_py:  # proves that Triton ran this copy, not the bundled one
         model_py.write(f"\nopen({str(marker)!r}, 'w').close()\n")
-    done, family = run_bench(
+    done = run_bench(
         str(tiny_repository), "--compare", f"backend={other}", "--endpoint", "native", *load_args(1),
         "--format", "json",
     )  # fmt: skip
@@ -124,7 +120,6 @@ def test_compare_two_backend_directories_one_at_a_time(tiny_repository, tmp_path
     assert comparison["setup"]["backends"][f"backend={other}"]["vllm_repo_backend"] is True
     assert marker.exists()
     check_sides(report, rounds=1)
-    assert_family_gone(family)
 
 
 def write_repository(root: Path, tiny_repository: Path, config: str | None = None, extra: dict | None = None) -> Path:
@@ -153,12 +148,11 @@ def test_what_cannot_be_compared_is_refused_before_any_server_starts(tiny_reposi
         repo = write_repository(tmp_path / "repo", tiny_repository, 'name: "tiny"\nplatform: "ensemble"\n')
     else:
         repo = write_repository(tmp_path / "repo", tiny_repository, extra={"not_a_flag": 1})
-    done, family = run_bench(str(repo), "--compare", "vllm-serve", "--python", python, timeout=120)
+    done = run_bench(str(repo), "--compare", "vllm-serve", "--python", python, timeout=120)
     assert done.returncode == 1 and words in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "launching" not in done.stderr
     if case == "no vllm":
         assert f"{python} -m pip install vllm" in done.stderr
-    assert_family_gone(family)
 
 
 @pytest.mark.e2e

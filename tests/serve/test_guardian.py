@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.launch import kill_groups
 from vllm_repo.serve.guardian import Guardian
 from vllm_repo.serve.processes import groups_started_in, process_group_members, process_table
 
@@ -154,9 +155,3 @@ def owner_dies(server: subprocess.Popen, groups: set[int], grace_s: float) -> No
     guardian.process.wait(timeout=30)
     server.wait(timeout=10)
     assert {group: members for group in groups if (members := process_group_members(group))} == {}
-
-
-def kill_groups(groups: set[int]) -> None:
-    for group in groups:
-        if process_group_members(group):
-            os.killpg(group, signal.SIGKILL)

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,9 @@ def assert_family_gone(watch: DescendantsWatch, shm_prefix: str | None = None) -
     deadline = time.monotonic() + 15
     while groups_members(groups) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert groups_members(groups) == {}, "processes of the family's groups still run"
+    left = groups_members(groups)
+    kill_groups(left)  # once noted, so that a failing check leaves nothing running for the tests after it
+    assert left == {}, f"processes of the family's groups still ran: {left}"
     deadline = time.monotonic() + 10
     while True:
         new = shm_names() - watch.shm_before
@@ -170,6 +173,16 @@ def assert_family_gone(watch: DescendantsWatch, shm_prefix: str | None = None) -
             break
         time.sleep(0.5)
     assert left == set(), f"/dev/shm segments left behind: {sorted(left)}"
+
+
+def kill_groups(groups: Iterable[int]) -> None:
+    """SIGKILL to each of ``groups`` that still has a process: a safety net, after a check has noted what was left."""
+    for group in groups:
+        if process_group_members(group):
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @dataclasses.dataclass
