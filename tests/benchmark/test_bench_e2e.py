@@ -159,6 +159,10 @@ def test_bench_repo_launches_measures_and_stops_the_server(tiny_repository):
     report = json.loads(out)
     assert report["model"] == "tiny" and report["interrupted"] is False
     check_point(report["points"][0], 4, 4)
+    # The server bench launched was measured too, by role: Triton, the gateway the requests came through, the engine.
+    roles = report["points"][0]["server_cpu_by_role"]
+    assert {"tritonserver", "Python backend stub", "OpenAI gateway", "EngineCore"} <= set(roles), roles
+    assert roles["EngineCore"] > 0 and report["points"][0]["server_cpu_s_per_s"] >= roles["EngineCore"]
     assert "Triton is ready" in err and "stopped" in err
     assert len(servers) == 1 and process_group_members(servers[0]) == []
 

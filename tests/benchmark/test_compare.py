@@ -348,3 +348,27 @@ def test_a_client_busy_enough_to_be_the_limit_is_said_beside_its_figures():
         "note: at concurrency 2, vllm-serve's client took 0.97 CPU-seconds a second: one core of the client may be "
         "what limits these figures, not the server (run the load from more processes or a faster machine)"
     ]
+
+
+def test_a_server_s_cpu_is_pooled_over_its_rounds_by_their_wall_time_and_said_by_role():
+    run = made_up_run({"triton native": [1.0, 3.0], "vllm-serve": [2.0, 2.0]})
+    triton, serve = run.sides
+    triton.rounds[0][1].server_cpu = {"tritonserver": 1.0, "EngineCore": 1.0}
+    triton.rounds[1][1].server_cpu = {"tritonserver": 2.0, "EngineCore": 1.0, "Python backend stub": 0.004}
+    serve.rounds[0][1].server_cpu = serve.rounds[1][1].server_cpu = {"vllm serve API server": 0.8, "EngineCore": 1.0}
+    report = run.report()
+    points = {s["name"]: s["points"] for s in report["comparison"]["sides"]}
+    # Round 2 ran three times as long as round 1: its 2.0 weighs three times as much.
+    assert points["triton native"][1]["server_cpu_by_role"] == {
+        "tritonserver": 1.75,
+        "EngineCore": 1.0,
+        "Python backend stub": 0.003,
+    }
+    assert points["triton native"][1]["server_cpu_s_per_s"] == 2.753
+    assert points["vllm-serve"][1]["server_cpu_s_per_s"] == 1.8
+    assert points["triton native"][0]["server_cpu_by_role"] == {}  # not measured there
+    lines = [line for line in to_text(report).splitlines() if line.startswith("server CPU-s/s")]
+    assert lines == [  # one line a side where it was measured, roles under 0.01 left out
+        "server CPU-s/s, triton native: 2.75 (tritonserver 1.75, EngineCore 1.00)",
+        "server CPU-s/s, vllm-serve: 1.80 (EngineCore 1.00, vllm serve API server 0.80)",
+    ]

@@ -87,6 +87,14 @@ def test_compare_with_vllm_serve_measures_every_side_on_the_same_work(tiny_repos
     assert comparison["order"] == [["triton", "vllm-serve"], ["vllm-serve", "triton"]]
     assert [p["concurrency"] for p in comparison["points"]] == [1, 2]
     check_sides(report, rounds=2)
+    # Each server's own processes, measured while its side ran: Triton's and its gateway, vllm serve's; the engine
+    # core generated, so it was busy on both.
+    roles = {side["name"]: side["points"][1]["server_cpu_by_role"] for side in comparison["sides"]}
+    assert {"tritonserver", "Python backend stub", "OpenAI gateway", "EngineCore"} <= set(roles["triton native"])
+    assert set(roles["triton native"]) == set(roles["triton openai"])  # the same server
+    assert {"vllm serve API server", "EngineCore"} <= set(roles["vllm-serve"]), roles["vllm-serve"]
+    assert not {"tritonserver", "OpenAI gateway"} & set(roles["vllm-serve"])
+    assert all(r["EngineCore"] > 0 for r in roles.values()), roles
     # The top-level points are Triton's over its native endpoint, as bench REPO reports them.
     assert report["points"] == comparison["sides"][0]["points"]
     setup = comparison["setup"]

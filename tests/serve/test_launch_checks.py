@@ -374,7 +374,7 @@ def test_a_group_started_under_the_server_is_stopped_with_it_and_its_segments_re
     try:
         with open(os.devnull, "w") as devnull:
             assert (
-                launch.run_server(plan, out=devnull, ready_timeout=120, on_ready=lambda _: stop.set(), stop_event=stop)
+                launch.run_server(plan, out=devnull, ready_timeout=120, on_ready=lambda *_: stop.set(), stop_event=stop)
                 == 0
             )
         pid = int(engine_pid.read_text())

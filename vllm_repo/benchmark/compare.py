@@ -33,6 +33,7 @@ from vllm_repo.benchmark.compare_setup import describe_plan, describe_setup
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.prompts import Prompt, PromptSet, take
 from vllm_repo.benchmark.run import BenchSpec, Progress, _prompts, _warm_up, guard, label, measure_point
+from vllm_repo.benchmark.server_cpu import ServerCpu
 from vllm_repo.benchmark.stats import RequestRecord
 from vllm_repo.benchmark.vllm_serve import ServeArgs, VllmServe, require_vllm, serve_args_for
 from vllm_repo.errors import UsageError
@@ -89,6 +90,8 @@ class Measured:
     records: list[RequestRecord]
     wall_s: float
     client_cpu_s_per_s: float = 0.0  # this process's CPU seconds a second: near 1, the client is the limit
+    # The side's server's CPU seconds a second by process role (server_cpu.py): where the server's time went.
+    server_cpu: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -107,6 +110,7 @@ class Server:
     name: str  # TRITON, VLLM_SERVE or backend=DIR
     sides: list[Side]
     backend_dir: Path | None = None  # backend=DIR: the --backend-directory Triton is given (laid out)
+    leaders: list[int] = dataclasses.field(default_factory=list)  # its process groups' ids, once it runs
 
 
 @dataclasses.dataclass
@@ -348,7 +352,8 @@ def _triton_session(server: Server, ctx: _Context, work: Callable[[], None]) -> 
         side.url = f"{HOST}:{grpc_port}" if side.endpoint == "native" else f"http://{HOST}:{openai_port}"
     done, finished = threading.Event(), threading.Event()
 
-    def on_ready(_: Any) -> None:
+    def on_ready(_: Any, groups: list[int]) -> None:
+        server.leaders = groups
         try:
             work()
             finished.set()
@@ -375,6 +380,8 @@ def _vllm_serve_session(server: Server, ctx: _Context, work: Callable[[], None])
     ctx.say(f"starting vllm serve at {server_process.url} ...")
     with server_process.running(ctx.ready_timeout) as took:
         ctx.say(f"vllm serve is ready ({took:.0f} s)")
+        assert server_process.process is not None  # started: the leader of its own group
+        server.leaders = [server_process.process.pid]
         try:
             work()
         finally:
@@ -400,6 +407,7 @@ def prompts_of(spec: BenchSpec, prompts: list[Prompt], round_index: int, point: 
 
 async def _measure_side(ctx: _Context, side: Side, round_index: int) -> None:
     run, spec, progress = ctx.run, ctx.run.spec, ctx.progress
+    server_cpu = ServerCpu(_server(run, side.server).leaders)
     client = make_client(side.endpoint, side.url, spec.model, spec.api_key)
     await client.open()
     try:
@@ -417,8 +425,9 @@ async def _measure_side(ctx: _Context, side: Side, round_index: int) -> None:
             if progress:
                 progress.start_point(f"round {round_index + 1}, {side.name}, {label(load)}", len(chosen))
             on_done = progress.request_done if progress else None
+            server_cpu.start()
             records, wall, client_cpu = await measure_point(client, chosen, load, spec, spec.seed + i, on_done)
-            side.rounds[round_index].append(Measured(records, wall, client_cpu))
+            side.rounds[round_index].append(Measured(records, wall, client_cpu, server_cpu.stop()))
             if progress:
                 from vllm_repo.benchmark.stats import summarize
 

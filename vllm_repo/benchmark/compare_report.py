@@ -12,11 +12,11 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from vllm_repo.benchmark.report import _triple, client_limit_note, label_of, workload_line
+from vllm_repo.benchmark.report import _triple, client_limit_note, label_of, server_cpu_text, workload_line
 from vllm_repo.benchmark.stats import summarize
 
 if TYPE_CHECKING:
-    from vllm_repo.benchmark.compare import CompareRun, Side
+    from vllm_repo.benchmark.compare import CompareRun, Measured, Side
 
 # The figures whose ratio to the reference is reported: name -> (point key, percentile or None).
 RATIO_FIGURES: dict[str, tuple[str, str | None]] = {
@@ -60,8 +60,22 @@ def pooled_points(run: CompareRun, side: Side) -> list[dict[str, Any]]:
         point = summarize(records, sum(m.wall_s for m in measured), load, run.spec.slo)
         point["rounds"] = len(measured)
         point["client_cpu_s_per_s"] = max(m.client_cpu_s_per_s for m in measured)
+        point["server_cpu_by_role"] = pooled_server_cpu(measured)
+        point["server_cpu_s_per_s"] = round(sum(point["server_cpu_by_role"].values()), 3)
         points.append(point)
     return points
+
+
+def pooled_server_cpu(measured: list[Measured]) -> dict[str, float]:
+    """The server's CPU seconds a second by role over every round together: each round's weighed by its wall time."""
+    wall = sum(m.wall_s for m in measured)
+    if wall <= 0:
+        return {}
+    seconds: dict[str, float] = {}
+    for m in measured:
+        for role, per_s in m.server_cpu.items():
+            seconds[role] = seconds.get(role, 0.0) + per_s * m.wall_s
+    return {role: round(s / wall, 3) for role, s in sorted(seconds.items(), key=lambda item: -item[1])}
 
 
 def ratio(values: list[float | None], references: list[float | None]) -> dict[str, Any]:
@@ -249,6 +263,9 @@ def to_text(report: dict[str, Any]) -> str:
         for side in comparison["sides"]:
             if len(side["points"]) > i and (note := client_limit_note(side["points"][i], f"{side['name']}'s client")):
                 lines.append(note)
+        for side in comparison["sides"]:
+            if len(side["points"]) > i and (text := server_cpu_text(side["points"][i])):
+                lines.append(f"server CPU-s/s, {side['name']}: {text}")
         for m in cpoint["mismatches"]:
             lines.append(
                 f"  round {m['round']}, request {m['request']}: {m['side']} counted {m['input_tokens'][0]} in / "

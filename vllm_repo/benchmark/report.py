@@ -117,6 +117,7 @@ def to_text(report: dict[str, Any]) -> str:
             ).rstrip()
         )
     lines += [n for p in report["points"] if (n := client_limit_note(p, "the client")) is not None]
+    lines += [f"server CPU-s/s at {label_of(p)}: {t}" for p in report["points"] if (t := server_cpu_text(p))]
     for p in report["points"]:
         for e in p["errors"]:
             lines.append(f"{label_of(p)}: {e['count']} failed: {e['error']}")
@@ -127,6 +128,16 @@ def to_text(report: dict[str, Any]) -> str:
 
 def label_of(point: dict[str, Any]) -> str:
     return f"concurrency {point['concurrency']}" if "concurrency" in point else f"rate {point['request_rate']:g}/s"
+
+
+def server_cpu_text(point: dict[str, Any]) -> str | None:
+    """The server's CPU seconds a second at a point, and the process roles that used them (those of 0.01 and more):
+    "2.41 (tritonserver 0.90, Python backend stub 0.80, ...)"; None where the server was not measured."""
+    roles = point.get("server_cpu_by_role")
+    if not roles:
+        return None
+    parts = ", ".join(f"{role} {value:.2f}" for role, value in roles.items() if value >= 0.01)
+    return f"{point['server_cpu_s_per_s']:.2f} ({parts})"
 
 
 # The client's CPU seconds a second above which its own core, not the server, may be what limits a point's figures.

@@ -19,6 +19,7 @@ from vllm_repo.benchmark.clients import ENDPOINTS, Client, make_client
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.load import run_concurrency, run_rate
 from vllm_repo.benchmark.prompts import Prompt, PromptSet, load_dataset, synthetic_prompts, take
+from vllm_repo.benchmark.server_cpu import ServerCpu
 from vllm_repo.benchmark.stats import RequestRecord, Slo, summarize
 
 # vllm bench serve's random dataset: 1,024 tokens in, 128 out.
@@ -119,6 +120,8 @@ class BenchRun:
     points: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     finished: bool = False
     interrupted: bool = False
+    # The measured server's process groups, where bench launched it: its CPU is measured with the load's.
+    server_leaders: list[int] = dataclasses.field(default_factory=list)
 
     def report(self) -> dict[str, Any]:
         spec = self.spec
@@ -174,6 +177,7 @@ def bench(spec: BenchSpec, progress: Progress | None = None, run: BenchRun | Non
 
 async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) -> None:
     client = make_client(spec.endpoint, spec.url, spec.model, spec.api_key)
+    server_cpu = ServerCpu(run.server_leaders)
     run.url = client.url
     await client.open()
     try:
@@ -192,9 +196,13 @@ async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) ->
             if progress:
                 progress.start_point(label(load), len(chosen))
             on_done = progress.request_done if progress else None
+            server_cpu.start()
             records, wall, client_cpu = await measure_point(client, chosen, load, spec, spec.seed + i, on_done)
             point = summarize(records, wall, load, spec.slo)
             point["client_cpu_s_per_s"] = client_cpu
+            if roles := server_cpu.stop():
+                point["server_cpu_by_role"] = roles
+                point["server_cpu_s_per_s"] = round(sum(roles.values()), 3)
             run.points.append(point)
             if progress:
                 progress.end_point(point)
@@ -318,7 +326,8 @@ def bench_repository(
     run = BenchRun(spec)
     done = threading.Event()
 
-    def measure(server: Any) -> None:
+    def measure(server: Any, groups: list[int]) -> None:
+        run.server_leaders = groups
         try:
             bench(spec, progress, run)
         finally:

@@ -188,6 +188,11 @@ class _Running:
     guardian: Guardian | None = None
     ready: bool = False  # the server served: how it stops is reported
 
+    def groups(self) -> list[int]:
+        """The process groups serving: the server's and, with one, the gateway's (each leads its own)."""
+        groups = [self.server.pgid] if self.server.pgid is not None else []
+        return groups + ([self.gateway.pid] if self.gateway is not None else [])
+
 
 def run_server(
     plan: LaunchPlan,
@@ -195,15 +200,16 @@ def run_server(
     out: TextIO | None = None,
     ready_timeout: float = 900.0,
     log_path: Path | None = None,
-    on_ready: Callable[[TritonServer], None] | None = None,
+    on_ready: Callable[[TritonServer, list[int]], None] | None = None,
     stop_event: threading.Event | None = None,
     load_hang_s: float = LOAD_HANG_S,
 ) -> int:
     """Start the server, wait for it with progress, print the endpoints, and serve until Ctrl-C, SIGTERM, SIGHUP,
     ``stop_event``, or the server's own exit. Returns 0 after a requested stop; raises LaunchError (with the root error
     from the log) when the server fails to start or dies. A load seen hung ``load_hang_s`` after the backend said
-    ready (load_hang.py) is stopped and started once more. The process group and its shm segments are always gone
-    when this returns."""
+    ready (load_hang.py) is stopped and started once more. ``on_ready`` is called, once ready, with the server and the
+    ids of the process groups that serve (the server's, the gateway's). The process group and its shm segments are
+    always gone when this returns."""
     out = out or sys.stderr
     # The log lives outside the server's work directory (removed at stop) so that it can still be read after a
     # failure; after a clean stop it is removed unless the caller chose where it goes.
@@ -231,7 +237,7 @@ def run_server(
             running = _Running(server_for(plan, log_path))
             _start(running, plan, out, ready_timeout, load_hang_s, remove=[own_log] if own_log else [])
         if on_ready:
-            on_ready(running.server)
+            on_ready(running.server, running.groups())
         _serve(running, plan, out, stop_event)
         failed = False
         return 0
