@@ -6,12 +6,13 @@
 #   rm .gpuroute/chunks/0? && split -b 48M -d -a 2 "$WORK/bundle.tar.xz" .gpuroute/chunks/   # tree + carry < 64 MiB
 #   mkdir -p .gpuroute/remote && cp "$KIT"/*.sh "$KIT"/*.py .gpuroute/chunks/SHA256 .gpuroute/remote/
 #   (cd "$VLLM_REPO_TRITON_HOME" && tar -cf - pytriton/tritonserver/{bin,backends,caches} \
-#      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs | xz -6) > .gpuroute/triton/triton.tar.xz
+#      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs | xz -9e) > .gpuroute/triton/triton.tar.xz
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #      --platform manylinux1_x86_64 -d .gpuroute/whl numpy==1.26.4 py-spy
 #   for `tune` and `next` (P: the same --only-binary --python-version 3.12 --platform manylinux... options):
-#   pip download $P -d .gpuroute/tc "tritonclient[grpc,http]==2.73.0"   (then remove numpy and what the device has:
-#      aiohttp and its kin, attrs, packaging, typing_extensions, idna, certifi, urllib3)
+#   pip download $P -d .gpuroute/tc "tritonclient[grpc]==2.73.0"   (then remove numpy and what the device has:
+#      aiohttp and its kin, attrs, packaging, typing_extensions, idna, certifi, urllib3; the gRPC client is all that
+#      bench and vllm-repo use there, and with tritonclient's HTTP extras a lease that starts with `next` is over 64 MiB)
 #   pip download $P -d .gpuroute/vrdeps typer jsonschema aiohttp "protobuf>=6.33.5,<7"   (vllm-repo's own needs)
 #   backend directories to compare with, in .gpuroute/variants/NAME/ (e.g. git archive REV vllm_repo/backend | tar -x)
 # Then, on the device:
@@ -27,8 +28,9 @@
 #                                                                     bash bench/device_backend.sh tune [tune_gpu args]
 #      then, while warm, carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps]:
 #                                                                     bash bench/device_backend.sh next STEP ...
-#      (a lease that starts with `next` carries .gpuroute/triton too: 62-73 MB with the tree, by the wheels' versions,
-#      against a 64 MiB limit; where it is over, a `run` stage first unpacks Triton's files)
+#      (a lease that starts with `next` carries .gpuroute/triton too: 65 MB with the tree (Triton's files at xz -9e,
+#      tritonclient without its HTTP extras), against a 64 MiB limit; where it is over, a `run` stage first unpacks
+#      Triton's files)
 #      (bench/gpu_proof.sh's steps: the faults, bench --compare; results beside the run's, all brought back each call)
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
