@@ -139,7 +139,7 @@ class TritonPythonModel:
         self._metric_labels = {"model": self.model_name, "version": str(args["model_version"])}
         self._reader = native.NativeRequestReader(self.vllm, self.lora_adapters, self.default_max_tokens)
         self._process: engine_link.ProcessEngine | None = None
-        if engine_link.wanted(params, args.get("model_instance_kind", "")):  # vLLM in a process of its own
+        if engine_link.wanted(params, args.get("model_instance_kind", ""), engine_config):  # in a process of its own
             self._process = engine_link.ProcessEngine(
                 self.model_name, version_dir, self._reader, self.health_check,
                 metric_labels=self._metric_labels if self.report_metrics else None,

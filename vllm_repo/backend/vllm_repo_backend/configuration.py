@@ -16,7 +16,8 @@ config.pbtxt parameters:
                             never vLLM's silent 16)
   ENGINE_PROCESS            "true": vLLM's AsyncLLM (and its OpenAI app) in a process of its own, the stub relaying
                             (engine_link.py): for many concurrent streams; everything else as without it. Left out:
-                            on for a KIND_GPU instance, off for KIND_CPU and KIND_MODEL (engine_link.wanted)
+                            on for an engine of one GPU (KIND_GPU, or init's KIND_MODEL where model.json takes one
+                            GPU and vLLM runs on GPUs), off on the CPU and over several GPUs (engine_link.wanted)
   GPU_DEVICE_IDS            KIND_MODEL only: GPUs for the instance, e.g. "0,1"; "0,1;2,3" gives one group per instance
 """
 
@@ -148,6 +149,14 @@ def world_size(engine_config: Mapping[str, Any]) -> int:
     return int(engine_config.get("tensor_parallel_size", 1) or 1) * int(
         engine_config.get("pipeline_parallel_size", 1) or 1
     )
+
+
+def one_gpu_engine(engine_config: Mapping[str, Any]) -> bool:
+    """Whether one engine of model.json runs on one GPU in its own processes: world size 1, no data parallelism, and
+    not on Ray (whose workers a cluster places)."""
+    executor = str(engine_config.get("distributed_executor_backend") or "").lower()
+    data_parallel = int(engine_config.get("data_parallel_size", 1) or 1)
+    return world_size(engine_config) == 1 and data_parallel == 1 and executor != "ray"
 
 
 def plan_visible_devices(

@@ -38,11 +38,24 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import environment, errors, hops, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
+from . import (
+    configuration,
+    environment,
+    errors,
+    hops,
+    jobs,
+    log,
+    metrics,
+    metrics_report,
+    native,
+    openai_serving,
+    sends,
+    stub,
+)
 from .configuration import bool_parameter
 from .engine_stop import kill_group
 from .send_order import ENDS, FIRST, FOLLOWING, SendWork
@@ -52,12 +65,26 @@ PARAMETER = "ENGINE_PROCESS"
 _hop, _no_hop = hops.hop, hops.off
 
 
-def wanted(params: dict[str, str], instance_kind: str) -> bool:
-    """ENGINE_PROCESS as config.pbtxt sets it; left out, on for an instance of one GPU (KIND_GPU): from 128 streams
-    on, one GIL serving both vLLM and Triton's side held the stub well behind raw AsyncLLM where vLLM's own process
-    kept close to it (bench/results/backend.md). A CPU instance keeps the stub (the engine is the limit there, and a
-    process more takes a core); KIND_MODEL (tensor parallelism, Ray) keeps it until measured."""
-    return bool_parameter(params, PARAMETER, default=instance_kind.upper() in ("GPU", "KIND_GPU"))
+def wanted(
+    params: dict[str, str],
+    instance_kind: str,
+    engine_config: Mapping[str, Any] | None = None,
+    on_gpu: Callable[[], bool] = environment.vllm_on_gpu,
+) -> bool:
+    """ENGINE_PROCESS as config.pbtxt sets it; left out, on for an engine of one GPU: an instance of KIND_GPU, or of
+    KIND_MODEL (what `vllm-repo init` writes) whose engine (model.json's ``engine_config``) takes one GPU, where vLLM
+    runs on GPUs (``on_gpu()``, asked only then). From 128 streams on, one GIL serving both vLLM and Triton's side held
+    the stub well behind raw AsyncLLM where vLLM's own process kept close to it (bench/results/backend.md). A CPU
+    instance keeps the stub (the engine is the limit there, and a process more takes a core); an engine over several
+    GPUs (tensor or pipeline parallelism, data parallelism, Ray) keeps it until measured."""
+    kind = instance_kind.upper()
+    one_gpu = kind in ("GPU", "KIND_GPU") or (
+        kind in ("MODEL", "KIND_MODEL")
+        and engine_config is not None
+        and configuration.one_gpu_engine(engine_config)
+        and on_gpu()
+    )
+    return bool_parameter(params, PARAMETER, default=one_gpu)
 
 
 # How long the engine's process may take to start vLLM (a first start compiles and captures CUDA graphs).

