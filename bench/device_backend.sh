@@ -12,7 +12,7 @@
 #   for `tune` and `next` (P: the same --only-binary --python-version 3.12 --platform manylinux... options):
 #   pip download $P -d .gpuroute/tc "tritonclient[grpc]==2.73.0"   (then remove numpy and what the device has:
 #      aiohttp and its kin, attrs, packaging, typing_extensions, idna, certifi, urllib3; the gRPC client is all that
-#      bench and vllm-repo use there, and with tritonclient's HTTP extras a lease that starts with `next` is over 64 MiB)
+#      bench and vllm-repo use there; its HTTP extras only add to what a call carries)
 #   pip download $P -d .gpuroute/vrdeps typer jsonschema aiohttp "protobuf>=6.33.5,<7"   (vllm-repo's own needs)
 #   backend directories to compare with, in .gpuroute/variants/NAME/ (e.g. git archive REV vllm_repo/backend | tar -x)
 # Then, on the device:
@@ -28,9 +28,10 @@
 #                                                                     bash bench/device_backend.sh tune [tune_gpu args]
 #      then, while warm, carry [.gpuroute/remote, .gpuroute/tc, .gpuroute/vrdeps]:
 #                                                                     bash bench/device_backend.sh next STEP ...
-#      (a lease that starts with `next` carries .gpuroute/triton too: 65 MB with the tree (Triton's files at xz -9e,
-#      tritonclient without its HTTP extras), against a 64 MiB limit; where it is over, a `run` stage first unpacks
-#      Triton's files)
+#      (a lease that starts with `next` carries .gpuroute/triton too, and tritonclient's wheels apart, first, where
+#      the two with the tree pass the 64 MiB a call carries (they did: 67 MB): carry [.gpuroute/remote,
+#      .gpuroute/tc]: bash bench/device_backend.sh clients; then `next` with [.gpuroute/remote, .gpuroute/vrdeps,
+#      .gpuroute/triton])
 #      (bench/gpu_proof.sh's steps: the faults, bench --compare; results beside the run's, all brought back each call)
 #   4. carry [.gpuroute/remote]:                                       bash bench/device_backend.sh wait
 #      (until it ends, up to WAIT seconds; then the results are under $OUT)
@@ -38,7 +39,7 @@
 #      carry [.gpuroute/compile_cache]: bash bench/device_backend.sh cacheunpack, after unpack)
 # The report's run: run --rounds 3 --concurrency 1,32,128,256,512 --requests 6,2,2,2,2 --prompt-words 128 ...
 set -uo pipefail
-stage=${1:?part NN | unpack | run | next STEP | pack | tune | wait | cachepack | cacheunpack}; shift
+stage=${1:?part NN | unpack | run | clients | next STEP | pack | tune | wait | cachepack | cacheunpack}; shift
 RUN=/tmp/backend-bench
 collect() {
   # What the benchmark wrote so far, and its log, come back under $OUT; once it has ended, HOPS=1's events as one xz
@@ -134,8 +135,8 @@ next)
   SP=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   # vllm-repo's own command: tritonclient's wheels into the device's Python (as for tune), the packages it lacks
   # (jsonschema and its kin) after site-packages, so none of the device's own is shadowed.
+  install_tritonclient || exit 1  # each call: a no-op once its gRPC client imports
   if [ ! -f /tmp/vrdeps/.ok ]; then
-    install_tritonclient || exit 1
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/vrdeps .gpuroute/vrdeps/*.whl || exit 1
     echo /tmp/vrdeps > "$SP/zzz_vrdeps.pth" && touch /tmp/vrdeps/.ok
   fi
@@ -146,6 +147,10 @@ next)
   setsid nohup bash bench/gpu_proof.sh "$@" > "$RUN"/run.log 2>&1 &
   echo $! > "$RUN"/pid
   follow ;;
+clients)
+  # tritonclient's wheels (.gpuroute/tc) into the device's Python, in a call of their own (see `next` above)
+  source .gpuroute/remote/install.sh /tmp/vp /tmp/site >/dev/null || exit 1
+  install_tritonclient && "$PY" -c "import tritonclient.grpc; print('tritonclient.grpc ok')" ;;
 wait)
   # the device's Python (PY), for the hops report once the run has ended
   source .gpuroute/remote/install.sh /tmp/vp /tmp/site >/dev/null || exit 1
