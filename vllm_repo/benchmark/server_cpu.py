@@ -2,9 +2,9 @@
 under them, serve.processes.groups_started_in), named by its role, and the CPU seconds each role used a second.
 
 Beside the client's own CPU (near one second a second, the client is the limit), this says where a server's time
-goes: Triton's HTTP/gRPC frontends, the Python backend's stub, ENGINE_PROCESS's engine process, the OpenAI gateway,
-vLLM's EngineCore; `vllm serve`'s API server and EngineCore. A role near 1.0 is a Python process at the limit of its
-GIL, whatever the GPU has left.
+goes: tritonserver (its HTTP and gRPC frontends among its threads), the Python backend's stub, ENGINE_PROCESS's
+engine process, the OpenAI gateway, vLLM's EngineCore; `vllm serve`'s API server and EngineCore. A role near 1.0 is a
+Python process at the limit of its GIL, whatever the GPU has left.
 """
 
 from __future__ import annotations
