@@ -74,7 +74,7 @@ def test_the_family_of_a_server_is_measured_by_role_and_nothing_else():
         outsider.wait()
     # The spinning child, in a group of its own under the leader; the sleeping leader by its name; the outsider's
     # spinning, nobody's.
-    assert len(used) == 2 and used["engine process"] > 0.5, used
+    assert len(used) == 2 and used["engine process"] > 0.2, used  # a spinning process, on 2 busy cores too
     assert next(value for role, value in used.items() if role != "engine process") < 0.1, used
 
 
