@@ -42,21 +42,8 @@ from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import (
-    configuration,
-    environment,
-    errors,
-    hops,
-    jobs,
-    log,
-    metrics,
-    metrics_report,
-    native,
-    openai_serving,
-    sends,
-    stub,
-)
-from .configuration import bool_parameter
+from . import environment, errors, hops, jobs, log, metrics, metrics_report, native, openai_serving, sends, stub
+from .configuration import bool_parameter, one_gpu_engine
 from .engine_stop import kill_group
 from .send_order import ENDS, FIRST, FOLLOWING, SendWork
 
@@ -79,10 +66,7 @@ def wanted(
     GPUs (tensor or pipeline parallelism, data parallelism, Ray) keeps it until measured."""
     kind = instance_kind.upper()
     one_gpu = kind in ("GPU", "KIND_GPU") or (
-        kind in ("MODEL", "KIND_MODEL")
-        and engine_config is not None
-        and configuration.one_gpu_engine(engine_config)
-        and on_gpu()
+        kind in ("MODEL", "KIND_MODEL") and engine_config is not None and one_gpu_engine(engine_config) and on_gpu()
     )
     return bool_parameter(params, PARAMETER, default=one_gpu)
 
