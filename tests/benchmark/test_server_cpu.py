@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -11,7 +9,9 @@ import time
 
 import pytest
 
+from tests.support.launch import kill_groups
 from vllm_repo.benchmark.server_cpu import ServerCpu, role_of
+from vllm_repo.serve.processes import groups_started_in
 
 SPIN = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
 
@@ -48,16 +48,6 @@ def _start_family() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", leader], start_new_session=True)
 
 
-def _kill_session(session: int) -> None:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getsid(int(entry)) == session:
-                    os.killpg(os.getpgid(int(entry)), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
 def test_the_family_of_a_server_is_measured_by_role_and_nothing_else():
     family = _start_family()
     outsider = subprocess.Popen([sys.executable, "-c", SPIN], start_new_session=True)  # busy, but no member
@@ -68,7 +58,7 @@ def test_the_family_of_a_server_is_measured_by_role_and_nothing_else():
         time.sleep(1.5)
         used = meter.stop()
     finally:
-        _kill_session(family.pid)
+        kill_groups(groups_started_in(family.pid))
         outsider.kill()
         family.wait()
         outsider.wait()

@@ -13,6 +13,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from vllm_repo.benchmark.report import _triple, client_limit_note, label_of, server_cpu_text, workload_line
+from vllm_repo.benchmark.server_cpu import total
 from vllm_repo.benchmark.stats import summarize
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def pooled_points(run: CompareRun, side: Side) -> list[dict[str, Any]]:
         point["rounds"] = len(measured)
         point["client_cpu_s_per_s"] = max(m.client_cpu_s_per_s for m in measured)
         point["server_cpu_by_role"] = pooled_server_cpu(measured)
-        point["server_cpu_s_per_s"] = round(sum(point["server_cpu_by_role"].values()), 3)
+        point["server_cpu_s_per_s"] = total(point["server_cpu_by_role"])
         points.append(point)
     return points
 

@@ -19,7 +19,7 @@ from vllm_repo.benchmark.clients import ENDPOINTS, Client, make_client
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.load import run_concurrency, run_rate
 from vllm_repo.benchmark.prompts import Prompt, PromptSet, load_dataset, synthetic_prompts, take
-from vllm_repo.benchmark.server_cpu import ServerCpu
+from vllm_repo.benchmark.server_cpu import ServerCpu, total
 from vllm_repo.benchmark.stats import RequestRecord, Slo, summarize
 
 # vllm bench serve's random dataset: 1,024 tokens in, 128 out.
@@ -202,7 +202,7 @@ async def _measure(spec: BenchSpec, run: BenchRun, progress: Progress | None) ->
             point["client_cpu_s_per_s"] = client_cpu
             if roles := server_cpu.stop():
                 point["server_cpu_by_role"] = roles
-                point["server_cpu_s_per_s"] = round(sum(roles.values()), 3)
+                point["server_cpu_s_per_s"] = total(roles)
             run.points.append(point)
             if progress:
                 progress.end_point(point)

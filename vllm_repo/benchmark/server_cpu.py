@@ -1,5 +1,5 @@
 """The servers' CPU over a load point: every process of a server's family (its process groups and those started
-under them, serve.processes.groups_started_in), named by its role, and the CPU seconds each role used a second.
+under them, serve.processes.groups_in_table), named by its role, and the CPU seconds each role used a second.
 
 Beside the client's own CPU (near one second a second, the client is the limit), this says where a server's time
 goes: tritonserver (its HTTP and gRPC frontends among its threads), the Python backend's stub, ENGINE_PROCESS's
@@ -15,7 +15,7 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from vllm_repo.serve.processes import groups_started_in, process_table
+from vllm_repo.serve.processes import groups_in_table, process_table
 
 # (what the command line contains, role), first match; otherwise the process's own name (vLLM names its engine core
 # "VLLM::EngineCore" and its workers "VLLM::Worker_...": /proc truncates names to 15 characters, so those come from
@@ -57,11 +57,14 @@ class _Sample:
     roles: dict[int, str]
 
 
-def _sample(groups: set[int], known_roles: dict[int, str]) -> _Sample:
+def _sample(leaders: set[int], known_roles: dict[int, str]) -> _Sample:
+    """The ticks and roles of the leaders' families, from one read of /proc."""
     ticks: dict[int, int] = {}
     roles: dict[int, str] = {}
     at = time.monotonic()
-    for pid, name, fields in process_table():
+    table = list(process_table())
+    groups = groups_in_table(leaders, table)
+    for pid, name, fields in table:
         if int(fields[2]) not in groups:
             continue
         ticks[pid] = int(fields[_UTIME]) + int(fields[_STIME])
@@ -79,14 +82,14 @@ class ServerCpu:
         self._start: _Sample | None = None
 
     def start(self) -> None:
-        self._start = _sample(groups_started_in(self.leaders), {})
+        self._start = _sample(self.leaders, {})
 
     def stop(self) -> dict[str, float]:
         """Each role's CPU seconds a second since start(), highest first (empty without leaders or a start)."""
         if self._start is None or not self.leaders:
             return {}
         first = self._start
-        last = _sample(groups_started_in(self.leaders), first.roles)
+        last = _sample(self.leaders, first.roles)
         wall = last.at - first.at
         if wall <= 0:
             return {}
@@ -95,3 +98,8 @@ class ServerCpu:
             role = last.roles[pid]
             used[role] = used.get(role, 0.0) + (ticks - first.ticks.get(pid, 0)) / _TICKS_PER_S / wall
         return dict(sorted(((r, round(v, 3)) for r, v in used.items()), key=lambda item: -item[1]))
+
+
+def total(roles: dict[str, float]) -> float:
+    """The CPU seconds a second of every role together."""
+    return round(sum(roles.values()), 3)

@@ -55,7 +55,13 @@ def groups_started_in(pgids: int | Collection[int]) -> set[int]:
     engine process (the backend's, under the stub) leads a group of its own, so that what vLLM starts from it is
     killed with it; its group is no member of the server's, yet it is the server's, and stays in the server's session
     once its starter has died, where its parent no longer tells whose it is."""
-    table = [(pid, int(fields[1]), int(fields[2]), int(fields[3])) for pid, _, fields in process_table()]
+    return groups_in_table(pgids, list(process_table()))
+
+
+def groups_in_table(pgids: int | Collection[int], processes: list[tuple[int, str, list[str]]]) -> set[int]:
+    """groups_started_in over a process table already read (process_table's rows), for a caller that reads more of
+    each process from the same read."""
+    table = [(pid, int(fields[1]), int(fields[2]), int(fields[3])) for pid, _, fields in processes]
     groups = {pgids} if isinstance(pgids, int) else set(pgids)
     groups |= {group for _, _, group, session in table if session in groups}
     while True:
