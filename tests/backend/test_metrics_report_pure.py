@@ -181,6 +181,21 @@ def test_finals_that_come_during_a_report_go_out_together_after_the_next(fake_st
     reporter.stop()
 
 
+def test_a_report_sets_the_gauges_after_the_counts_they_go_with(fake_stub):
+    """A scrape between two calls of one report that reads no request running then reads all their tokens: the
+    gauges are set after the counters and histograms of the same report."""
+    acc = metrics.MetricsAccumulator()
+    reporter = metrics_report.TritonMetrics(LABELS, 4096, acc)
+    reporter._stop.set()
+    reporter._thread.join(timeout=5)
+    _record_requests(acc, requests=3, tokens=4)  # its gauges: 3 running, from 0 at the thread's last report
+    FakeFamily.calls = []
+    reporter.flush()
+    ops = [op for op, _ in FakeFamily.calls]
+    assert ops.count("set") == 3 and "increment" in ops
+    assert ops.index("set") > max(i for i, op in enumerate(ops) if op != "set"), FakeFamily.calls
+
+
 def _record_requests_one(acc: metrics.MetricsAccumulator, request_id: str) -> None:
     acc.record(None, _iteration(ttft=[0.03], itl=[0.01] * 4, finished=[_finished(request_id, 5)]))
 

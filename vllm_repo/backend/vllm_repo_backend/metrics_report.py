@@ -188,13 +188,6 @@ class TritonMetrics:
         s = self._acc.take()
         calls = 0
         try:
-            gauges = (s["running"], s["waiting"], s["kv_cache_usage"])
-            if gauges != self._last_gauges:  # each set() is a round trip to the server: only on change
-                self.running.set(gauges[0])
-                self.waiting.set(gauges[1])
-                self.kv_cache_usage.set(gauges[2])
-                self._last_gauges = gauges
-                calls += 3
             for metric, added in (
                 (self.prompt_tokens, s["prompt_tokens"]),
                 (self.generation_tokens, s["generation_tokens"]),
@@ -212,6 +205,14 @@ class TritonMetrics:
                 calls += 1
             for name, series in self.histograms.items():
                 calls += series.report(s["histograms"][name])
+            # The gauges last: a scrape that reads the engine idle then reads every token and request counted.
+            gauges = (s["running"], s["waiting"], s["kv_cache_usage"])
+            if gauges != self._last_gauges:  # each set() is a round trip to the server: only on change
+                self.running.set(gauges[0])
+                self.waiting.set(gauges[1])
+                self.kv_cache_usage.set(gauges[2])
+                self._last_gauges = gauges
+                calls += 3
         except Exception:  # metrics must never take the model down
             log.error(f"[vllm] reporting metrics failed: {traceback.format_exc()}")
         if calls:
