@@ -14,7 +14,7 @@ On a GPU host (VLLM_REPO_TRITON_HOME pointing at the unpacked nvidia-pytriton wh
 Triton side: a real Triton server (vllm_repo.serve.server) with the backend, one model instance. Clients:
 - http: Triton's generate_stream endpoint through vllm_repo.serve.triton_client's lean asyncio client (one keep-alive
   connection per worker);
-- grpc: tritonclient's gRPC aio streaming client, one stream per request.
+- grpc: Triton's gRPC streaming (vllm_repo.serve.triton_grpc), streams kept open, one request in flight on each.
 Raw side: AsyncLLM in this process with the same engine arguments, consumed with DELTA outputs. Both engines stay
 loaded for the whole run; only one is busy at a time. For each measurement above concurrency 1: CPU seconds per
 process and per thread of the backend's stub (the load generator shares the machine's cores with the server, and its
@@ -52,7 +52,8 @@ import uuid
 from pathlib import Path
 
 from vllm_repo.backend.vllm_repo_backend import hops
-from vllm_repo.serve.triton_client import GenerateRequest, GenerateStreamConnection, TritonGrpc
+from vllm_repo.serve.triton_client import GenerateRequest, GenerateStreamConnection
+from vllm_repo.serve.triton_grpc import TritonGrpc
 
 from .lib.processes import (
     busiest_threads,
@@ -113,7 +114,7 @@ class HttpPath:
 
 
 class GrpcPath:
-    """tritonclient's gRPC streaming, a stream per request, through vllm_repo.serve.triton_client."""
+    """Triton's gRPC streaming through vllm_repo.serve.triton_grpc: streams kept open, one request in flight on each."""
 
     def __init__(self, url: str, tokens: int) -> None:
         self.client = TritonGrpc(url)

@@ -4,6 +4,7 @@ launches and stops a repository itself."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,18 +18,24 @@ import pytest
 
 from tests.support.launch import _children, start_launch, stop_and_check
 from tests.support.serving import NEEDS_SERVING, SERVING_PYTHON
+from vllm_repo.benchmark.clients import NativeClient
 from vllm_repo.serve.ports import free_port
 from vllm_repo.serve.processes import process_group_members
+from vllm_repo.serve.triton_client import GenerateRequest
+from vllm_repo.serve.triton_grpc import TritonGrpc
 
 pytestmark = [NEEDS_SERVING, pytest.mark.e2e]
 
+ABORTED = "cancelled by the client: aborted in the engine"
 KEYS = {"output_tokens_per_s", "ttft_ms", "itl_ms", "e2e_ms", "goodput_rps", "failed"}
 
 
 @pytest.fixture(scope="module")
-def served(tiny_repository):
+def served(tiny_repository, tmp_path_factory):
     port = free_port()
-    launched = start_launch(tiny_repository, "--openai-port", str(port))
+    log = tmp_path_factory.mktemp("bench-server") / "server.log"
+    launched = start_launch(tiny_repository, "--openai-port", str(port), "--log-file", str(log))
+    launched.log = log
     launched.grpc = f"127.0.0.1:{launched.ports[1]}"
     launched.openai = f"http://127.0.0.1:{port}"
     yield launched
@@ -72,6 +79,47 @@ def test_native_bench_streams_over_grpc_with_prompts_of_the_exact_length(served)
         # The server's own count of the prompt: the synthetic prompts are fitted with its tokenizer.
         assert point["input_tokens_mean"] == 40
         assert point["goodput_rps"] is None  # no SLO, no goodput
+
+
+def test_native_requests_go_on_streams_kept_open_and_a_request_left_mid_stream_is_aborted(served):
+    """As perf_analyzer keeps a stream per context: requests in a row share one stream, requests at once open one
+    each. A request left mid-stream is cancelled with its stream, and the backend aborts it in the engine. (That
+    closing the client ends its streams, so that the model unloads, tune's reloads show: test_tune_e2e.py.)"""
+    request = NativeClient.request("Hello there", 6)
+
+    async def tokens(triton: TritonGrpc, asked: GenerateRequest = request) -> int:
+        return sum([r.num_output_tokens or 0 async for r in triton.generate_stream("tiny", asked)])
+
+    async def in_a_row_then_at_once() -> tuple[list[int], int, int]:
+        triton = TritonGrpc(served.grpc)
+        try:
+            counts = [await tokens(triton) for _ in range(3)]
+            in_a_row = triton.streams_opened
+            counts += await asyncio.gather(*(tokens(triton) for _ in range(3)))
+            return counts, in_a_row, triton.streams_opened
+        finally:
+            await triton.close()
+
+    counts, in_a_row, opened = asyncio.run(in_a_row_then_at_once())
+    assert counts == [6] * 6 and in_a_row == 1 and opened == 3
+
+    async def left_mid_stream() -> int:
+        triton = TritonGrpc(served.grpc)
+        try:
+            stream = triton.generate_stream("tiny", NativeClient.request("Hello there", 400))
+            async for _ in stream:
+                break
+            await stream.aclose()
+            return await tokens(triton)
+        finally:
+            await triton.close()
+
+    aborted = served.log.read_text().count(ABORTED)
+    assert asyncio.run(left_mid_stream()) == 6
+    deadline = time.monotonic() + 30
+    while served.log.read_text().count(ABORTED) == aborted:
+        assert time.monotonic() < deadline, "the request left mid-stream was not aborted in the engine"
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("endpoint", ["openai", "openai-chat"])

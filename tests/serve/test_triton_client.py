@@ -1,6 +1,6 @@
 """serve/triton_client.py without a Triton server: a local HTTP server plays Triton's answers (health, the repository
-index, model control, generate and generate_stream's server-sent events and error events), and a stand-in for
-tritonclient's asyncio stream plays the gRPC side."""
+index, model control, generate and generate_stream's server-sent events and error events); the gRPC side is
+test_triton_grpc.py's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import asyncio
 import json
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
 
 from tests.support.fake_triton import Answer, FakeTriton, fake_triton, sse
@@ -21,7 +20,6 @@ from vllm_repo.serve.triton_client import (
     HttpAddress,
     ModelEntry,
     ServerSentEvents,
-    TritonGrpc,
     TritonHttp,
     answers_openai_api,
 )
@@ -262,102 +260,3 @@ def test_the_asyncio_connection_to_nothing_is_unreachable():
 
     with pytest.raises(TritonUnreachable, match=f"no Triton server answers at {url}"):
         asyncio.run(run())
-
-
-# -- gRPC --------------------------------------------------------------------------------------------------------------
-
-
-class FakeResult:
-    """tritonclient's InferResult, as far as the client reads it."""
-
-    def __init__(self, tokens: int, final: bool, text: bytes | None = None) -> None:
-        self.outputs = {"num_output_tokens": np.array([tokens]), "num_input_tokens": np.array([5])}
-        if text is not None:
-            self.outputs["text_output"] = np.array([text], dtype=np.object_)
-        self.final = final
-
-    def as_numpy(self, name: str):
-        return self.outputs.get(name)
-
-    def get_response(self):
-        class Flag:
-            bool_param = self.final
-
-        class Response:
-            def __init__(self) -> None:
-                self.parameters = {"triton_final_response": Flag()}
-
-        return Response()
-
-
-class FakeStream:
-    def __init__(self, items: list) -> None:
-        self.items, self.read, self.cancelled = items, 0, False
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        if self.read == len(self.items):
-            raise StopAsyncIteration
-        self.read += 1
-        return self.items[self.read - 1]
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class FakeGrpcClient:
-    def __init__(self, items: list) -> None:
-        self.stream = FakeStream(items)
-        self.sent: list[dict] = []
-
-    def stream_infer(self, requests, stream_timeout=None):
-        async def take() -> None:
-            self.sent.extend([r async for r in requests])
-
-        self.take = take
-        return self.stream
-
-
-def grpc_stream(items: list, request: GenerateRequest) -> tuple[list[GenerateResponse], FakeGrpcClient]:
-    triton = TritonGrpc("127.0.0.1:8001")
-    fake = triton._client = FakeGrpcClient(items)
-
-    async def run() -> list[GenerateResponse]:
-        out = [r async for r in triton.generate_stream("tiny", request)]
-        await fake.take()
-        return out
-
-    return asyncio.run(run()), fake
-
-
-def test_the_grpc_stream_sends_the_backends_tensors_and_reads_on_after_the_final_response():
-    request = GenerateRequest("Hi", {"max_tokens": 2}, returned=("num_output_tokens",), text_output=False)
-    items = [(FakeResult(1, False), None), (FakeResult(1, True), None), (FakeResult(0, False), None)]
-    responses, fake = grpc_stream(items, request)
-    assert [(r.num_output_tokens, r.final, r.text, r.num_input_tokens) for r in responses] == [
-        (1, False, "", None),
-        (1, True, "", None),
-    ]
-    assert fake.stream.read == 3 and not fake.stream.cancelled  # read to its end, not cancelled
-    sent = fake.sent[0]
-    assert sent["model_name"] == "tiny" and [o.name() for o in sent["outputs"]] == ["num_output_tokens"]
-    flags = ["stream", "exclude_input_in_output", "return_num_output_tokens"]
-    assert [t.name() for t in sent["inputs"]] == ["text_input", "sampling_parameters", *flags]
-
-
-def test_the_grpc_stream_reads_text_and_raises_an_error_response_then_cancels():
-    request = GenerateRequest("Hi", {"max_tokens": 2})
-    responses, _ = grpc_stream([(FakeResult(1, True, "é".encode()), None)], request)
-    assert responses[0].text == "é" and responses[0].num_input_tokens == 5
-
-    class Error:
-        def message(self) -> str:
-            return "model is not ready"
-
-    with pytest.raises(TritonAnswerError) as failed:
-        grpc_stream([(FakeResult(1, False), None), (None, Error())], request)
-    assert failed.value.server_message == "model is not ready" and "127.0.0.1:8001" in failed.value.message
-    _, fake = grpc_stream([(FakeResult(1, False), None)], request)
-    assert fake.stream.cancelled  # ended without the final response

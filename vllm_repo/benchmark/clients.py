@@ -1,8 +1,9 @@
 """The load generator's clients: each sends one streamed request and returns its RequestRecord.
 
-- NativeClient: Triton's own streaming contract over gRPC with tritonclient's asyncio client (serve/triton_client.py's
-  TritonGrpc), as Triton's clients (perf_analyzer, genai-perf) drive the vLLM backend: one bidirectional stream per
-  request, the backend's tensors (vllm_repo_backend/contract.py) in and ``num_output_tokens`` out with every response.
+- NativeClient: Triton's own streaming contract over gRPC (serve/triton_grpc.py's TritonGrpc), as Triton's clients
+  (perf_analyzer, genai-perf) drive the vLLM backend: requests on bidirectional streams that stay open, one request
+  in flight on each, the backend's tensors (vllm_repo_backend/contract.py) in and ``num_output_tokens`` out with every
+  response.
 - OpenAIClient: the OpenAI API (vllm-repo's gateway, or any vllm serve) with streamed ``/v1/completions`` or
   ``/v1/chat/completions``, read as server-sent events the way vLLM's own benchmark client reads them; the output
   token count is the server's (``stream_options.include_usage``).
@@ -20,13 +21,16 @@ import json
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vllm_repo.benchmark.errors import BenchError
 from vllm_repo.benchmark.stats import RequestRecord
 from vllm_repo.serve.errors import InferError, TritonAnswerError, TritonUnreachable
 from vllm_repo.serve.ports import DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_OPENAI_PORT
-from vllm_repo.serve.triton_client import GenerateRequest, TritonGrpc, TritonHttp, answers_openai_api, ready_names
+from vllm_repo.serve.triton_client import GenerateRequest, TritonHttp, answers_openai_api, ready_names
+
+if TYPE_CHECKING:
+    from vllm_repo.serve.triton_grpc import TritonGrpc
 
 ENDPOINTS = ("native", "openai", "openai-chat")
 DEFAULT_URLS = {
@@ -144,6 +148,8 @@ class NativeClient:
         return self._triton
 
     async def open(self) -> None:
+        from vllm_repo.serve.triton_grpc import TritonGrpc  # tritonclient and grpc: the full extra's
+
         self._triton = TritonGrpc(self.url)
 
     async def close(self) -> None:

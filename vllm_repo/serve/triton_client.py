@@ -4,11 +4,11 @@
   readiness, the repository index, model control (load, unload), generate and generate_stream's server-sent events;
 - ``GenerateStreamConnection``: generate_stream on asyncio streams, one keep-alive connection, for a load generator
   whose own cost per response counts (it shares the machine's cores with the server);
-- ``TritonGrpc``: the gRPC streaming contract (tritonclient.grpc.aio's stream_infer, a stream per request).
+- the gRPC side, ``TritonGrpc``, is serve/triton_grpc.py's.
 
 Answers come back typed (``ModelEntry``, ``GenerateResponse``), failures as serve/errors.py's ``TritonUnreachable``
-(nothing answers) or ``TritonAnswerError`` (the server's own words), naming the URL. tritonclient and numpy are
-imported by the gRPC side alone, when it is used: validate goes without them.
+(nothing answers) or ``TritonAnswerError`` (the server's own words), naming the URL. Nothing here imports
+tritonclient or numpy: validate goes without them.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class GenerateRequest:
     returned: tuple[str, ...] = RETURNED_OUTPUTS
     text_output: bool = True
 
-    def _flags(self) -> dict[str, bool]:
+    def flags(self) -> dict[str, bool]:
+        """The backend's BOOL inputs."""
         flags = {"stream": self.stream}
         if self.exclude_input_in_output is not None:
             flags["exclude_input_in_output"] = self.exclude_input_in_output
@@ -85,25 +86,15 @@ class GenerateRequest:
 
     def http_body(self) -> dict[str, Any]:
         """The JSON body of Triton's generate and generate_stream."""
-        return {"text_input": self.prompt, "sampling_parameters": json.dumps(self.sampling), **self._flags()}
+        return {"text_input": self.prompt, "sampling_parameters": self.sampling_json(), **self.flags()}
 
-    def grpc_request(self, model: str) -> dict[str, Any]:
-        """The keyword arguments of tritonclient.grpc.aio's stream_infer request: the backend's input tensors, and
-        the outputs asked for."""
-        import numpy as np
-        import tritonclient.grpc as grpcclient
+    def sampling_json(self) -> str:
+        """vLLM's sampling parameters as the backend takes them: one JSON string."""
+        return json.dumps(self.sampling)
 
-        def tensor(name: str, value: bytes | bool) -> Any:
-            datatype = "BYTES" if isinstance(value, bytes) else "BOOL"
-            t = grpcclient.InferInput(name, [1], datatype)
-            t.set_data_from_numpy(np.array([value], dtype=np.object_ if datatype == "BYTES" else bool))
-            return t
-
-        inputs = [tensor("text_input", self.prompt.encode())]
-        inputs.append(tensor("sampling_parameters", json.dumps(self.sampling).encode()))
-        inputs += [tensor(name, value) for name, value in self._flags().items()]
-        names = (("text_output",) if self.text_output else ()) + self.returned
-        return {"model_name": model, "inputs": inputs, "outputs": [grpcclient.InferRequestedOutput(n) for n in names]}
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs a gRPC request asks for (HTTP's generate returns every output)."""
+        return (("text_output",) if self.text_output else ()) + self.returned
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -517,81 +508,6 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncI
 
 
 # -- gRPC: tritonclient.grpc.aio's streaming ---------------------------------------------------------------------------
-
-
-class TritonGrpc:
-    """Triton's gRPC endpoint at ``address`` (HOST:PORT), opened at the first call (in the event loop that uses it)."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self._client: Any = None
-
-    @property
-    def client(self) -> Any:
-        """tritonclient.grpc.aio's InferenceServerClient."""
-        if self._client is None:
-            import tritonclient.grpc.aio as grpcaio
-
-            self._client = grpcaio.InferenceServerClient(self.address)
-        return self._client
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    async def _ask(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        from tritonclient.utils import InferenceServerException
-
-        try:
-            return await call(*args, **kwargs)
-        except InferenceServerException as exc:  # what tritonclient raises when nothing answers
-            raise TritonUnreachable(self.address, _grpc_words(exc)) from None
-
-    async def model_ready(self, model: str) -> bool:
-        return bool(await self._ask(self.client.is_model_ready, model))
-
-    async def repository_index(self) -> list[ModelEntry]:
-        index = await self._ask(self.client.get_model_repository_index, as_json=True)
-        return [ModelEntry.from_json(m) for m in index.get("models", []) if "name" in m]
-
-    async def generate_stream(
-        self, model: str, request: GenerateRequest, timeout: float = GENERATE_TIMEOUT_S
-    ) -> AsyncGenerator[GenerateResponse, None]:
-        """One request on a stream of its own; yields each response as it arrives, the last one ``final``. An error
-        response raises TritonAnswerError (the server's words); a broken stream raises what gRPC raises.
-
-        After the final response the stream is read on to its end (which follows at once) rather than cancelled:
-        Triton 2.51 keeps a model whose streams were cancelled from unloading, which tune's reloads need."""
-        sent = request.grpc_request(model)
-
-        async def requests() -> AsyncIterator[dict[str, Any]]:
-            yield sent
-
-        stream = self.client.stream_infer(requests(), stream_timeout=timeout)
-        ended = False
-        try:
-            async for result, error in stream:
-                received = time.perf_counter()
-                if error is not None:
-                    words = _grpc_words(error)
-                    message = f"model '{model}' at {self.address} answered an error: {words}"
-                    raise TritonAnswerError(message, url=self.address, status=None, server_message=words)
-                response = GenerateResponse.from_infer_result(result, request, received)
-                yield response
-                if response.final:
-                    ended = True
-                    break
-            if ended:
-                async for _ in stream:
-                    pass
-        finally:
-            if not ended:
-                stream.cancel()
-
-
-def _grpc_words(error: Any) -> str:
-    return str(error.message() if hasattr(error, "message") else error)
 
 
 def ready_names(models: Sequence[ModelEntry]) -> list[str]:

@@ -32,6 +32,7 @@ from vllm_repo.backend.vllm_repo_backend.contract import (
     OPENAI_RESPONSE_OUTPUT,
     OPENAI_STATUS_OUTPUT,
 )
+from vllm_repo.serve.triton_grpc import ENABLE_FINAL_FLAG, FINAL_FLAG, STREAM_END_WAIT_S, pack_bytes, unpack_bytes
 
 # The hop benchmarks' timestamps (hops.py): with VLLM_REPO_TRACE_HOPS unset, one reference compared per site.
 _hop, _no_hop = hops.hop, hops.off
@@ -39,11 +40,6 @@ _hop, _no_hop = hops.hop, hops.off
 QUERY_TIMEOUT_S = 5.0
 # How soon the channel tries again to reach a Triton it could not connect to (gRPC's default grows to 2 minutes).
 RECONNECT_BACKOFF_MS = 500
-# How long a call may take to end after its final response before it is cancelled instead.
-STREAM_END_WAIT_S = 5.0
-# Without it a decoupled stream never says which response was a request's last.
-_FINAL_FLAG = "triton_final_response"
-_ENABLE_FINAL_FLAG = "triton_enable_empty_final_response"
 
 
 class TritonUnavailable(Exception):
@@ -57,20 +53,6 @@ class Chunk:
     status: int | None
     body: bytes
     final: bool
-
-
-def pack_bytes(*items: bytes) -> bytes:
-    """Triton's wire form of a BYTES tensor: each element as a 4-byte little-endian length and its bytes."""
-    return b"".join(struct.pack("<I", len(item)) + item for item in items)
-
-
-def unpack_bytes(raw: bytes) -> list[bytes]:
-    items, offset = [], 0
-    while offset + 4 <= len(raw):
-        (size,) = struct.unpack_from("<I", raw, offset)
-        items.append(raw[offset + 4 : offset + 4 + size])
-        offset += 4 + size
-    return items
 
 
 def openai_infer_request(
@@ -92,7 +74,7 @@ def openai_infer_request(
     if headers is not None:
         envelope["headers"] = headers
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
-    request.parameters[_ENABLE_FINAL_FLAG].bool_param = True
+    request.parameters[ENABLE_FINAL_FLAG].bool_param = True
     for name, value in (("text_input", b""), (OPENAI_REQUEST_INPUT, json.dumps(envelope).encode())):
         tensor = request.inputs.add(name=name, datatype="BYTES")
         tensor.shape.append(1)
@@ -107,7 +89,7 @@ def read_chunk(response: Any) -> Chunk:
     if response.error_message:
         raise TritonUnavailable(response.error_message)
     infer = response.infer_response
-    final = infer.parameters[_FINAL_FLAG].bool_param if _FINAL_FLAG in infer.parameters else False
+    final = infer.parameters[FINAL_FLAG].bool_param if FINAL_FLAG in infer.parameters else False
     status, body = None, b""
     for tensor, raw in zip(infer.outputs, infer.raw_output_contents, strict=False):
         if tensor.name == OPENAI_STATUS_OUTPUT and len(raw) >= 4:
