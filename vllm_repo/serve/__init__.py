@@ -14,7 +14,8 @@
 - probes/: the scripts run by path in the serving Python (python_probe.py, ray_probe.py) and run_probe;
 - docker.py: the same repository in the NGC container whose vLLM matches (releases/ngc.py);
 - triton_client.py: the client of Triton's HTTP API (health, readiness, the repository index, model control,
-  generate_stream, also on asyncio) and of its gRPC stream with the vLLM backend's inputs, typed;
+  generate_stream, also on asyncio) with the vLLM backend's inputs and outputs, typed; triton_grpc.py: its gRPC
+  streaming, on streams kept open (bench's native client);
 - infer.py: `vllm-repo infer`, one completion streamed through triton_client.py;
 - openai/: the OpenAI API in front of Triton (launch --openai-port, vllm-repo openai), answered by vLLM's own
   OpenAI layer inside each model's backend.

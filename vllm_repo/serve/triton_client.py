@@ -507,8 +507,5 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncI
             yield chunk, time.perf_counter()
 
 
-# -- gRPC: tritonclient.grpc.aio's streaming ---------------------------------------------------------------------------
-
-
 def ready_names(models: Sequence[ModelEntry]) -> list[str]:
     return sorted(m.name for m in models if m.ready)
