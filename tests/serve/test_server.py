@@ -130,6 +130,25 @@ def test_a_load_triton_never_finishes_after_the_backends_ready_line_is_named_and
     assert process_group_members(server.pgid) == []
 
 
+def test_a_load_through_the_model_control_api_that_triton_never_finishes_is_named(tmp_path, echo_backend):
+    # The same hang met by an explicit load (tune's reloads): Triton's answer to the load request never comes.
+    repo = make_repo(tmp_path / "repo", "HANG")
+    server = TritonServer(
+        repo, serving_python=SERVING_PYTHON, triton_home=TRITON_HOME, backend_source=echo_backend,
+        extra_args=["--model-control-mode=explicit"],
+    )  # fmt: skip
+    server.start()
+    try:
+        server.wait_ready(timeout=120)  # nothing is loaded at start
+        began = time.monotonic()
+        with pytest.raises(TritonLoadHung, match=r"not finished loading 'HANG' \d+ s after its backend said"):
+            server.load_model("HANG", timeout=300, load_hang_s=2)
+        assert time.monotonic() - began < 120
+    finally:
+        server.stop(timeout=5)
+    assert process_group_members(server.pgid) == []
+
+
 def test_port_in_use_is_refused_before_starting(tmp_path, echo_backend):
     repo = make_repo(tmp_path / "repo", "echo")
     with socket.socket() as busy:

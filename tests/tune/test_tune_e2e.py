@@ -83,8 +83,12 @@ class Tune:
             time.sleep(0.2)
 
     def finish(self, timeout: float) -> tuple[str, str]:
+        ended = False
         try:
             self.proc.wait(timeout=timeout)
+            ended = True
+        except subprocess.TimeoutExpired:
+            pass
         finally:
             for pgid in (self.proc.pid, *self.servers):  # a safety net: the assertions say whether it was needed
                 try:
@@ -93,7 +97,9 @@ class Tune:
                     pass
         for reader in self._readers:
             reader.join(5)
-        return "".join(self.out), "".join(self.err)
+        err = "".join(self.err)
+        assert ended, f"tune had not ended after {timeout:g} s; what it wrote:\n{err[-8000:]}"
+        return "".join(self.out), err
 
 
 @pytest.mark.slow

@@ -261,21 +261,30 @@ class TritonServer:
             raise
         return self
 
-    def load_model(self, model: str, timeout: float) -> None:
+    def load_model(self, model: str, timeout: float, poll_s: float = 0.5, load_hang_s: float = LOAD_HANG_S) -> None:
         """Load ``model`` through Triton's model-control API (``--model-control-mode=explicit``). A server started
         with no model loaded makes the Python backend's /tmp/python_env_* directory at its first load (and again
         should the backend have gone with the last model unloaded): that load starts under the machine's python_env
-        lock, and the directory it makes is claimed for this server, as at start. Raises what the client raises."""
+        lock, and the directory it makes is claimed for this server, as at start. Raises what the client raises, and
+        TritonLoadHung as soon as the load is seen hung (load_hang.py): Triton's answer to it would never come."""
         client = TritonHttp(self.http_url)
-        if self.python_env is not None and os.path.isdir(self.python_env):
-            client.load_model(model, timeout=timeout)  # the backend is up: its directory is claimed already
-            return
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triton-load") as pool:
-            with python_env_lock():
-                before = python_env_dirs()
-                loading = pool.submit(client.load_model, model, timeout)
-                self._take_python_env(claim_python_env(before, loading.done))
-            loading.result()
+        hangs = self.load_hang_watch(load_hang_s)
+        # Not a `with`: a hung load's request is left to end with its server, which only a stop does.
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triton-load")
+        try:
+            if self.python_env is not None and os.path.isdir(self.python_env):
+                loading = pool.submit(client.load_model, model, timeout)  # the backend's directory is claimed already
+            else:
+                with python_env_lock():
+                    before = python_env_dirs()
+                    loading = pool.submit(client.load_model, model, timeout)
+                    self._take_python_env(claim_python_env(before, loading.done))
+            while True:
+                with contextlib.suppress(concurrent.futures.TimeoutError):
+                    return loading.result(timeout=poll_s)
+                self._raise_if_hung(hangs)
+        finally:
+            pool.shutdown(wait=False)
 
     def _take_python_env(self, made: str | None) -> None:
         """The Python backend's directory claimed for this server (None: none appeared, or not only one): held while
@@ -334,16 +343,16 @@ class TritonServer:
                 )
             if self.is_ready():
                 return self
-            hung = hangs.hung() if hangs is not None else None
-            if hung is not None:
-                raise TritonLoadHung(
-                    f"{hang_message(hung)} (log {self._log_path}, line {hung.ready_line})",
-                    HANG_HINT,
-                )
+            self._raise_if_hung(hangs)
             time.sleep(poll_s)
         raise TritonServerError(
             f"tritonserver was not ready after {timeout:.0f} s; log {self._log_path}:\n{self.log_tail()}"
         )
+
+    def _raise_if_hung(self, hangs: LoadHangWatch | None) -> None:
+        hung = hangs.hung() if hangs is not None else None
+        if hung is not None:
+            raise TritonLoadHung(f"{hang_message(hung)} (log {self._log_path}, line {hung.ready_line})", HANG_HINT)
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """Stop the server and everything it started; returns the server's exit status (None if never started).

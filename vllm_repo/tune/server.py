@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_repo.repository import CONFIG_FILE, ENGINE_ARGS_FILE
-from vllm_repo.serve.errors import TritonAnswerError, TritonUnreachable
+from vllm_repo.serve.errors import TritonAnswerError, TritonLoadHung, TritonUnreachable
 from vllm_repo.serve.launch_plan import LaunchPlan
 from vllm_repo.serve.server import TritonServer
 from vllm_repo.serve.triton_client import TritonHttp
@@ -54,7 +54,7 @@ class ModelServer:
         self.plan, self.log_path = plan, log_path
         self.server = self._new_server()
         self.loaded = False
-        self.restarts = 0  # servers started anew because an unload did not finish
+        self.restarts = 0  # servers started anew: an unload that did not finish, a load that hung
 
     def _new_server(self) -> TritonServer:
         from vllm_repo.serve.launch import server_for
@@ -97,25 +97,21 @@ class ModelServer:
 
     def reload(self, timeout: float) -> str | None:
         """Unload the model (when loaded) and load it from its files as they are now. Returns None when it is ready,
-        else Triton's reason it could not be loaded."""
+        else Triton's reason it could not be loaded. A load Triton never finishes (its Python backend's lost stub,
+        load_hang.py) ends only with its server: it is tried once more on a new one."""
         if self.loaded:
-            try:
-                self._triton().unload_model(self.model, timeout=60)
-            except TritonUnreachable as exc:
-                self._unreachable(exc)
-            except TritonAnswerError:
-                pass  # the state below says whether it went
-            deadline = time.monotonic() + UNLOAD_TIMEOUT_S
-            while self.state() in ("READY", "UNLOADING") and time.monotonic() < deadline:
-                time.sleep(0.2)
-            self.loaded = False
-            if self.state() in ("READY", "UNLOADING"):
-                # Something still holds the model (a client's cancelled stream, in Triton 2.51): a new server is
-                # the only way to free its engine's memory.
-                self.restarts += 1
-                self.server.stop()
-                self.server = self._new_server()
-                self.start(timeout)
+            self._unload(timeout)
+        try:
+            return self._load(timeout)
+        except TritonLoadHung:
+            self._restart(timeout)
+        try:
+            return self._load(timeout)
+        except TritonLoadHung as exc:
+            self._restart(timeout)  # the next candidate's load gets a server that answers
+            return f"{exc}; again on a new server"
+
+    def _load(self, timeout: float) -> str | None:
         try:
             self.server.load_model(self.model, timeout)  # its Python backend's directory claimed, as at start
         except TritonUnreachable as exc:
@@ -127,6 +123,29 @@ class ModelServer:
             return None
         self.loaded = self.state() == "READY"
         return reason.strip()
+
+    def _unload(self, timeout: float) -> None:
+        try:
+            self._triton().unload_model(self.model, timeout=60)
+        except TritonUnreachable as exc:
+            self._unreachable(exc)
+        except TritonAnswerError:
+            pass  # the state below says whether it went
+        deadline = time.monotonic() + UNLOAD_TIMEOUT_S
+        while self.state() in ("READY", "UNLOADING") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.loaded = False
+        if self.state() in ("READY", "UNLOADING"):
+            # Something still holds the model (a client's cancelled stream, in Triton 2.51): a new server is the
+            # only way to free its engine's memory.
+            self._restart(timeout)
+
+    def _restart(self, timeout: float) -> None:
+        self.restarts += 1
+        self.server.stop()
+        self.server = self._new_server()
+        self.loaded = False
+        self.start(timeout)
 
 
 def write_candidate_files(work_model: Path, version: str, engine_args: dict[str, Any], config_text: str | None) -> None:
