@@ -27,7 +27,7 @@ from vllm_repo.serve import launch, launch_plan
 from vllm_repo.serve.docker import docker_plan
 from vllm_repo.serve.errors import LaunchError
 from vllm_repo.serve.launch_plan import cpu_settings, prepare_launch
-from vllm_repo.serve.ports import check_ports
+from vllm_repo.serve.ports import check_ports, free_ports
 from vllm_repo.serve.python_env import probe_python
 from vllm_repo.serve.server_files import find_server
 
@@ -277,7 +277,7 @@ def _plan_with_backend(repo, tmp_path, initialize: str):
         f"class TritonPythonModel:\n    def initialize(self, args):\n        {initialize}\n"
         "    def execute(self, requests):\n        return []\n"
     )
-    plan = prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
+    plan = prepare_launch(repo, **_ports(), python=SERVING_PYTHON)
     plan.backend_source = backend
     return plan
 
@@ -389,10 +389,10 @@ def test_a_group_started_under_the_server_is_stopped_with_it_and_its_segments_re
         segment.unlink(missing_ok=True)
 
 
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ports() -> dict[str, int]:
+    """Three distinct free ports (port 0 bound three times in a row can be handed the same one each time)."""
+    http, grpc, metrics = free_ports(3)
+    return {"http_port": http, "grpc_port": grpc, "metrics_port": metrics}
 
 
 def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, repo, monkeypatch):
@@ -419,9 +419,7 @@ def test_an_older_containers_own_backend_is_used_for_an_older_vllm(tmp_path, rep
                 vllm_version=v,
             ),
         )
-        plan = prepare_launch(
-            repo, tritonserver=root / "bin" / "tritonserver", http_port=_free(), grpc_port=_free(), metrics_port=_free()
-        )
+        plan = prepare_launch(repo, tritonserver=root / "bin" / "tritonserver", **_ports())
         assert (plan.backend_directory == root / "backends") is own
         assert any("own vLLM backend" in n for n in plan.notes) is own
 
@@ -442,7 +440,7 @@ def test_a_vllm_version_other_than_the_one_that_will_run_is_said(repo, monkeypat
             vllm_version="0.32.0+cpu",
         ),
     )
-    ports = {"http_port": _free(), "grpc_port": _free(), "metrics_port": _free()}
+    ports = _ports()
     other = prepare_launch(repo, vllm_version="0.31.0", **ports)
     (note,) = [n for n in other.notes if "--vllm-version" in n]
     assert "validated against vLLM 0.31.0" in note and "runs vLLM 0.32.0+cpu" in note
@@ -457,7 +455,7 @@ def test_a_local_model_path_that_does_not_exist_stops_a_local_launch_before_trit
     settings["model"] = str(repo / "no-such-model")
     model_json.write_text(json.dumps(settings))
     with pytest.raises(LaunchError) as caught:
-        prepare_launch(repo, http_port=_free(), grpc_port=_free(), metrics_port=_free(), python=SERVING_PYTHON)
+        prepare_launch(repo, **_ports(), python=SERVING_PYTHON)
     assert "does not exist on this machine" in caught.value.message
     assert [d.code for d in caught.value.diagnostics] == ["VR310"] and "no-such-model" in caught.value.diagnostics[
         0
