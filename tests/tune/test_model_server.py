@@ -87,7 +87,7 @@ class HangingServer(Server):
 
     def __init__(self, http_url: str, hangs: list[int], made: list[HangingServer]) -> None:
         super().__init__(http_url)
-        self.hangs, self.stopped, self.started_at = hangs, False, 0
+        self.hangs, self.stopped, self.starts = hangs, False, 0
         made.append(self)
 
     def load_model(self, model: str, timeout: float) -> None:
@@ -97,7 +97,7 @@ class HangingServer(Server):
         super().load_model(model, timeout)
 
     def start(self) -> None:
-        self.started_at += 1
+        self.starts += 1
 
     def wait_ready(self, timeout: float) -> None:
         pass
@@ -120,7 +120,7 @@ def test_a_load_that_hangs_is_loaded_again_on_a_new_server(triton):
     server, made = hanging_model_server(triton.url, hangs=1)
     assert server.reload(timeout=10) is None and server.loaded and server.restarts == 1
     first, second = made
-    assert first.stopped and not second.stopped and second.started_at == 1 and server.server is second
+    assert first.stopped and not second.stopped and second.starts == 1 and server.server is second
     assert [path for _, path, _ in triton.requests] == ["/v2/repository/models/tiny/load"]  # the second server's
 
 
@@ -129,4 +129,4 @@ def test_a_load_that_hangs_twice_fails_the_candidate_and_leaves_a_new_server(tri
     reason = server.reload(timeout=10)
     assert reason is not None and "has not finished loading 'tiny'" in reason and "again on a new server" in reason
     assert not server.loaded and server.restarts == 2
-    assert [s.stopped for s in made] == [True, True, False] and server.server is made[2] and made[2].started_at == 1
+    assert [s.stopped for s in made] == [True, True, False] and server.server is made[2] and made[2].starts == 1
